@@ -1,0 +1,43 @@
+# `make release` and `make test` are all the set-up a fresh machine with a Docker Engine needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export TESTCONTAINERS_RYUK_DISABLED := true
+
+.PHONY: release test unit integration lint render clean help
+
+help:
+	@echo "make release      build the cpu release of examples/tinyllm into artifacts/"
+	@echo "make test         lint, type-check, unit and integration tests (needs Docker)"
+	@echo "make unit         fast tests without Docker"
+	@echo "make lint         ruff, mypy, rendered Dockerfiles up to date"
+	@echo "make clean        remove leftover containers and the virtualenv"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+release: $(STAMP)
+	$(BIN)/orchestrator build --flavor cpu
+
+lint: $(STAMP)
+	$(BIN)/ruff check orchestrator tests
+	$(BIN)/ruff format --check orchestrator tests
+	$(BIN)/mypy
+	$(BIN)/orchestrator render --check
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit -q
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration -v
+
+test: lint unit integration
+
+clean:
+	-$(BIN)/orchestrator clean
+	rm -rf $(VENV)

@@ -1,0 +1,170 @@
+"""Host-side Debian work: the base root filesystem and the pinned .deb sets, via mmdebstrap.
+
+Both run on the host, never in a container, so image builds need no network at all.
+Outputs land in the cache through a temporary name and an atomic rename: an
+interrupted run leaves no half-written tarball or package folder behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.archive import sha256_file
+from orchestrator.errors import BootstrapError, CacheCorruptError
+from orchestrator.log import StepLog
+from orchestrator.toolchain import BaseSpec
+
+MANIFEST = "manifest.json"
+
+
+def _mmdebstrap() -> str:
+    path = shutil.which("mmdebstrap")
+    if path is None:
+        raise BootstrapError(
+            "mmdebstrap is not installed on this host",
+            hint="Install it with `apt-get install mmdebstrap` (Debian/Ubuntu); "
+            "`make release` and .ci/run do this for you.",
+        )
+    return path
+
+
+def _mode() -> str:
+    # root mode is the fastest and needs no user namespaces; others need unshare.
+    return "root" if os.geteuid() == 0 else "unshare"
+
+
+def _run(argv: Sequence[str], log: StepLog, env: Mapping[str, str]) -> None:
+    log.command(argv, {k: v for k, v in env.items() if k == "SOURCE_DATE_EPOCH"})
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **env},
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.line(line.rstrip("\n"))
+        code = process.wait()
+    if code != 0:
+        raise BootstrapError(
+            f"{Path(argv[0]).name} exited with {code}",
+            hint="The step log shows apt's output; a pinned version that the mirror no "
+            "longer carries must be updated in toolchains/<name>.toml.",
+        )
+
+
+def _common_args(spec: BaseSpec) -> list[str]:
+    return [
+        f"--variant={spec.variant}",
+        f"--mode={_mode()}",
+        f"--components={','.join(spec.components)}",
+        "--aptopt=Acquire::Retries=3",
+    ]
+
+
+def make_rootfs(spec: BaseSpec, dest: Path, log: StepLog) -> str:
+    """Write the base rootfs tarball to `dest` atomically; return its sha256."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".rootfs-") as tmp:
+        partial = Path(tmp) / "rootfs.tar"
+        _run(
+            [_mmdebstrap(), *_common_args(spec), spec.suite, str(partial), spec.mirror],
+            log,
+            {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},
+        )
+        digest = sha256_file(partial)
+        partial.replace(dest)
+    return digest
+
+
+@dataclass(frozen=True)
+class PackageFile:
+    file: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class PackageSet:
+    directory: Path
+    files: tuple[PackageFile, ...]
+
+    @property
+    def digest(self) -> str:
+        """One hash for the whole set: the sha256 of its manifest lines."""
+        import hashlib
+
+        lines = "".join(f"{f.sha256}  {f.file}\n" for f in self.files)
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def fetch_packages(
+    spec: BaseSpec, packages: Mapping[str, str], dest: Path, log: StepLog
+) -> PackageSet:
+    """Download every .deb that installing `packages` (exact versions) on the base needs."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    include = ",".join(f"{name}={version}" for name, version in sorted(packages.items()))
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".packages-") as tmp:
+        debs = Path(tmp) / "debs"
+        debs.mkdir()
+        _run(
+            [
+                _mmdebstrap(), *_common_args(spec),
+                f"--include={include}",
+                # keep what apt downloaded and copy it out, instead of a rootfs
+                "--skip=download/empty",
+                f"--customize-hook=sync-out /var/cache/apt/archives {debs}",
+                spec.suite, "/dev/null", spec.mirror,
+            ],
+            log,
+            {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},
+        )
+        files = tuple(
+            PackageFile(p.name, sha256_file(p), p.stat().st_size)
+            for p in sorted(debs.glob("*.deb"))
+        )
+        if not files:
+            raise BootstrapError("mmdebstrap downloaded no packages")
+        for stray in debs.iterdir():
+            if stray.suffix != ".deb":
+                _remove(stray)
+        (debs / MANIFEST).write_text(
+            json.dumps([f.__dict__ for f in files], indent=1) + "\n"
+        )
+        if dest.exists():
+            shutil.rmtree(dest)
+        debs.replace(dest)
+    log.line(f"{len(files)} packages, {sum(f.size for f in files) / 1e6:.0f} MB in {dest}")
+    return PackageSet(dest, files)
+
+
+def load_package_set(directory: Path) -> PackageSet | None:
+    """A cached package set, verified file by file; None if there is none."""
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        entries = json.loads(manifest.read_text())
+        files = tuple(PackageFile(str(e["file"]), str(e["sha256"]), int(e["size"])) for e in entries)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CacheCorruptError(f"{manifest} is unreadable: {exc}") from exc
+    for entry in files:
+        path = directory / entry.file
+        if not path.is_file() or sha256_file(path) != entry.sha256:
+            raise CacheCorruptError(
+                f"cached package {path} is missing or does not match its recorded sha256",
+                hint=f"Remove {directory} and run again; it will be downloaded afresh.",
+            )
+    return PackageSet(directory, files)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

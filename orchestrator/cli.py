@@ -1,0 +1,244 @@
+"""The `orchestrator` command line: parse, call, print, map errors to exit codes. Thin."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator import __version__
+from orchestrator.errors import BuildInterruptedError, DoctorBlockerError, OrchestratorError
+from orchestrator.options import Options, resolve
+
+app = typer.Typer(
+    help=(
+        "Reproducible, container-based release builds for fast Rust binaries.\n\n"
+        "Typical use: `orchestrator doctor` once, then `orchestrator build --flavor cpu`. "
+        "Settings come from orchestrator.toml (see `orchestrator config`), overridden by "
+        "ORCHESTRATOR_* environment variables and flags."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="orchestrator.toml to use (default: search upwards "
+                 "from the current folder; env ORCHESTRATOR_CONFIG).", dir_okay=False),
+]
+FlavorOption = Annotated[str, typer.Option("--flavor", "-f", help="Flavor to build: cpu.")]
+ToolchainOption = Annotated[
+    str | None, typer.Option("--toolchain", help="Pinned toolchain from toolchains/ "
+                             "(default rustc-web-1.96; env ORCHESTRATOR_TOOLCHAIN).")]
+TargetCpuOption = Annotated[
+    str | None, typer.Option("--target-cpu", help="rustc -Ctarget-cpu (default x86-64-v2; "
+                             "env ORCHESTRATOR_TARGET_CPU).")]
+ArtifactsOption = Annotated[
+    Path | None, typer.Option("--artifacts-dir", help="Where releases are published "
+                              "(default ./artifacts; env ORCHESTRATOR_ARTIFACTS_DIR).")]
+CacheOption = Annotated[
+    Path | None, typer.Option("--cache-dir", help="Host cache for rootfs, .debs and crates "
+                              "(default ~/.cache/orchestrator; env ORCHESTRATOR_CACHE_DIR).")]
+
+
+def _resolve(
+    config: Path | None,
+    toolchain: str | None = None,
+    target_cpu: str | None = None,
+    artifacts_dir: Path | None = None,
+    cache_dir: Path | None = None,
+) -> Options:
+    return resolve(config, cli={
+        "build.toolchain": toolchain,
+        "build.target_cpu": target_cpu,
+        "build.artifacts_dir": str(artifacts_dir) if artifacts_dir else None,
+        "build.cache_dir": str(cache_dir) if cache_dir else None,
+    })
+
+
+def _fail(error: OrchestratorError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {error.message}")
+    if error.hint:
+        err_console.print(f"[yellow]hint:[/] {error.hint}")
+    return typer.Exit(error.exit_code)
+
+
+@app.command()
+def build(
+    flavor: FlavorOption = "cpu",
+    config: ConfigOption = None,
+    toolchain: ToolchainOption = None,
+    target_cpu: TargetCpuOption = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; build nothing.")]
+    = False,
+    keep_containers: Annotated[bool, typer.Option(
+        "--keep-containers", help="Leave build containers behind for debugging.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream every command's "
+                                          "output, not only the step lines.")] = False,
+) -> None:
+    """Build, test and publish one flavor of the release into artifacts/.
+
+    Example: orchestrator build --flavor cpu --target-cpu x86-64-v3
+    """
+    from orchestrator.build import prepare_plan, run_build
+    from orchestrator.engine import Engine
+    from orchestrator.log import Reporter
+    try:
+        options = _resolve(config, toolchain, target_cpu, artifacts_dir, cache_dir)
+        plan = prepare_plan(options, flavor)
+        if dry_run:
+            console.print_json(json.dumps(plan.summary()))
+            return
+        engine = Engine.connect()
+        stale = engine.remove_stale_containers()
+        if stale:
+            console.print(f"removed {stale} container(s) left behind by an earlier run")
+        reporter = Reporter(console, options.cache_dir / "runs" / engine.session,
+                            verbose=verbose)
+        console.print(f"building {options.binary} {options.version} ({flavor}, "
+                      f"{plan.toolchain.name}, target-cpu {options.target_cpu}); "
+                      f"logs: {reporter.log_dir}")
+        try:
+            outcome = run_build(options, plan, engine, reporter, keep_containers=keep_containers)
+        except KeyboardInterrupt:
+            raise BuildInterruptedError("interrupted") from None
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    console.print(f"[bold green]published[/] {outcome.artifact}")
+    console.print(f"  binary  {outcome.binary}")
+    console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
+
+
+@app.command()
+def render(
+    check: Annotated[bool, typer.Option(
+        "--check", help="Fail (exit 50) when committed Dockerfiles differ from the templates.")]
+    = False,
+) -> None:
+    """Render dockerfiles/<flavor>.Dockerfile from images/templates/ (default toolchain).
+
+    Example: orchestrator render --check   # in CI, after editing a template
+    """
+    from orchestrator.render import render_all
+
+    try:
+        results = render_all(check=check)
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    for result in results:
+        state = "up to date" if not result.changed else ("stale" if check else "written")
+        console.print(f"{result.path}: {state}")
+
+
+@app.command("config")
+def show_config(config: ConfigOption = None) -> None:
+    """Show every resolved setting and where it came from (default, file, env, flag).
+
+    Example: ORCHESTRATOR_TARGET_CPU=x86-64-v3 orchestrator config
+    """
+    try:
+        options = _resolve(config)
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    table = Table("setting", "value", "from", title=str(options.config_path))
+    for key, value, source in options.describe():
+        table.add_row(key, value, source)
+    console.print(table)
+
+
+@app.command()
+def doctor(config: ConfigOption = None) -> None:
+    """Check this host: Docker, BuildKit, disk, privileges, perf in containers, qemu-user.
+
+    Example: orchestrator doctor   # exit code 60 when something blocks builds
+    """
+    from orchestrator.doctor import run_checks
+
+    try:
+        cache_dir: Path | None = _resolve(config).cache_dir
+    except OrchestratorError:
+        cache_dir = None  # doctor also helps before any project is set up
+    checks = run_checks(cache_dir)
+    table = Table("check", "status", "detail")
+    colours = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
+    for check in checks:
+        table.add_row(check.name, f"[{colours[check.status]}]{check.status}[/]", check.detail)
+    console.print(table)
+    blockers = [c.name for c in checks if c.status == "fail"]
+    if blockers:
+        raise _fail(DoctorBlockerError(
+            f"blocked by: {', '.join(blockers)}",
+            hint="Fix the failing checks above and run `orchestrator doctor` again.",
+        ))
+
+
+@app.command()
+def clean(
+    config: ConfigOption = None,
+    images: Annotated[bool, typer.Option("--images", help="Also remove every orchestrator "
+                                         "image (they are rebuilt on demand).")] = False,
+    cache: Annotated[bool, typer.Option("--cache", help="Also empty the host cache "
+                                        "(rootfs, .debs, crates, logs).")] = False,
+) -> None:
+    """Remove leftover containers and staging folders; optionally images and the cache.
+
+    Example: orchestrator clean --images
+    """
+    from orchestrator.engine import Engine
+    from orchestrator.publish import staging_root
+
+    try:
+        options = _resolve(config)
+        engine = Engine.connect()
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    containers = engine.managed_containers()
+    for container in containers:
+        container.remove(force=True)
+    console.print(f"removed {len(containers)} container(s)")
+    staging = staging_root(options.artifacts_dir)
+    if staging.exists():
+        shutil.rmtree(staging)
+        console.print(f"removed {staging}")
+    if images:
+        managed = engine.managed_images()
+        for image in managed:
+            engine.remove_image(image.id)
+        console.print(f"removed {len(managed)} image(s), "
+                      f"{sum(i.size for i in managed) / 1e9:.1f} GB")
+    if cache and options.cache_dir.exists():
+        shutil.rmtree(options.cache_dir)
+        console.print(f"removed {options.cache_dir}")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        console.print(f"orchestrator {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback,
+                                          is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Reproducible, container-based release builds for fast Rust binaries."""
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,329 @@
+"""The only module that talks to Docker (the Engine API through the Python SDK).
+
+Every container and image this tool makes carries `org.orchestrator.*` labels, so
+leftovers of a crashed or interrupted run can always be found and removed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container as SdkContainer
+
+from orchestrator.errors import DockerUnavailableError, ImageBuildError, OrchestratorError
+
+LABEL_MANAGED = "org.orchestrator.managed"
+LABEL_SESSION = "org.orchestrator.session"
+LABEL_PID = "org.orchestrator.pid"
+LABEL_HOST = "org.orchestrator.host"
+LABEL_INPUT_HASH = "org.orchestrator.input-hash"
+LABEL_KIND = "org.orchestrator.kind"
+LABEL_STAGE = "org.orchestrator.stage"
+
+# Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
+# timeout would abort them.
+API_TIMEOUT_S = 4 * 3600
+
+OutputSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+
+
+@dataclass(frozen=True)
+class Privileges:
+    """Extra rights for a container; the default is none at all."""
+
+    privileged: bool = False
+    cap_add: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.privileged:
+            return "privileged"
+        parts = [f"cap-add {c}" for c in self.cap_add] + [f"security-opt {s}" for s in self.security_opt]
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    network: bool = False
+    environment: Mapping[str, str] = field(default_factory=dict)
+    privileges: Privileges = Privileges()
+    user: str | None = None  # None: the image's USER (non-root in our images)
+    purpose: str = "build"
+
+
+class Container:
+    """A running container that steps `exec` into."""
+
+    def __init__(self, client: docker.DockerClient, sdk: SdkContainer) -> None:
+        self._client = client
+        self._sdk = sdk
+
+    @property
+    def id(self) -> str:
+        return str(self._sdk.id)
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        on_output: OutputSink,
+        environment: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> int:
+        """Run `argv`, stream its combined output line by line, return its exit code."""
+        api = self._client.api
+        exec_id = api.exec_create(
+            self.id,
+            list(argv),
+            stdout=True,
+            stderr=True,
+            environment=dict(environment or {}),
+            workdir=workdir,
+            user=user or "",
+        )["Id"]
+        pending = b""
+        for chunk in api.exec_start(exec_id, stream=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_output(line.decode("utf-8", "replace"))
+        if pending:
+            on_output(pending.decode("utf-8", "replace"))
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return int(code) if code is not None else -1
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        if not self._sdk.put_archive(path, data):
+            raise OrchestratorError(f"could not copy files into container at {path}")
+
+    def get_archive(self, path: str) -> Iterator[bytes]:
+        try:
+            chunks, _stat = self._sdk.get_archive(path)
+        except docker.errors.NotFound:
+            raise OrchestratorError(f"{path} does not exist in the build container") from None
+        return iter(chunks)
+
+
+class Engine:
+    def __init__(self, client: docker.DockerClient) -> None:
+        self._client = client
+        self.session = uuid.uuid4().hex[:12]
+
+    @classmethod
+    def connect(cls) -> Engine:
+        try:
+            client = docker.from_env(timeout=API_TIMEOUT_S)
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailableError(f"cannot reach the Docker Engine: {exc}") from exc
+        return cls(client)
+
+    # -- facts ------------------------------------------------------------------
+    def version(self) -> dict[str, Any]:
+        return dict(self._client.version())
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._client.info())
+
+    def _labels(self, kind: str) -> dict[str, str]:
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_KIND: kind,
+            LABEL_SESSION: self.session,
+            LABEL_PID: str(os.getpid()),
+            LABEL_HOST: socket.gethostname(),
+        }
+
+    # -- images -----------------------------------------------------------------
+    def image(self, reference: str) -> ImageInfo | None:
+        try:
+            image = self._client.images.get(reference)
+        except docker.errors.ImageNotFound:
+            return None
+        return ImageInfo(
+            id=str(image.id),
+            tags=tuple(image.tags),
+            labels=dict(image.labels or {}),
+            size=int(image.attrs.get("Size", 0)),
+        )
+
+    def managed_images(self) -> list[ImageInfo]:
+        images = self._client.images.list(filters={"label": f"{LABEL_MANAGED}=1"})
+        return [
+            ImageInfo(str(i.id), tuple(i.tags), dict(i.labels or {}), int(i.attrs.get("Size", 0)))
+            for i in images
+        ]
+
+    def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str:
+        repository, tag = reference.rsplit(":", 1)
+        changes = [f'LABEL {k}="{v}"' for k, v in {**self._labels("image"), **labels}.items()]
+        try:
+            self._client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=tag, changes=changes
+            )
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+        info = self.image(reference)
+        if info is None:
+            raise ImageBuildError(f"docker import reported success but {reference} is missing")
+        return info.id
+
+    def build_image(
+        self,
+        context: Path,
+        reference: str,
+        *,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        on_output: OutputSink,
+    ) -> str:
+        """Classic-builder build over the Engine API, with no network for RUN steps."""
+        image_id: str | None = None
+        try:
+            stream = self._client.api.build(
+                path=str(context),
+                tag=reference,
+                buildargs=dict(buildargs),
+                labels={**self._labels("image"), **labels},
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
+            for event in stream:
+                if "stream" in event:
+                    for line in str(event["stream"]).splitlines():
+                        on_output(line)
+                if "error" in event:
+                    raise ImageBuildError(
+                        f"building {reference} failed: {str(event['error']).strip()}",
+                        hint="The full build output is in the step log.",
+                    )
+                aux = event.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    image_id = str(aux["ID"])
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"building {reference} failed: {exc}") from exc
+        finally:
+            self._remove_intermediate_stages()
+        info = self.image(reference)
+        if info is None or (image_id is not None and info.id != image_id):
+            raise ImageBuildError(f"build of {reference} finished without the tagged image")
+        return info.id
+
+    def _remove_intermediate_stages(self) -> None:
+        # Multi-stage builds leave the untagged install stage behind (gigabytes of .debs).
+        for image in self._client.images.list(
+            filters={"label": f"{LABEL_STAGE}=install", "dangling": True}
+        ):
+            try:
+                self._client.images.remove(image.id, force=True)
+            except docker.errors.APIError:
+                pass  # still in use by a concurrent build; the next run removes it
+
+    def remove_image(self, reference: str) -> None:
+        try:
+            self._client.images.remove(reference, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+    # -- containers -------------------------------------------------------------
+    @contextmanager
+    def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[Container]:
+        """A container that idles until removed; always removed unless `keep`."""
+        privileges = spec.privileges
+        try:
+            sdk = self._client.containers.run(
+                spec.image,
+                command=["sleep", "infinity"],
+                detach=True,
+                init=True,
+                network_mode="bridge" if spec.network else "none",
+                environment=dict(spec.environment),
+                labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
+                privileged=privileges.privileged,
+                cap_add=list(privileges.cap_add) or None,
+                # Least privilege: a step that asked for nothing gets no capabilities.
+                cap_drop=["ALL"] if privileges == Privileges() else None,
+                security_opt=list(privileges.security_opt) or ["no-new-privileges"],
+                user=spec.user,
+            )
+        except docker.errors.APIError as exc:
+            raise OrchestratorError(
+                f"cannot start a {spec.purpose} container from {spec.image}: {exc}"
+            ) from exc
+        try:
+            yield Container(self._client, sdk)
+        finally:
+            if not keep:
+                self._force_remove(sdk)
+
+    def _force_remove(self, sdk: SdkContainer) -> None:
+        try:
+            sdk.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    def managed_containers(self) -> list[SdkContainer]:
+        return list(
+            self._client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+        )
+
+    def remove_stale_containers(self) -> int:
+        """Remove containers left by runs on this host whose process is gone."""
+        removed = 0
+        host = socket.gethostname()
+        for sdk in self.managed_containers():
+            labels = sdk.labels or {}
+            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
+                continue
+            pid = labels.get(LABEL_PID, "")
+            if pid.isdigit() and _process_alive(int(pid)):
+                continue
+            self._force_remove(sdk)
+            removed += 1
+        return removed
+
+    def probe(
+        self, image: str, argv: Sequence[str], *, privileges: Privileges = Privileges()
+    ) -> tuple[int, str]:
+        """Run one short command in a throwaway container; (exit code, output)."""
+        output: list[str] = []
+        try:
+            with self.container(
+                ContainerSpec(image=image, privileges=privileges, user="0", purpose="probe")
+            ) as box:
+                code = box.exec(argv, on_output=output.append)
+        except OrchestratorError as exc:
+            return -1, str(exc)
+        return code, "\n".join(output)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,93 @@
+"""Every error a user can meet, each with its own exit code and a hint on what to do next.
+
+The CLI maps these to exit codes in one place; pipeline code raises them and never
+prints or exits by itself.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of all expected failures. Anything else reaching the CLI is a bug."""
+
+    exit_code = 1
+    default_hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+
+class ConfigError(OrchestratorError):
+    """orchestrator.toml, a toolchain file, an environment variable or a flag is wrong."""
+
+    exit_code = 10
+    default_hint = "Fix the value named above; `orchestrator config` shows every resolved setting."
+
+
+class SourceError(OrchestratorError):
+    """The crate to release is not buildable as given (no Cargo.lock, no such binary...)."""
+
+    exit_code = 11
+
+
+class DockerUnavailableError(OrchestratorError):
+    exit_code = 20
+    default_hint = (
+        "Start the Docker Engine or point DOCKER_HOST at one; `orchestrator doctor` checks the setup."
+    )
+
+
+class BootstrapError(OrchestratorError):
+    """Making the base root filesystem or fetching Debian packages on the host failed."""
+
+    exit_code = 21
+
+
+class ImageBuildError(OrchestratorError):
+    exit_code = 22
+
+
+class ToolchainMismatchError(OrchestratorError):
+    """rustc, llvm-profdata and llvm-bolt inside the image do not share one LLVM major."""
+
+    exit_code = 30
+    default_hint = (
+        "Profiles written by one LLVM major cannot be read by another: pin packages of one "
+        "LLVM release in toolchains/<name>.toml and rebuild the image."
+    )
+
+
+class StepFailedError(OrchestratorError):
+    """A build step's command exited non-zero inside its container."""
+
+    exit_code = 40
+
+
+class UnsafeArchiveError(OrchestratorError):
+    exit_code = 41
+    default_hint = "The container produced an archive entry that could escape the output folder."
+
+
+class PublishError(OrchestratorError):
+    exit_code = 42
+
+
+class CacheCorruptError(OrchestratorError):
+    exit_code = 43
+    default_hint = "Remove the named cache entry (or run `orchestrator clean --cache`) and retry."
+
+
+class StaleRenderError(OrchestratorError):
+    exit_code = 50
+    default_hint = "Run `orchestrator render` and commit the regenerated Dockerfiles."
+
+
+class DoctorBlockerError(OrchestratorError):
+    exit_code = 60
+
+
+class BuildInterruptedError(OrchestratorError):
+    exit_code = 130
+    default_hint = "Nothing was published; containers and staging folders were removed."

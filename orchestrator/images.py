@@ -1,0 +1,137 @@
+"""Make sure the base and toolchain images exist, building them only when their inputs changed.
+
+An image's tag and its `org.orchestrator.input-hash` label both come from the hash of
+everything that goes into it, so "is it up to date?" is one lookup.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.archive import sha256_file
+from orchestrator.bootstrap import PackageSet, fetch_packages, load_package_set, make_rootfs
+from orchestrator.engine import LABEL_INPUT_HASH, Engine
+from orchestrator.errors import CacheCorruptError, ImageBuildError
+from orchestrator.log import StepLog
+from orchestrator.plan import ImagePlan, content_hash
+from orchestrator.toolchain import BaseSpec
+
+LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"
+LABEL_PACKAGES_SHA = "org.orchestrator.packages-sha256"
+
+
+@dataclass(frozen=True)
+class ImageOutcome:
+    reference: str
+    id: str
+    input_hash: str
+    built: bool
+    labels: Mapping[str, str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "reference": self.reference,
+            "id": self.id,
+            "input_hash": self.input_hash,
+            "built_this_run": self.built,
+            "labels": {k: v for k, v in self.labels.items() if k.startswith("org.orchestrator.")
+                       and k.rsplit(".", 1)[-1] not in ("session", "pid", "host")},
+        }
+
+
+def _existing(engine: Engine, plan: ImagePlan) -> ImageOutcome | None:
+    info = engine.image(plan.reference)
+    if info is None:
+        return None
+    if info.labels.get(LABEL_INPUT_HASH) != plan.input_hash:
+        # Same tag, other inputs: someone tagged by hand. Never trust it.
+        engine.remove_image(plan.reference)
+        return None
+    return ImageOutcome(plan.reference, info.id, plan.input_hash, False, info.labels)
+
+
+def ensure_base_image(
+    engine: Engine, base: BaseSpec, plan: ImagePlan, cache_dir: Path, log: StepLog
+) -> ImageOutcome:
+    existing = _existing(engine, plan)
+    if existing is not None:
+        log.mark_cached(f"{plan.reference} exists")
+        return existing
+    tarball = cache_dir / "rootfs" / f"{plan.input_hash}.tar"
+    digest = make_rootfs(base, tarball, log)
+    log.line(f"rootfs {tarball}: sha256 {digest}")
+    labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: digest}
+    log.line(f"+ docker import {tarball} {plan.reference}")
+    image_id = engine.import_rootfs(tarball, plan.reference, labels)
+    info = engine.image(plan.reference)
+    return ImageOutcome(plan.reference, image_id, plan.input_hash, True,
+                        info.labels if info else labels)
+
+
+def _package_set(
+    base: BaseSpec, packages: Mapping[str, str], cache_dir: Path, log: StepLog
+) -> PackageSet:
+    key = content_hash({"base": base.as_dict(), "packages": dict(packages)})
+    directory = cache_dir / "packages" / key
+    try:
+        cached = load_package_set(directory)
+    except CacheCorruptError as exc:
+        log.line(f"discarding corrupt package cache: {exc.message}")
+        shutil.rmtree(directory, ignore_errors=True)
+        cached = None
+    if cached is not None:
+        log.line(f"using {len(cached.files)} cached packages from {directory}")
+        return cached
+    return fetch_packages(base, packages, directory, log)
+
+
+def ensure_toolchain_image(
+    engine: Engine,
+    *,
+    base: BaseSpec,
+    base_image: ImageOutcome,
+    plan: ImagePlan,
+    dockerfile: str,
+    packages: Mapping[str, str],
+    cache_dir: Path,
+    log: StepLog,
+) -> ImageOutcome:
+    existing = _existing(engine, plan)
+    if existing is not None:
+        log.mark_cached(f"{plan.reference} exists")
+        return existing
+    package_set = _package_set(base, packages, cache_dir, log)
+    staging = cache_dir / "contexts"
+    staging.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=staging) as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile)
+        debs = context / "packages"
+        debs.mkdir()
+        for entry in package_set.files:
+            source = package_set.directory / entry.file
+            try:
+                (debs / entry.file).hardlink_to(source)  # no copy of ~250 MB when possible
+            except OSError:
+                shutil.copy2(source, debs / entry.file)
+            if sha256_file(debs / entry.file) != entry.sha256:
+                raise CacheCorruptError(f"{source} changed while preparing the build context")
+        labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_PACKAGES_SHA: package_set.digest}
+        log.line(f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
+                 f"-t {plan.reference} {context}")
+        image_id = engine.build_image(
+            context,
+            plan.reference,
+            buildargs={"BASE_IMAGE": base_image.reference},
+            labels=labels,
+            on_output=log.line,
+        )
+    info = engine.image(plan.reference)
+    if info is None:
+        raise ImageBuildError(f"{plan.reference} vanished right after it was built")
+    log.detail = f"built, {info.size / 1e9:.2f} GB"
+    return ImageOutcome(plan.reference, image_id, plan.input_hash, True, info.labels)

@@ -1,0 +1,351 @@
+"""Resolve orchestrator.toml, the environment and CLI flags into one frozen `Options`.
+
+Precedence, lowest first: built-in defaults < config file < environment < CLI flags.
+Every resolved value remembers where it came from (`Options.sources`), so
+`orchestrator config` can explain any setting.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.errors import ConfigError
+
+CONFIG_FILENAME = "orchestrator.toml"
+# 1980-01-01: the earliest time zip and many archive formats can store.
+FALLBACK_SOURCE_DATE_EPOCH = 315532800
+
+Kind = Literal["str", "int", "bool", "path", "list[str]", "list[argv]"]
+
+_KIND_TEXT: dict[Kind, str] = {
+    "str": "a string",
+    "int": "a non-negative integer",
+    "bool": "true or false",
+    "path": "a path (string)",
+    "list[str]": "a list of strings",
+    "list[argv]": "a list of argument lists, e.g. [[\"generate\", \"--seed\", \"1\"]]",
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str  # dotted: "build.target_cpu"
+    kind: Kind
+    help: str
+    env: str | None = None
+
+
+# The fixed part of the schema. `flavors.<name>` tables are checked separately.
+FIELDS: tuple[Field, ...] = (
+    Field("package.crate", "path", "folder of the crate to release (has Cargo.toml)"),
+    Field("package.binary", "str", "binary target to ship (default: the package name)"),
+    Field("package.version", "str", "release version (default: from Cargo.toml)"),
+    Field("build.toolchain", "str", "pinned toolchain, a file in toolchains/",
+          env="ORCHESTRATOR_TOOLCHAIN"),
+    Field("build.target_cpu", "str", "rustc -Ctarget-cpu for x86_64 builds",
+          env="ORCHESTRATOR_TARGET_CPU"),
+    Field("build.flavors", "list[str]", "flavors that `release` builds"),
+    Field("build.source_date_epoch", "int", "SOURCE_DATE_EPOCH (default: HEAD's commit time)",
+          env="SOURCE_DATE_EPOCH"),
+    Field("build.artifacts_dir", "path", "where releases are published",
+          env="ORCHESTRATOR_ARTIFACTS_DIR"),
+    Field("build.cache_dir", "path", "host cache: rootfs tarballs, .debs, vendored crates",
+          env="ORCHESTRATOR_CACHE_DIR"),
+    Field("train.workloads", "list[argv]", "argument lists run to train PGO/BOLT profiles"),
+    Field("validate.command", "list[str]", "arguments whose output must not change"),
+    Field("bench.command", "list[str]", "arguments that benchmark the binary"),
+)
+FIELDS_BY_KEY = {f.key: f for f in FIELDS}
+FLAVOR_KEYS: dict[str, Kind] = {"features": "list[str]", "default_features": "bool"}
+KNOWN_FLAVORS = ("cpu",)
+
+
+@dataclass(frozen=True)
+class FlavorSettings:
+    features: tuple[str, ...] = ()
+    default_features: bool = True
+
+
+@dataclass(frozen=True)
+class Options:
+    config_path: Path
+    project_dir: Path
+    crate_dir: Path
+    package_name: str
+    binary: str
+    version: str
+    toolchain: str
+    target_cpu: str
+    flavors: tuple[str, ...]
+    flavor_settings: Mapping[str, FlavorSettings]
+    source_date_epoch: int
+    artifacts_dir: Path
+    cache_dir: Path
+    workloads: tuple[tuple[str, ...], ...]
+    validate_command: tuple[str, ...]
+    bench_command: tuple[str, ...]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def settings_for(self, flavor: str) -> FlavorSettings:
+        return self.flavor_settings.get(flavor, FlavorSettings())
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(key, value, source) rows for `orchestrator config`."""
+        values: dict[str, object] = {
+            "package.crate": self.crate_dir,
+            "package.binary": self.binary,
+            "package.version": self.version,
+            "build.toolchain": self.toolchain,
+            "build.target_cpu": self.target_cpu,
+            "build.flavors": list(self.flavors),
+            "build.source_date_epoch": self.source_date_epoch,
+            "build.artifacts_dir": self.artifacts_dir,
+            "build.cache_dir": self.cache_dir,
+            "train.workloads": [list(w) for w in self.workloads],
+            "validate.command": list(self.validate_command),
+            "bench.command": list(self.bench_command),
+        }
+        for name, settings in sorted(self.flavor_settings.items()):
+            values[f"flavors.{name}.features"] = list(settings.features)
+            values[f"flavors.{name}.default_features"] = settings.default_features
+        return [(k, str(v), self.sources.get(k, "default")) for k, v in values.items()]
+
+
+def _check_kind(value: object, kind: Kind, where: str) -> object:
+    """Return `value` if it has `kind`, else raise a ConfigError naming `where`."""
+    ok: bool
+    if kind in ("str", "path"):
+        ok = isinstance(value, str) and value != ""
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "list[str]":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, list) and all(
+            isinstance(argv, list) and all(isinstance(a, str) for a in argv) for argv in value
+        )
+    if not ok:
+        raise ConfigError(
+            f"{where}: expected {_KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _parse_env(raw: str, kind: Kind, var: str) -> object:
+    if kind == "int":
+        try:
+            return _check_kind(int(raw), kind, f"environment variable {var}")
+        except ValueError:
+            raise ConfigError(
+                f"environment variable {var}: expected {_KIND_TEXT[kind]}, got {raw!r}"
+            ) from None
+    if kind == "list[str]":
+        return [part for part in raw.split(",") if part]
+    return _check_kind(raw, kind, f"environment variable {var}")
+
+
+def _flatten_file(data: Mapping[str, object], path: Path) -> dict[str, object]:
+    """Validate the parsed TOML against the schema and flatten it to dotted keys."""
+    flat: dict[str, object] = {}
+    sections = {key.split(".")[0] for key in FIELDS_BY_KEY} | {"flavors"}
+    for section, body in data.items():
+        if section not in sections:
+            raise ConfigError(
+                f"{path}: unknown section [{section}]; expected one of: "
+                + ", ".join(sorted(sections))
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
+        if section == "flavors":
+            flat.update(_flatten_flavors(body, path))
+            continue
+        for key, value in body.items():
+            dotted = f"{section}.{key}"
+            spec = FIELDS_BY_KEY.get(dotted)
+            if spec is None:
+                allowed = sorted(k.split(".", 1)[1] for k in FIELDS_BY_KEY if k.startswith(section))
+                raise ConfigError(
+                    f"{path}: unknown key '{dotted}'; [{section}] takes: " + ", ".join(allowed)
+                )
+            flat[dotted] = _check_kind(value, spec.kind, f"{path}: {dotted}")
+    return flat
+
+
+def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for name, table in body.items():
+        if name not in KNOWN_FLAVORS:
+            raise ConfigError(
+                f"{path}: unknown flavor [flavors.{name}]; known flavors: "
+                + ", ".join(KNOWN_FLAVORS)
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [flavors.{name}] must be a table")
+        for key, value in table.items():
+            kind = FLAVOR_KEYS.get(key)
+            dotted = f"flavors.{name}.{key}"
+            if kind is None:
+                raise ConfigError(
+                    f"{path}: unknown key '{dotted}'; a flavor takes: "
+                    + ", ".join(sorted(FLAVOR_KEYS))
+                )
+            flat[dotted] = _check_kind(value, kind, f"{path}: {dotted}")
+    return flat
+
+
+def _read_cargo_package(crate_dir: Path) -> tuple[str, str | None]:
+    manifest = crate_dir / "Cargo.toml"
+    try:
+        data = tomllib.loads(manifest.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{manifest}: cannot read: {exc}") from exc
+    package = data.get("package")
+    if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+        raise ConfigError(
+            f"{manifest}: no [package] name; point package.crate at a crate, not a workspace root"
+        )
+    version = package.get("version")
+    return package["name"], version if isinstance(version, str) else None
+
+
+def git_commit_time(directory: Path) -> int | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(directory), "log", "-1", "--format=%ct"],
+            capture_output=True, text=True, check=True, timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return int(out) if out.isdigit() else None
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "orchestrator"
+
+
+def find_config(start: Path) -> Path:
+    for directory in (start, *start.parents):
+        candidate = directory / CONFIG_FILENAME
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(
+        f"no {CONFIG_FILENAME} in {start} or any parent folder",
+        hint="Run from a project with orchestrator.toml, or pass --config PATH.",
+    )
+
+
+def resolve(
+    config_path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cli: Mapping[str, object] | None = None,
+    cwd: Path | None = None,
+) -> Options:
+    """Resolve every setting once. `cli` maps dotted keys to flag values (None = unset)."""
+    env = dict(os.environ) if env is None else dict(env)
+    cwd = cwd or Path.cwd()
+    if config_path is None and env.get("ORCHESTRATOR_CONFIG"):
+        config_path = Path(env["ORCHESTRATOR_CONFIG"])
+    path = (config_path if config_path is not None else find_config(cwd)).resolve()
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist",
+                          hint="Pass --config PATH to an existing orchestrator.toml.")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    project_dir = path.parent
+
+    values: dict[str, object] = {
+        "build.toolchain": "rustc-web-1.96",
+        "build.target_cpu": "x86-64-v2",
+        "build.flavors": ["cpu"],
+        "build.artifacts_dir": "artifacts",
+        "build.cache_dir": str(default_cache_dir(env)),
+        "train.workloads": [],
+        "validate.command": [],
+        "bench.command": [],
+    }
+    sources: dict[str, str] = dict.fromkeys(values, "default")
+
+    for key, value in _flatten_file(data, path).items():
+        values[key] = value
+        sources[key] = f"file {path.name}"
+    for spec in FIELDS:
+        if spec.env and env.get(spec.env):
+            values[spec.key] = _parse_env(env[spec.env], spec.kind, spec.env)
+            sources[spec.key] = f"env {spec.env}"
+    for key, value in (cli or {}).items():
+        if value is None:
+            continue
+        if key not in FIELDS_BY_KEY:
+            raise ConfigError(f"internal: unknown CLI key {key}")
+        values[key] = _check_kind(value, FIELDS_BY_KEY[key].kind, f"flag for {key}")
+        sources[key] = "flag"
+
+    if "package.crate" not in values:
+        raise ConfigError(f"{path}: missing required key 'package.crate' (the crate's folder)")
+    crate_dir = (project_dir / str(values["package.crate"])).resolve()
+    if not (crate_dir / "Cargo.toml").is_file():
+        raise ConfigError(f"{path}: package.crate = {values['package.crate']!r}: "
+                          f"{crate_dir} has no Cargo.toml")
+    package_name, cargo_version = _read_cargo_package(crate_dir)
+    version = values.get("package.version", cargo_version)
+    if version is None:
+        raise ConfigError(f"{crate_dir / 'Cargo.toml'} has no literal version; "
+                          f"set package.version in {path.name}")
+    if "package.version" not in values:
+        sources["package.version"] = "Cargo.toml"
+
+    flavors = tuple(str(f) for f in values["build.flavors"])  # type: ignore[attr-defined]
+    for flavor in flavors:
+        if flavor not in KNOWN_FLAVORS:
+            raise ConfigError(f"build.flavors: unknown flavor {flavor!r}; known: "
+                              + ", ".join(KNOWN_FLAVORS))
+    flavor_settings = {
+        name: FlavorSettings(
+            features=tuple(values.get(f"flavors.{name}.features", [])),  # type: ignore[arg-type]
+            default_features=bool(values.get(f"flavors.{name}.default_features", True)),
+        )
+        for name in KNOWN_FLAVORS
+    }
+
+    epoch = values.get("build.source_date_epoch")
+    if epoch is None:
+        epoch = git_commit_time(project_dir)
+        sources["build.source_date_epoch"] = "git HEAD commit time"
+        if epoch is None:
+            epoch = FALLBACK_SOURCE_DATE_EPOCH
+            sources["build.source_date_epoch"] = "default (no git commit)"
+
+    def as_path(key: str) -> Path:
+        return (project_dir / os.path.expanduser(str(values[key]))).resolve()
+
+    return Options(
+        config_path=path,
+        project_dir=project_dir,
+        crate_dir=crate_dir,
+        package_name=package_name,
+        binary=str(values.get("package.binary", package_name)),
+        version=str(version),
+        toolchain=str(values["build.toolchain"]),
+        target_cpu=str(values["build.target_cpu"]),
+        flavors=flavors,
+        flavor_settings=flavor_settings,
+        source_date_epoch=int(epoch),  # type: ignore[call-overload]
+        artifacts_dir=as_path("build.artifacts_dir"),
+        cache_dir=as_path("build.cache_dir"),
+        workloads=tuple(tuple(w) for w in values["train.workloads"]),  # type: ignore[attr-defined]
+        validate_command=tuple(values["validate.command"]),  # type: ignore[call-overload]
+        bench_command=tuple(values["bench.command"]),  # type: ignore[call-overload]
+        sources=sources,
+    )

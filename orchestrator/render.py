@@ -1,0 +1,93 @@
+"""Render per-flavor Dockerfiles from the jinja2 templates in images/templates/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from orchestrator.errors import ConfigError, StaleRenderError
+from orchestrator.flavors import FLAVORS, Flavor
+from orchestrator.layout import BUILDER_UID, PATHS
+from orchestrator.resources import repository_root, resource_dir
+from orchestrator.toolchain import ToolchainSpec, load_toolchain
+
+DEFAULT_TOOLCHAIN = "rustc-web-1.96"
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(resource_dir("images") / "templates"),
+        undefined=jinja2.StrictUndefined,  # a typo in a template is an error, not ""
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+    )
+
+
+def image_packages(flavor: Flavor, toolchain: ToolchainSpec) -> dict[str, str]:
+    packages = dict(toolchain.packages)
+    for name, version in flavor.extra_packages().items():
+        if packages.get(name, version) != version:
+            raise ConfigError(
+                f"flavor {flavor.name} pins {name}={version} but toolchain {toolchain.name} "
+                f"pins {name}={packages[name]}"
+            )
+        packages[name] = version
+    return dict(sorted(packages.items()))
+
+
+def render_dockerfile(flavor: Flavor, toolchain: ToolchainSpec) -> str:
+    try:
+        template = _environment().get_template(flavor.template)
+        return template.render(
+            template_name=flavor.template,
+            flavor=flavor.name,
+            toolchain=toolchain,
+            packages=list(image_packages(flavor, toolchain).items()),
+            uid=BUILDER_UID,
+            paths=PATHS,
+        )
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"rendering {flavor.template}: {exc}") from exc
+
+
+def dockerfiles_dir() -> Path:
+    root = repository_root()
+    if root is None:
+        raise ConfigError(
+            "`orchestrator render` writes into a source checkout's dockerfiles/ folder",
+            hint="Run it from a git checkout of orchestrator (pip install -e .).",
+        )
+    return root / "dockerfiles"
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    path: Path
+    changed: bool
+
+
+def render_all(*, check: bool, output_dir: Path | None = None) -> list[RenderResult]:
+    """Render every flavor with the default toolchain; in check mode, only compare."""
+    output_dir = output_dir or dockerfiles_dir()
+    toolchain = load_toolchain(DEFAULT_TOOLCHAIN)
+    results: list[RenderResult] = []
+    for name, flavor in FLAVORS.items():
+        text = render_dockerfile(flavor, toolchain)
+        path = output_dir / f"{name}.Dockerfile"
+        changed = not path.is_file() or path.read_text() != text
+        if changed and not check:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+        results.append(RenderResult(path, changed))
+    if check:
+        stale = [r.path.name for r in results if r.changed]
+        if stale:
+            raise StaleRenderError(
+                "committed Dockerfiles are stale: " + ", ".join(stale)
+                + " differ from what the templates render"
+            )
+    return results

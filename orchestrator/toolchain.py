@@ -1,0 +1,190 @@
+"""Pinned toolchains (toolchains/*.toml), the base rootfs spec, and LLVM coherence checks."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import ConfigError, ToolchainMismatchError
+from orchestrator.resources import resource_dir
+
+TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merge_fdata")
+# A Debian package name and version as dpkg accepts them; keeps shell quoting trivial.
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:-]+$")
+_LLVM_VERSION_RE = re.compile(r"LLVM version:?\s+(\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    name: str
+    description: str
+    llvm_major: int
+    tools: Mapping[str, str]
+    packages: Mapping[str, str]  # Debian package -> exact version
+
+    def tool(self, name: str) -> str:
+        return self.tools[name]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "llvm_major": self.llvm_major,
+            "tools": dict(self.tools),
+            "packages": dict(sorted(self.packages.items())),
+        }
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    suite: str
+    mirror: str
+    variant: str
+    components: tuple[str, ...]
+    source_date_epoch: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "suite": self.suite,
+            "mirror": self.mirror,
+            "variant": self.variant,
+            "components": list(self.components),
+            "source_date_epoch": self.source_date_epoch,
+        }
+
+
+def _table(data: Mapping[str, object], key: str, path: Path) -> Mapping[str, object]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [{key}] must be a table")
+    return value
+
+
+def available_toolchains(directory: Path | None = None) -> list[str]:
+    directory = directory or resource_dir("toolchains")
+    return sorted(p.stem for p in directory.glob("*.toml"))
+
+
+def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
+    directory = directory or resource_dir("toolchains")
+    path = directory / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown toolchain {name!r}: no {path}",
+            hint="Known toolchains: " + ", ".join(available_toolchains(directory)),
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    allowed = {"description", "llvm_major", "tools", "packages"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(allowed)}")
+    llvm_major = data.get("llvm_major")
+    if not isinstance(llvm_major, int) or isinstance(llvm_major, bool) or llvm_major <= 0:
+        raise ConfigError(f"{path}: llvm_major: expected a positive integer, got {llvm_major!r}")
+    tools = _table(data, "tools", path)
+    missing = [t for t in TOOL_NAMES if not isinstance(tools.get(t), str)]
+    if missing or set(tools) - set(TOOL_NAMES):
+        raise ConfigError(f"{path}: [tools] must name exactly {list(TOOL_NAMES)} as strings")
+    packages = _table(data, "packages", path)
+    for package, version in packages.items():
+        if not _PACKAGE_RE.match(package):
+            raise ConfigError(f"{path}: packages: {package!r} is not a Debian package name")
+        if not isinstance(version, str) or not _VERSION_RE.match(version):
+            raise ConfigError(
+                f"{path}: packages.{package}: expected an exact Debian version string, "
+                f"got {version!r}"
+            )
+    return ToolchainSpec(
+        name=name,
+        description=str(data.get("description", name)),
+        llvm_major=llvm_major,
+        tools={k: str(v) for k, v in tools.items()},
+        packages={k: str(v) for k, v in packages.items()},
+    )
+
+
+def load_base_spec(path: Path | None = None) -> BaseSpec:
+    path = path or resource_dir("images") / "base.toml"
+    data = tomllib.loads(path.read_text())
+    try:
+        return BaseSpec(
+            suite=str(data["suite"]),
+            mirror=str(data["mirror"]),
+            variant=str(data["variant"]),
+            components=tuple(str(c) for c in data["components"]),
+            source_date_epoch=int(data["source_date_epoch"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: invalid base spec: {exc}") from exc
+
+
+def llvm_version(text: str) -> tuple[int, int, int] | None:
+    match = _LLVM_VERSION_RE.search(text)
+    if match is None:
+        return None
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def parse_rustc_vv(text: str) -> dict[str, str]:
+    """`rustc -vV` as a dict: the first line under "version", then its `key: value` lines."""
+    lines = text.strip().splitlines()
+    result: dict[str, str] = {"version": lines[0].strip()} if lines else {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            result[key.strip()] = value.strip()
+    return result
+
+
+@dataclass(frozen=True)
+class ToolchainReport:
+    rustc: dict[str, str]
+    cargo: str
+    llvm_profdata: str
+    llvm_bolt: str
+    llvm_major: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rustc": self.rustc,
+            "cargo": self.cargo,
+            "llvm_profdata": self.llvm_profdata,
+            "llvm_bolt": self.llvm_bolt,
+            "llvm_major": self.llvm_major,
+        }
+
+
+def check_coherence(
+    spec: ToolchainSpec, rustc_vv: str, cargo_v: str, profdata_v: str, bolt_v: str
+) -> ToolchainReport:
+    """All three must report the toolchain's LLVM major; otherwise say what each has."""
+    rustc = parse_rustc_vv(rustc_vv)
+    found = {
+        "rustc": llvm_version(rustc_vv),
+        spec.tool("llvm_profdata"): llvm_version(profdata_v),
+        spec.tool("llvm_bolt"): llvm_version(bolt_v),
+    }
+    described = ", ".join(
+        f"{tool}: LLVM {'.'.join(map(str, v)) if v else 'unknown'}" for tool, v in found.items()
+    )
+    majors = {v[0] if v else None for v in found.values()}
+    if majors != {spec.llvm_major}:
+        raise ToolchainMismatchError(
+            f"toolchain {spec.name!r} expects LLVM {spec.llvm_major}, but the image has "
+            f"{described}"
+        )
+    return ToolchainReport(
+        rustc=rustc,
+        cargo=cargo_v.strip(),
+        llvm_profdata=profdata_v.strip().splitlines()[0] if profdata_v.strip() else "",
+        llvm_bolt=" ".join(bolt_v.strip().splitlines()[:2]),
+        llvm_major=spec.llvm_major,
+    )
