@@ -14,6 +14,7 @@ RUN set -eu; \
         || { tail -n 40 /tmp/apt.log; exit 1; }; \
     printf '%s\n' \
         'bolt-22=1:22.1.8-1~deb13u4' \
+        'ca-certificates=20250419' \
         'cargo-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'gcc=4:14.2.0-1' \
         'libc6-dev=2.41-12+deb13u4' \
@@ -24,6 +25,7 @@ RUN set -eu; \
         | LC_ALL=C sort >/tmp/pins.expected; \
     dpkg-query --show --showformat='${Package}=${Version}\n' \
         bolt-22 \
+        ca-certificates \
         cargo-web \
         gcc \
         libc6-dev \

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -30,20 +32,25 @@ def check_member(member: tarfile.TarInfo) -> PurePosixPath:
     if ".." in path.parts:
         raise UnsafeArchiveError(f"refusing archive entry that climbs out: {name!r}")
     if member.issym() or member.islnk():
-        raise UnsafeArchiveError(
-            f"refusing link in archive: {name!r} -> {member.linkname!r}"
-        )
+        raise UnsafeArchiveError(f"refusing link in archive: {name!r} -> {member.linkname!r}")
     if not (member.isfile() or member.isdir()):
         raise UnsafeArchiveError(f"refusing special file in archive: {name!r}")
     return path
 
 
-def safe_extract(fileobj: IO[bytes], dest: Path) -> list[Path]:
+def safe_extract(source: IO[bytes] | io.RawIOBase, dest: Path) -> list[Path]:
     """Extract a tar stream into `dest`; every entry is checked before anything is written.
 
     Returns the regular files written, relative to `dest`.
     """
-    dest = dest.resolve()
+    # Checking every entry before writing any needs two passes, so spool the stream first.
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spooled:
+        shutil.copyfileobj(source, spooled, CHUNK)
+        spooled.seek(0)
+        return _extract_checked(spooled, dest.resolve())
+
+
+def _extract_checked(fileobj: IO[bytes], dest: Path) -> list[Path]:
     with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
         members = tar.getmembers()
         relative = [check_member(m) for m in members]
@@ -127,6 +134,18 @@ def pack_tree(
                     tar.addfile(info, handle)
             else:
                 tar.addfile(info)
+    return buffer.getvalue()
+
+
+def single_file_tar(path: str, data: bytes, *, uid: int = 1000) -> bytes:
+    """A tar holding one read-only file, for `put_archive` at the file's parent folder."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(PurePosixPath(path).name)
+        info.size = len(data)
+        info.mode = 0o444
+        info.uid = info.gid = uid
+        tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 

@@ -7,6 +7,7 @@ interrupted run leaves no half-written tarball or package folder behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -43,11 +44,13 @@ def _mode() -> str:
 def _run(argv: Sequence[str], log: StepLog, env: Mapping[str, str]) -> None:
     log.command(argv, {k: v for k, v in env.items() if k == "SOURCE_DATE_EPOCH"})
     with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, **env},
     ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
+        for line in process.stdout or ():
             log.line(line.rstrip("\n"))
         code = process.wait()
     if code != 0:
@@ -97,8 +100,6 @@ class PackageSet:
     @property
     def digest(self) -> str:
         """One hash for the whole set: the sha256 of its manifest lines."""
-        import hashlib
-
         lines = "".join(f"{f.sha256}  {f.file}\n" for f in self.files)
         return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -114,12 +115,15 @@ def fetch_packages(
         debs.mkdir()
         _run(
             [
-                _mmdebstrap(), *_common_args(spec),
+                _mmdebstrap(),
+                *_common_args(spec),
                 f"--include={include}",
                 # keep what apt downloaded and copy it out, instead of a rootfs
                 "--skip=download/empty",
                 f"--customize-hook=sync-out /var/cache/apt/archives {debs}",
-                spec.suite, "/dev/null", spec.mirror,
+                spec.suite,
+                "/dev/null",
+                spec.mirror,
             ],
             log,
             {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},
@@ -133,9 +137,7 @@ def fetch_packages(
         for stray in debs.iterdir():
             if stray.suffix != ".deb":
                 _remove(stray)
-        (debs / MANIFEST).write_text(
-            json.dumps([f.__dict__ for f in files], indent=1) + "\n"
-        )
+        (debs / MANIFEST).write_text(json.dumps([f.__dict__ for f in files], indent=1) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
         debs.replace(dest)
@@ -150,7 +152,9 @@ def load_package_set(directory: Path) -> PackageSet | None:
         return None
     try:
         entries = json.loads(manifest.read_text())
-        files = tuple(PackageFile(str(e["file"]), str(e["sha256"]), int(e["size"])) for e in entries)
+        files = tuple(
+            PackageFile(str(e["file"]), str(e["sha256"]), int(e["size"])) for e in entries
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise CacheCorruptError(f"{manifest} is unreadable: {exc}") from exc
     for entry in files:

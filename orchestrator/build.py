@@ -6,13 +6,14 @@ the image's non-root user, with all capabilities dropped.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.archive import ChunkReader, safe_extract, sha256_file
+from orchestrator.archive import ChunkReader, safe_extract, sha256_file, single_file_tar
 from orchestrator.engine import Container, ContainerSpec, Engine
 from orchestrator.errors import OrchestratorError, SourceError, StepFailedError
 from orchestrator.flavors import get_flavor
@@ -27,6 +28,19 @@ from orchestrator.source import snapshot, verify_vendor_archive
 from orchestrator.toolchain import ToolchainReport, check_coherence, load_base_spec, load_toolchain
 
 MANIFEST_SCHEMA = "orchestrator/build@1"
+HOST_CA_PATH = f"{PATHS.root}/host-ca.crt"
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
+_CA_CANDIDATES = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle the host trusts, so the fetch container can cross the same proxy."""
+    for variable in _CA_CANDIDATES:
+        value = os.environ.get(variable)
+        if value and Path(value).is_file():
+            return Path(value)
+    default = Path("/etc/ssl/certs/ca-certificates.crt")
+    return default if default.is_file() else None
 
 
 def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
@@ -36,11 +50,11 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
     return make_plan(
         options,
         flavor,
-        toolchain,
-        load_base_spec(),
-        render_dockerfile(flavor, toolchain),
-        image_packages(flavor, toolchain),
-        snapshot(options.crate_dir, options.source_date_epoch),
+        toolchain=toolchain,
+        base=load_base_spec(),
+        dockerfile=render_dockerfile(flavor, toolchain),
+        packages=image_packages(flavor, toolchain),
+        source=snapshot(options.crate_dir, options.source_date_epoch),
     )
 
 
@@ -52,8 +66,10 @@ class BuildOutcome:
 
 
 def _exec(box: Container, command: CargoCommand, log: StepLog, step: str) -> None:
-    log.command(command.argv, {k: v for k, v in command.environment.items()
-                               if k != "CARGO_ENCODED_RUSTFLAGS"})
+    log.command(
+        command.argv,
+        {k: v for k, v in command.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"},
+    )
     code = box.exec(command.argv, environment=command.environment, on_output=log.line)
     if code != 0:
         raise StepFailedError(
@@ -90,8 +106,13 @@ def check_toolchain(box: Container, plan: BuildPlan, log: StepLog) -> ToolchainR
 
 
 def fetch_crates(
-    engine: Engine, plan: BuildPlan, image: ImageOutcome, options: Options, log: StepLog,
-    *, keep: bool,
+    engine: Engine,
+    plan: BuildPlan,
+    image: ImageOutcome,
+    options: Options,
+    log: StepLog,
+    *,
+    keep: bool,
 ) -> Path:
     """Vendor the crates once per Cargo.lock (the only step with a network)."""
     cargo_lock = (options.crate_dir / "Cargo.lock").read_text()
@@ -106,11 +127,23 @@ def fetch_crates(
             log.mark_cached(f"{count} crates from cache")
             return cache
     cache.parent.mkdir(parents=True, exist_ok=True)
+    fetch = plan.fetch
     with engine.container(
         ContainerSpec(image.reference, network=True, purpose="fetch"), keep=keep
     ) as box:
         box.put_archive(PATHS.root, plan.source.archive)
-        _exec(box, plan.fetch, log, "fetch-crates")
+        bundle = host_ca_bundle()
+        if bundle is not None:
+            # Behind a TLS-intercepting proxy the host trusts CAs the image does not.
+            log.line(f"+ docker cp {bundle} {HOST_CA_PATH} (the host's trusted CAs)")
+            box.put_archive(PATHS.root, single_file_tar(HOST_CA_PATH, bundle.read_bytes()))
+            fetch = replace(
+                fetch, environment={**fetch.environment, "CARGO_HTTP_CAINFO": HOST_CA_PATH}
+            )
+        for name in PROXY_VARIABLES:
+            if os.environ.get(name):
+                fetch = replace(fetch, environment={**fetch.environment, name: os.environ[name]})
+        _exec(box, fetch, log, "fetch-crates")
         with tempfile.NamedTemporaryFile(dir=cache.parent, suffix=".partial", delete=False) as tmp:
             for chunk in box.get_archive(PATHS.vendor):
                 tmp.write(chunk)
@@ -141,8 +174,14 @@ def run_build(
         base = ensure_base_image(engine, plan.base, plan.base_image, options.cache_dir, log)
     with reporter.step("toolchain-image", title("toolchain-image")) as log:
         image = ensure_toolchain_image(
-            engine, base=plan.base, base_image=base, plan=plan.image, dockerfile=plan.dockerfile,
-            packages=plan.packages, cache_dir=options.cache_dir, log=log,
+            engine,
+            base=plan.base,
+            base_image=base,
+            plan=plan.image,
+            dockerfile=plan.dockerfile,
+            packages=plan.packages,
+            cache_dir=options.cache_dir,
+            log=log,
         )
 
     with (
@@ -160,8 +199,10 @@ def run_build(
             # Re-snapshot: a source edited since planning must not slip in unrecorded.
             current = snapshot(options.crate_dir, options.source_date_epoch)
             if current.archive_sha256 != plan.source.archive_sha256:
-                raise SourceError("the crate's sources changed while the build was starting",
-                                  hint="Run the build again.")
+                raise SourceError(
+                    "the crate's sources changed while the build was starting",
+                    hint="Run the build again.",
+                )
             log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
             box.put_archive(PATHS.root, plan.source.archive)
             log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
@@ -173,28 +214,39 @@ def run_build(
             artifact = staging / plan.artifact_dir
             artifact.mkdir()
             log.line(f"+ GET /containers/<id>/archive?path={plan.binary_in_container}")
-            written = safe_extract(ChunkReader(box.get_archive(plan.binary_in_container)),
-                                   artifact)
+            written = safe_extract(ChunkReader(box.get_archive(plan.binary_in_container)), artifact)
             if [p.as_posix() for p in written] != [plan.binary]:
-                raise StepFailedError(f"expected exactly {plan.binary} in the archive, got "
-                                      f"{[p.as_posix() for p in written]}")
+                raise StepFailedError(
+                    f"expected exactly {plan.binary} in the archive, got "
+                    f"{[p.as_posix() for p in written]}"
+                )
             binary = artifact / plan.binary
             log.detail = f"{binary.stat().st_size / 1e6:.1f} MB"
 
         with reporter.step("publish", title("publish")) as log:
-            manifest = _manifest(options, plan, base, image, report, vendor, binary, reporter)
+            manifest = _manifest(
+                options=options,
+                plan=plan,
+                base=base,
+                image=image,
+                report=report,
+                vendor=vendor,
+                binary=binary,
+                reporter=reporter,
+            )
             write_json(artifact / "build.json", manifest)
             logs = artifact / "logs"
             shutil.copytree(reporter.log_dir, logs)
             sums = write_checksums(artifact)
             log.line(sums.read_text().rstrip())
-            destination = (options.artifacts_dir / plan.release_dir / plan.artifact_dir)
+            destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
             publish(artifact, destination)
             log.detail = str(destination)
     return BuildOutcome(destination, destination / plan.binary, manifest)
 
 
 def _manifest(
+    *,
     options: Options,
     plan: BuildPlan,
     base: ImageOutcome,
@@ -227,8 +279,9 @@ def _manifest(
             "default_features": options.settings_for(plan.flavor).default_features,
             "cargo_build": list(plan.build.argv),
             "cargo_test": list(plan.test.argv),
-            "environment": {k: v for k, v in plan.build.environment.items()
-                            if k != "CARGO_ENCODED_RUSTFLAGS"},
+            "environment": {
+                k: v for k, v in plan.build.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"
+            },
         },
         "inputs": {
             "config": str(options.config_path.name),

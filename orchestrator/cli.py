@@ -27,27 +27,49 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False)
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="orchestrator.toml to use (default: search upwards "
-                 "from the current folder; env ORCHESTRATOR_CONFIG).", dir_okay=False),
+    typer.Option(
+        "--config",
+        "-c",
+        help="orchestrator.toml to use (default: search upwards "
+        "from the current folder; env ORCHESTRATOR_CONFIG).",
+        dir_okay=False,
+    ),
 ]
 FlavorOption = Annotated[str, typer.Option("--flavor", "-f", help="Flavor to build: cpu.")]
 ToolchainOption = Annotated[
-    str | None, typer.Option("--toolchain", help="Pinned toolchain from toolchains/ "
-                             "(default rustc-web-1.96; env ORCHESTRATOR_TOOLCHAIN).")]
+    str | None,
+    typer.Option(
+        "--toolchain",
+        help="Pinned toolchain from toolchains/ "
+        "(default rustc-web-1.96; env ORCHESTRATOR_TOOLCHAIN).",
+    ),
+]
 TargetCpuOption = Annotated[
-    str | None, typer.Option("--target-cpu", help="rustc -Ctarget-cpu (default x86-64-v2; "
-                             "env ORCHESTRATOR_TARGET_CPU).")]
+    str | None,
+    typer.Option(
+        "--target-cpu", help="rustc -Ctarget-cpu (default x86-64-v2; env ORCHESTRATOR_TARGET_CPU)."
+    ),
+]
 ArtifactsOption = Annotated[
-    Path | None, typer.Option("--artifacts-dir", help="Where releases are published "
-                              "(default ./artifacts; env ORCHESTRATOR_ARTIFACTS_DIR).")]
+    Path | None,
+    typer.Option(
+        "--artifacts-dir",
+        help="Where releases are published (default ./artifacts; env ORCHESTRATOR_ARTIFACTS_DIR).",
+    ),
+]
 CacheOption = Annotated[
-    Path | None, typer.Option("--cache-dir", help="Host cache for rootfs, .debs and crates "
-                              "(default ~/.cache/orchestrator; env ORCHESTRATOR_CACHE_DIR).")]
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        help="Host cache for rootfs, .debs and crates "
+        "(default ~/.cache/orchestrator; env ORCHESTRATOR_CACHE_DIR).",
+    ),
+]
 
 
 def _resolve(
@@ -57,12 +79,15 @@ def _resolve(
     artifacts_dir: Path | None = None,
     cache_dir: Path | None = None,
 ) -> Options:
-    return resolve(config, cli={
-        "build.toolchain": toolchain,
-        "build.target_cpu": target_cpu,
-        "build.artifacts_dir": str(artifacts_dir) if artifacts_dir else None,
-        "build.cache_dir": str(cache_dir) if cache_dir else None,
-    })
+    return resolve(
+        config,
+        cli={
+            "build.toolchain": toolchain,
+            "build.target_cpu": target_cpu,
+            "build.artifacts_dir": str(artifacts_dir) if artifacts_dir else None,
+            "build.cache_dir": str(cache_dir) if cache_dir else None,
+        },
+    )
 
 
 def _fail(error: OrchestratorError) -> typer.Exit:
@@ -80,12 +105,18 @@ def build(
     target_cpu: TargetCpuOption = None,
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; build nothing.")]
-    = False,
-    keep_containers: Annotated[bool, typer.Option(
-        "--keep-containers", help="Leave build containers behind for debugging.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream every command's "
-                                          "output, not only the step lines.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; build nothing.")
+    ] = False,
+    keep_containers: Annotated[
+        bool, typer.Option("--keep-containers", help="Leave build containers behind for debugging.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Stream every command's output, not only the step lines."
+        ),
+    ] = False,
 ) -> None:
     """Build, test and publish one flavor of the release into artifacts/.
 
@@ -94,6 +125,7 @@ def build(
     from orchestrator.build import prepare_plan, run_build
     from orchestrator.engine import Engine
     from orchestrator.log import Reporter
+
     try:
         options = _resolve(config, toolchain, target_cpu, artifacts_dir, cache_dir)
         plan = prepare_plan(options, flavor)
@@ -104,11 +136,12 @@ def build(
         stale = engine.remove_stale_containers()
         if stale:
             console.print(f"removed {stale} container(s) left behind by an earlier run")
-        reporter = Reporter(console, options.cache_dir / "runs" / engine.session,
-                            verbose=verbose)
-        console.print(f"building {options.binary} {options.version} ({flavor}, "
-                      f"{plan.toolchain.name}, target-cpu {options.target_cpu}); "
-                      f"logs: {reporter.log_dir}")
+        reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
+        console.print(
+            f"building {options.binary} {options.version} ({flavor}, "
+            f"{plan.toolchain.name}, target-cpu {options.target_cpu}); "
+            f"logs: {reporter.log_dir}"
+        )
         try:
             outcome = run_build(options, plan, engine, reporter, keep_containers=keep_containers)
         except KeyboardInterrupt:
@@ -122,9 +155,12 @@ def build(
 
 @app.command()
 def render(
-    check: Annotated[bool, typer.Option(
-        "--check", help="Fail (exit 50) when committed Dockerfiles differ from the templates.")]
-    = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Fail (exit 50) when committed Dockerfiles differ from the templates."
+        ),
+    ] = False,
 ) -> None:
     """Render dockerfiles/<flavor>.Dockerfile from images/templates/ (default toolchain).
 
@@ -177,19 +213,27 @@ def doctor(config: ConfigOption = None) -> None:
     console.print(table)
     blockers = [c.name for c in checks if c.status == "fail"]
     if blockers:
-        raise _fail(DoctorBlockerError(
-            f"blocked by: {', '.join(blockers)}",
-            hint="Fix the failing checks above and run `orchestrator doctor` again.",
-        ))
+        raise _fail(
+            DoctorBlockerError(
+                f"blocked by: {', '.join(blockers)}",
+                hint="Fix the failing checks above and run `orchestrator doctor` again.",
+            )
+        )
 
 
 @app.command()
 def clean(
     config: ConfigOption = None,
-    images: Annotated[bool, typer.Option("--images", help="Also remove every orchestrator "
-                                         "image (they are rebuilt on demand).")] = False,
-    cache: Annotated[bool, typer.Option("--cache", help="Also empty the host cache "
-                                        "(rootfs, .debs, crates, logs).")] = False,
+    images: Annotated[
+        bool,
+        typer.Option(
+            "--images", help="Also remove every orchestrator image (they are rebuilt on demand)."
+        ),
+    ] = False,
+    cache: Annotated[
+        bool,
+        typer.Option("--cache", help="Also empty the host cache (rootfs, .debs, crates, logs)."),
+    ] = False,
 ) -> None:
     """Remove leftover containers and staging folders; optionally images and the cache.
 
@@ -215,8 +259,9 @@ def clean(
         managed = engine.managed_images()
         for image in managed:
             engine.remove_image(image.id)
-        console.print(f"removed {len(managed)} image(s), "
-                      f"{sum(i.size for i in managed) / 1e9:.1f} GB")
+        console.print(
+            f"removed {len(managed)} image(s), {sum(i.size for i in managed) / 1e9:.1f} GB"
+        )
     if cache and options.cache_dir.exists():
         shutil.rmtree(options.cache_dir)
         console.print(f"removed {options.cache_dir}")
@@ -230,8 +275,12 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version_callback,
-                                          is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
     """Reproducible, container-based release builds for fast Rust binaries."""
 

@@ -11,11 +11,15 @@ from orchestrator.engine import Engine, ImageInfo, Privileges
 from orchestrator.errors import OrchestratorError
 
 MIN_FREE_GB = 15  # one toolchain image plus its packages and a build
+# Inside a throwaway probe container, so a fixed name is harmless.
+PERF_OUTPUT = "/tmp/probe.perf.data"  # noqa: S108
 PERF_MODES = (
     # (mode, perf arguments); best first
-    ("lbr-sampling", ["record", "-j", "any,u", "-e", "cycles:u", "-o", "/tmp/p.data", "--",
-                      "true"]),
-    ("software-sampling", ["record", "-e", "cpu-clock:u", "-o", "/tmp/p.data", "--", "true"]),
+    (
+        "lbr-sampling",
+        ["record", "-j", "any,u", "-e", "cycles:u", "-o", PERF_OUTPUT, "--", "true"],
+    ),
+    ("software-sampling", ["record", "-e", "cpu-clock:u", "-o", PERF_OUTPUT, "--", "true"]),
 )
 # Least privilege first: the first grant under which perf works is the one to use.
 PERF_GRANTS = (
@@ -44,17 +48,25 @@ def _host_tool(name: str) -> str | None:
 def _buildx() -> Check:
     docker = _host_tool("docker")
     if docker is None:
-        return Check("buildkit", "info", "no docker CLI; images are built over the Engine API "
-                     "with the classic builder")
+        return Check(
+            "buildkit",
+            "info",
+            "no docker CLI; images are built over the Engine API with the classic builder",
+        )
     try:
-        result = subprocess.run([docker, "buildx", "version"], capture_output=True, text=True,
-                                timeout=20, check=False)
+        result = subprocess.run(
+            [docker, "buildx", "version"], capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return Check("buildkit", "info", f"buildx not usable ({exc})")
     if result.returncode == 0:
         return Check("buildkit", "ok", result.stdout.strip())
-    return Check("buildkit", "info", "no buildx plugin: images are built over the Engine API "
-                 "with the classic builder (all this tool needs)")
+    return Check(
+        "buildkit",
+        "info",
+        "no buildx plugin: images are built over the Engine API "
+        "with the classic builder (all this tool needs)",
+    )
 
 
 def _disk(path: Path, label: str) -> Check:
@@ -72,11 +84,11 @@ def _perf(engine: Engine, image: str) -> list[Check]:
             code, _ = engine.probe(image, ["perf", *args], privileges=grant)
             if code == 0:
                 return [Check("perf in a container", "ok", f"{mode} with {grant.describe()}")]
-    code, output = engine.probe(image, ["perf", *PERF_MODES[1][1]],
-                                privileges=PERF_GRANTS[-1])
+    code, output = engine.probe(image, ["perf", *PERF_MODES[1][1]], privileges=PERF_GRANTS[-1])
     last = output.strip().splitlines()[-1] if output.strip() else f"exit {code}"
-    return [Check("perf in a container", "warn",
-                  f"no sampling ({last}); BOLT will use instrumentation")]
+    return [
+        Check("perf in a container", "warn", f"no sampling ({last}); BOLT will use instrumentation")
+    ]
 
 
 def run_checks(cache_dir: Path | None) -> list[Check]:
@@ -87,8 +99,14 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
         return [Check("docker", "fail", exc.message)]
     version = engine.version()
     info = engine.info()
-    checks.append(Check("docker", "ok", f"engine {version.get('Version')} API "
-                        f"{version.get('ApiVersion')}, storage {info.get('Driver')}"))
+    checks.append(
+        Check(
+            "docker",
+            "ok",
+            f"engine {version.get('Version')} API "
+            f"{version.get('ApiVersion')}, storage {info.get('Driver')}",
+        )
+    )
     checks.append(_buildx())
     root = Path(str(info.get("DockerRootDir", "/var/lib/docker")))
     if root.exists():
@@ -96,28 +114,54 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
     if cache_dir is not None:
         checks.append(_disk(cache_dir, "cache"))
     mmdebstrap = _host_tool("mmdebstrap")
-    checks.append(Check("mmdebstrap", "ok" if mmdebstrap else "fail",
-                        mmdebstrap or "missing: apt-get install mmdebstrap (makes base images)"))
+    checks.append(
+        Check(
+            "mmdebstrap",
+            "ok" if mmdebstrap else "fail",
+            mmdebstrap or "missing: apt-get install mmdebstrap (makes base images)",
+        )
+    )
     qemu = _host_tool("qemu-aarch64") or _host_tool("qemu-aarch64-static")
     binfmt = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
-    checks.append(Check("qemu-user (host)", "info",
-                        f"{qemu or 'not on PATH'}; binfmt {'registered' if binfmt else 'no'} "
-                        "(aarch64 images carry their own)"))
+    checks.append(
+        Check(
+            "qemu-user (host)",
+            "info",
+            f"{qemu or 'not on PATH'}; binfmt {'registered' if binfmt else 'no'} "
+            "(aarch64 images carry their own)",
+        )
+    )
 
     images = engine.managed_images()
     base = _newest(images, "orchestrator/base")
     if base is None:
-        checks.append(Check("privileged containers", "info",
-                            "not checked: no base image yet (run `orchestrator build`)"))
+        checks.append(
+            Check(
+                "privileged containers",
+                "info",
+                "not checked: no base image yet (run `orchestrator build`)",
+            )
+        )
     else:
         code, output = engine.probe(base.tags[0], ["true"], privileges=Privileges(privileged=True))
-        checks.append(Check("privileged containers", "ok" if code == 0 else "info",
-                            "granted" if code == 0 else
-                            f"refused ({output.strip()[:120]}); perf uses capabilities"))
+        checks.append(
+            Check(
+                "privileged containers",
+                "ok" if code == 0 else "info",
+                "granted"
+                if code == 0
+                else f"refused ({output.strip()[:120]}); perf uses capabilities",
+            )
+        )
     toolchain = _newest(images, "orchestrator/cpu")
     if toolchain is None:
-        checks.append(Check("perf in a container", "info",
-                            "not checked: no toolchain image yet (run `orchestrator build`)"))
+        checks.append(
+            Check(
+                "perf in a container",
+                "info",
+                "not checked: no toolchain image yet (run `orchestrator build`)",
+            )
+        )
     else:
         checks.extend(_perf(engine, toolchain.tags[0]))
     return checks

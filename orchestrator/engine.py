@@ -10,7 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,9 @@ class Privileges:
     def describe(self) -> str:
         if self.privileged:
             return "privileged"
-        parts = [f"cap-add {c}" for c in self.cap_add] + [f"security-opt {s}" for s in self.security_opt]
+        parts = [f"cap-add {c}" for c in self.cap_add] + [
+            f"security-opt {s}" for s in self.security_opt
+        ]
         return ", ".join(parts) or "none"
 
 
@@ -236,16 +238,13 @@ class Engine:
         for image in self._client.images.list(
             filters={"label": f"{LABEL_STAGE}=install", "dangling": True}
         ):
-            try:
-                self._client.images.remove(image.id, force=True)
-            except docker.errors.APIError:
-                pass  # still in use by a concurrent build; the next run removes it
+            # still in use by a concurrent build: the next run removes it
+            with suppress(docker.errors.APIError):
+                self._client.images.remove(str(image.id), force=True)
 
     def remove_image(self, reference: str) -> None:
-        try:
+        with suppress(docker.errors.ImageNotFound):
             self._client.images.remove(reference, force=True)
-        except docker.errors.ImageNotFound:
-            pass
 
     # -- containers -------------------------------------------------------------
     @contextmanager
@@ -279,15 +278,11 @@ class Engine:
                 self._force_remove(sdk)
 
     def _force_remove(self, sdk: SdkContainer) -> None:
-        try:
+        with suppress(docker.errors.NotFound):
             sdk.remove(force=True)
-        except docker.errors.NotFound:
-            pass
 
     def managed_containers(self) -> list[SdkContainer]:
-        return list(
-            self._client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
-        )
+        return list(self._client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}))
 
     def remove_stale_containers(self) -> int:
         """Remove containers left by runs on this host whose process is gone."""

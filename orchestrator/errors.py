@@ -35,7 +35,8 @@ class SourceError(OrchestratorError):
 class DockerUnavailableError(OrchestratorError):
     exit_code = 20
     default_hint = (
-        "Start the Docker Engine or point DOCKER_HOST at one; `orchestrator doctor` checks the setup."
+        "Start the Docker Engine or point DOCKER_HOST at one; "
+        "`orchestrator doctor` checks the setup."
     )
 
 

@@ -38,8 +38,12 @@ class ImageOutcome:
             "id": self.id,
             "input_hash": self.input_hash,
             "built_this_run": self.built,
-            "labels": {k: v for k, v in self.labels.items() if k.startswith("org.orchestrator.")
-                       and k.rsplit(".", 1)[-1] not in ("session", "pid", "host")},
+            "labels": {
+                k: v
+                for k, v in self.labels.items()
+                if k.startswith("org.orchestrator.")
+                and k.rsplit(".", 1)[-1] not in ("session", "pid", "host")
+            },
         }
 
 
@@ -68,8 +72,9 @@ def ensure_base_image(
     log.line(f"+ docker import {tarball} {plan.reference}")
     image_id = engine.import_rootfs(tarball, plan.reference, labels)
     info = engine.image(plan.reference)
-    return ImageOutcome(plan.reference, image_id, plan.input_hash, True,
-                        info.labels if info else labels)
+    return ImageOutcome(
+        plan.reference, image_id, plan.input_hash, True, info.labels if info else labels
+    )
 
 
 def _package_set(
@@ -121,8 +126,10 @@ def ensure_toolchain_image(
             if sha256_file(debs / entry.file) != entry.sha256:
                 raise CacheCorruptError(f"{source} changed while preparing the build context")
         labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_PACKAGES_SHA: package_set.digest}
-        log.line(f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
-                 f"-t {plan.reference} {context}")
+        log.line(
+            f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
+            f"-t {plan.reference} {context}"
+        )
         image_id = engine.build_image(
             context,
             plan.reference,

@@ -93,7 +93,7 @@ class Reporter:
         index = len(self.results) + 1
         log_path = self.log_dir / f"{index:02d}-{name}.log"
         started = time.monotonic()
-        self.console.print(f"[bold]▶ {name}[/]: {title}", highlight=False)
+        self.console.print(f"[bold]▶ {name}[/]: {title}", highlight=False, soft_wrap=True)
         with log_path.open("w") as handle:
             status: Status | None = None
             if self.interactive and not self.verbose:
@@ -125,7 +125,9 @@ class Reporter:
             extra = f" ({result.detail})" if result.detail else ""
             self.console.print(f"{mark} {result.name} {seconds}{extra}", highlight=False)
             return
-        self.console.print(f"[red]✗ {result.name}[/] {result.status} after {seconds}", highlight=False)
+        self.console.print(
+            f"[red]✗ {result.name}[/] {result.status} after {seconds}", highlight=False
+        )
         if sink.tail and not self.verbose:
             self.console.print(f"  last lines of {self.log_dir / result.log}:", highlight=False)
             for line in sink.tail[-20:]:

@@ -29,7 +29,7 @@ _KIND_TEXT: dict[Kind, str] = {
     "bool": "true or false",
     "path": "a path (string)",
     "list[str]": "a list of strings",
-    "list[argv]": "a list of argument lists, e.g. [[\"generate\", \"--seed\", \"1\"]]",
+    "list[argv]": 'a list of argument lists, e.g. [["generate", "--seed", "1"]]',
 }
 
 
@@ -46,17 +46,37 @@ FIELDS: tuple[Field, ...] = (
     Field("package.crate", "path", "folder of the crate to release (has Cargo.toml)"),
     Field("package.binary", "str", "binary target to ship (default: the package name)"),
     Field("package.version", "str", "release version (default: from Cargo.toml)"),
-    Field("build.toolchain", "str", "pinned toolchain, a file in toolchains/",
-          env="ORCHESTRATOR_TOOLCHAIN"),
-    Field("build.target_cpu", "str", "rustc -Ctarget-cpu for x86_64 builds",
-          env="ORCHESTRATOR_TARGET_CPU"),
+    Field(
+        "build.toolchain",
+        "str",
+        "pinned toolchain, a file in toolchains/",
+        env="ORCHESTRATOR_TOOLCHAIN",
+    ),
+    Field(
+        "build.target_cpu",
+        "str",
+        "rustc -Ctarget-cpu for x86_64 builds",
+        env="ORCHESTRATOR_TARGET_CPU",
+    ),
     Field("build.flavors", "list[str]", "flavors that `release` builds"),
-    Field("build.source_date_epoch", "int", "SOURCE_DATE_EPOCH (default: HEAD's commit time)",
-          env="SOURCE_DATE_EPOCH"),
-    Field("build.artifacts_dir", "path", "where releases are published",
-          env="ORCHESTRATOR_ARTIFACTS_DIR"),
-    Field("build.cache_dir", "path", "host cache: rootfs tarballs, .debs, vendored crates",
-          env="ORCHESTRATOR_CACHE_DIR"),
+    Field(
+        "build.source_date_epoch",
+        "int",
+        "SOURCE_DATE_EPOCH (default: HEAD's commit time)",
+        env="SOURCE_DATE_EPOCH",
+    ),
+    Field(
+        "build.artifacts_dir",
+        "path",
+        "where releases are published",
+        env="ORCHESTRATOR_ARTIFACTS_DIR",
+    ),
+    Field(
+        "build.cache_dir",
+        "path",
+        "host cache: rootfs tarballs, .debs, vendored crates",
+        env="ORCHESTRATOR_CACHE_DIR",
+    ),
     Field("train.workloads", "list[argv]", "argument lists run to train PGO/BOLT profiles"),
     Field("validate.command", "list[str]", "arguments whose output must not change"),
     Field("bench.command", "list[str]", "arguments that benchmark the binary"),
@@ -220,7 +240,10 @@ def git_commit_time(directory: Path) -> int | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(directory), "log", "-1", "--format=%ct"],
-            capture_output=True, text=True, check=True, timeout=10,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
@@ -243,6 +266,111 @@ def find_config(start: Path) -> Path:
     )
 
 
+class _Layers:
+    """Values layered default < file < env < flag, with typed accessors."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.values: dict[str, object] = {}
+        self.sources: dict[str, str] = {}
+
+    def set(self, key: str, value: object, source: str) -> None:
+        self.values[key] = value
+        self.sources[key] = source
+
+    def text(self, key: str) -> str | None:
+        value = self.values.get(key)
+        return value if isinstance(value, str) else None
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.values.get(key, [])
+        return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+    def argvs(self, key: str) -> tuple[tuple[str, ...], ...]:
+        value = self.values.get(key, [])
+        if not isinstance(value, list):
+            return ()
+        return tuple(tuple(str(a) for a in argv) for argv in value if isinstance(argv, list))
+
+
+def _load(
+    config_path: Path | None, env: Mapping[str, str], cwd: Path
+) -> tuple[Path, dict[str, object]]:
+    if config_path is None and env.get("ORCHESTRATOR_CONFIG"):
+        config_path = Path(env["ORCHESTRATOR_CONFIG"])
+    path = (config_path if config_path is not None else find_config(cwd)).resolve()
+    if not path.is_file():
+        raise ConfigError(
+            f"config file {path} does not exist",
+            hint="Pass --config PATH to an existing orchestrator.toml.",
+        )
+    try:
+        return path, tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def _layer(
+    path: Path, data: Mapping[str, object], env: Mapping[str, str], cli: Mapping[str, object]
+) -> _Layers:
+    layers = _Layers(path)
+    defaults: dict[str, object] = {
+        "build.toolchain": "rustc-web-1.96",
+        "build.target_cpu": "x86-64-v2",
+        "build.flavors": ["cpu"],
+        "build.artifacts_dir": "artifacts",
+        "build.cache_dir": str(default_cache_dir(env)),
+    }
+    for key, value in defaults.items():
+        layers.set(key, value, "default")
+    for key, value in _flatten_file(data, path).items():
+        layers.set(key, value, f"file {path.name}")
+    for spec in FIELDS:
+        if spec.env and env.get(spec.env):
+            layers.set(spec.key, _parse_env(env[spec.env], spec.kind, spec.env), f"env {spec.env}")
+    for key, value in cli.items():
+        if value is None:
+            continue  # flag not given
+        if key not in FIELDS_BY_KEY:
+            raise ConfigError(f"internal: unknown CLI key {key}")
+        layers.set(key, _check_kind(value, FIELDS_BY_KEY[key].kind, f"flag for {key}"), "flag")
+    return layers
+
+
+def _crate(layers: _Layers) -> tuple[Path, str, str]:
+    """The crate folder, its package name and the release version."""
+    path = layers.path
+    crate = layers.text("package.crate")
+    if crate is None:
+        raise ConfigError(f"{path}: missing required key 'package.crate' (the crate's folder)")
+    crate_dir = (path.parent / crate).resolve()
+    if not (crate_dir / "Cargo.toml").is_file():
+        raise ConfigError(f"{path}: package.crate = {crate!r}: {crate_dir} has no Cargo.toml")
+    package_name, cargo_version = _read_cargo_package(crate_dir)
+    version = layers.text("package.version")
+    if version is None:
+        if cargo_version is None:
+            raise ConfigError(
+                f"{crate_dir / 'Cargo.toml'} has no literal version; "
+                f"set package.version in {path.name}"
+            )
+        layers.set("package.version", cargo_version, "Cargo.toml")
+        version = cargo_version
+    return crate_dir, package_name, version
+
+
+def _source_date_epoch(layers: _Layers) -> int:
+    value = layers.values.get("build.source_date_epoch")
+    if isinstance(value, int):
+        return value
+    commit_time = git_commit_time(layers.path.parent)
+    if commit_time is not None:
+        layers.set("build.source_date_epoch", commit_time, "git HEAD commit time")
+        return commit_time
+    layers.set("build.source_date_epoch", FALLBACK_SOURCE_DATE_EPOCH, "default (no git commit)")
+    return FALLBACK_SOURCE_DATE_EPOCH
+
+
 def resolve(
     config_path: Path | None = None,
     *,
@@ -252,100 +380,43 @@ def resolve(
 ) -> Options:
     """Resolve every setting once. `cli` maps dotted keys to flag values (None = unset)."""
     env = dict(os.environ) if env is None else dict(env)
-    cwd = cwd or Path.cwd()
-    if config_path is None and env.get("ORCHESTRATOR_CONFIG"):
-        config_path = Path(env["ORCHESTRATOR_CONFIG"])
-    path = (config_path if config_path is not None else find_config(cwd)).resolve()
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist",
-                          hint="Pass --config PATH to an existing orchestrator.toml.")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    project_dir = path.parent
+    path, data = _load(config_path, env, cwd or Path.cwd())
+    layers = _layer(path, data, env, cli or {})
+    crate_dir, package_name, version = _crate(layers)
 
-    values: dict[str, object] = {
-        "build.toolchain": "rustc-web-1.96",
-        "build.target_cpu": "x86-64-v2",
-        "build.flavors": ["cpu"],
-        "build.artifacts_dir": "artifacts",
-        "build.cache_dir": str(default_cache_dir(env)),
-        "train.workloads": [],
-        "validate.command": [],
-        "bench.command": [],
-    }
-    sources: dict[str, str] = dict.fromkeys(values, "default")
-
-    for key, value in _flatten_file(data, path).items():
-        values[key] = value
-        sources[key] = f"file {path.name}"
-    for spec in FIELDS:
-        if spec.env and env.get(spec.env):
-            values[spec.key] = _parse_env(env[spec.env], spec.kind, spec.env)
-            sources[spec.key] = f"env {spec.env}"
-    for key, value in (cli or {}).items():
-        if value is None:
-            continue
-        if key not in FIELDS_BY_KEY:
-            raise ConfigError(f"internal: unknown CLI key {key}")
-        values[key] = _check_kind(value, FIELDS_BY_KEY[key].kind, f"flag for {key}")
-        sources[key] = "flag"
-
-    if "package.crate" not in values:
-        raise ConfigError(f"{path}: missing required key 'package.crate' (the crate's folder)")
-    crate_dir = (project_dir / str(values["package.crate"])).resolve()
-    if not (crate_dir / "Cargo.toml").is_file():
-        raise ConfigError(f"{path}: package.crate = {values['package.crate']!r}: "
-                          f"{crate_dir} has no Cargo.toml")
-    package_name, cargo_version = _read_cargo_package(crate_dir)
-    version = values.get("package.version", cargo_version)
-    if version is None:
-        raise ConfigError(f"{crate_dir / 'Cargo.toml'} has no literal version; "
-                          f"set package.version in {path.name}")
-    if "package.version" not in values:
-        sources["package.version"] = "Cargo.toml"
-
-    flavors = tuple(str(f) for f in values["build.flavors"])  # type: ignore[attr-defined]
+    flavors = layers.strings("build.flavors")
     for flavor in flavors:
         if flavor not in KNOWN_FLAVORS:
-            raise ConfigError(f"build.flavors: unknown flavor {flavor!r}; known: "
-                              + ", ".join(KNOWN_FLAVORS))
+            raise ConfigError(
+                f"build.flavors: unknown flavor {flavor!r}; known: " + ", ".join(KNOWN_FLAVORS)
+            )
     flavor_settings = {
         name: FlavorSettings(
-            features=tuple(values.get(f"flavors.{name}.features", [])),  # type: ignore[arg-type]
-            default_features=bool(values.get(f"flavors.{name}.default_features", True)),
+            features=layers.strings(f"flavors.{name}.features"),
+            default_features=layers.values.get(f"flavors.{name}.default_features", True) is True,
         )
         for name in KNOWN_FLAVORS
     }
 
-    epoch = values.get("build.source_date_epoch")
-    if epoch is None:
-        epoch = git_commit_time(project_dir)
-        sources["build.source_date_epoch"] = "git HEAD commit time"
-        if epoch is None:
-            epoch = FALLBACK_SOURCE_DATE_EPOCH
-            sources["build.source_date_epoch"] = "default (no git commit)"
-
     def as_path(key: str) -> Path:
-        return (project_dir / os.path.expanduser(str(values[key]))).resolve()
+        return (path.parent / Path(str(layers.values[key])).expanduser()).resolve()
 
     return Options(
         config_path=path,
-        project_dir=project_dir,
+        project_dir=path.parent,
         crate_dir=crate_dir,
         package_name=package_name,
-        binary=str(values.get("package.binary", package_name)),
-        version=str(version),
-        toolchain=str(values["build.toolchain"]),
-        target_cpu=str(values["build.target_cpu"]),
+        binary=layers.text("package.binary") or package_name,
+        version=version,
+        toolchain=str(layers.values["build.toolchain"]),
+        target_cpu=str(layers.values["build.target_cpu"]),
         flavors=flavors,
         flavor_settings=flavor_settings,
-        source_date_epoch=int(epoch),  # type: ignore[call-overload]
+        source_date_epoch=_source_date_epoch(layers),
         artifacts_dir=as_path("build.artifacts_dir"),
         cache_dir=as_path("build.cache_dir"),
-        workloads=tuple(tuple(w) for w in values["train.workloads"]),  # type: ignore[attr-defined]
-        validate_command=tuple(values["validate.command"]),  # type: ignore[call-overload]
-        bench_command=tuple(values["bench.command"]),  # type: ignore[call-overload]
-        sources=sources,
+        workloads=layers.argvs("train.workloads"),
+        validate_command=layers.strings("validate.command"),
+        bench_command=layers.strings("bench.command"),
+        sources=layers.sources,
     )

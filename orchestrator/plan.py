@@ -92,8 +92,10 @@ class BuildPlan:
             "arch": self.arch,
             "rust_target": self.rust_target,
             "toolchain": self.toolchain.name,
-            "base_image": {"reference": self.base_image.reference,
-                           "input_hash": self.base_image.input_hash},
+            "base_image": {
+                "reference": self.base_image.reference,
+                "input_hash": self.base_image.input_hash,
+            },
             "image": {"reference": self.image.reference, "input_hash": self.image.input_hash},
             "source_archive_sha256": self.source.archive_sha256,
             "cargo_lock_sha256": self.source.cargo_lock_sha256,
@@ -114,13 +116,15 @@ def base_image_plan(base: BaseSpec) -> ImagePlan:
 def toolchain_image_plan(
     flavor: Flavor, toolchain: ToolchainSpec, dockerfile: str, base_image: ImagePlan
 ) -> ImagePlan:
-    digest = content_hash({
-        "kind": "toolchain-image",
-        "flavor": flavor.name,
-        "toolchain": toolchain.as_dict(),
-        "dockerfile": dockerfile,
-        "base": base_image.input_hash,
-    })
+    digest = content_hash(
+        {
+            "kind": "toolchain-image",
+            "flavor": flavor.name,
+            "toolchain": toolchain.as_dict(),
+            "dockerfile": dockerfile,
+            "base": base_image.input_hash,
+        }
+    )
     return ImagePlan(f"{IMAGE_REPOSITORY}/{flavor.name}:{toolchain.name}-{digest[:16]}", digest)
 
 
@@ -135,6 +139,7 @@ def _profile_args() -> list[str]:
 def make_plan(
     options: Options,
     flavor: Flavor,
+    *,
     toolchain: ToolchainSpec,
     base: BaseSpec,
     dockerfile: str,
@@ -168,10 +173,15 @@ def make_plan(
     if settings.features:
         feature_args += ["--features", ",".join(settings.features)]
     common = [
-        "--release", "--offline", "--locked",
-        "--manifest-path", f"{PATHS.src}/Cargo.toml",
-        "--target", flavor.rust_target,
-        "--target-dir", PATHS.target,
+        "--release",
+        "--offline",
+        "--locked",
+        "--manifest-path",
+        f"{PATHS.src}/Cargo.toml",
+        "--target",
+        flavor.rust_target,
+        "--target-dir",
+        PATHS.target,
         *feature_args,
         *_profile_args(),
     ]
@@ -181,8 +191,13 @@ def make_plan(
     test = CargoCommand((toolchain.tool("cargo"), "test", *common), environment)
     fetch = CargoCommand(
         (
-            toolchain.tool("cargo"), "vendor", "--locked", "--versioned-dirs",
-            "--manifest-path", f"{PATHS.src}/Cargo.toml", PATHS.vendor,
+            toolchain.tool("cargo"),
+            "vendor",
+            "--locked",
+            "--versioned-dirs",
+            "--manifest-path",
+            f"{PATHS.src}/Cargo.toml",
+            PATHS.vendor,
         ),
         # A clean CARGO_HOME: the image's one points cargo at the (empty) vendor folder.
         {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},

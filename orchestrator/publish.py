@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from orchestrator.archive import sha256_file
@@ -36,10 +36,8 @@ def staging_area(artifacts_dir: Path, session: str) -> Iterator[Path]:
         yield area
     finally:
         shutil.rmtree(area, ignore_errors=True)
-        try:
+        with suppress(OSError):  # another build is staging too
             root.rmdir()
-        except OSError:
-            pass  # another build is staging too
 
 
 def _remove_abandoned(root: Path) -> None:
@@ -82,7 +80,9 @@ def write_json(path: Path, data: object) -> None:
 def publish(staged: Path, destination: Path) -> Path:
     """Move a finished artifact folder into place, replacing an older one atomically."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    previous = staged.parent / f"previous-{hashlib.sha256(str(destination).encode()).hexdigest()[:8]}"
+    previous = (
+        staged.parent / f"previous-{hashlib.sha256(str(destination).encode()).hexdigest()[:8]}"
+    )
     try:
         if destination.exists():
             destination.replace(previous)

@@ -16,9 +16,9 @@ from orchestrator.toolchain import ToolchainSpec, load_toolchain
 DEFAULT_TOOLCHAIN = "rustc-web-1.96"
 
 
-def _environment() -> jinja2.Environment:
+def _environment(templates: Path | None = None) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(resource_dir("images") / "templates"),
+        loader=jinja2.FileSystemLoader(templates or resource_dir("images") / "templates"),
         undefined=jinja2.StrictUndefined,  # a typo in a template is an error, not ""
         keep_trailing_newline=True,
         autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
@@ -37,9 +37,11 @@ def image_packages(flavor: Flavor, toolchain: ToolchainSpec) -> dict[str, str]:
     return dict(sorted(packages.items()))
 
 
-def render_dockerfile(flavor: Flavor, toolchain: ToolchainSpec) -> str:
+def render_dockerfile(
+    flavor: Flavor, toolchain: ToolchainSpec, *, templates: Path | None = None
+) -> str:
     try:
-        template = _environment().get_template(flavor.template)
+        template = _environment(templates).get_template(flavor.template)
         return template.render(
             template_name=flavor.template,
             flavor=flavor.name,
@@ -87,7 +89,8 @@ def render_all(*, check: bool, output_dir: Path | None = None) -> list[RenderRes
         stale = [r.path.name for r in results if r.changed]
         if stale:
             raise StaleRenderError(
-                "committed Dockerfiles are stale: " + ", ".join(stale)
+                "committed Dockerfiles are stale: "
+                + ", ".join(stale)
                 + " differ from what the templates render"
             )
     return results

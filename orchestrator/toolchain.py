@@ -178,8 +178,7 @@ def check_coherence(
     majors = {v[0] if v else None for v in found.values()}
     if majors != {spec.llvm_major}:
         raise ToolchainMismatchError(
-            f"toolchain {spec.name!r} expects LLVM {spec.llvm_major}, but the image has "
-            f"{described}"
+            f"toolchain {spec.name!r} expects LLVM {spec.llvm_major}, but the image has {described}"
         )
     return ToolchainReport(
         rustc=rustc,

@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError
+from orchestrator.flavors import get_flavor
+from orchestrator.options import Options, resolve
+from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
+from orchestrator.render import image_packages, render_dockerfile
+from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+
+SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+
+
+def _plan(
+    options: Options, toolchain: ToolchainSpec | None = None, base: BaseSpec | None = None
+) -> BuildPlan:
+    flavor = get_flavor("cpu")
+    toolchain = toolchain or load_toolchain("rustc-web-1.96")
+    return make_plan(
+        options,
+        flavor,
+        toolchain=toolchain,
+        base=base or load_base_spec(),
+        dockerfile=render_dockerfile(flavor, toolchain),
+        packages=image_packages(flavor, toolchain),
+        source=SOURCE,
+    )
+
+
+@pytest.fixture
+def options(project: Path) -> Options:
+    return resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+
+
+def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
+    plan = _plan(options)
+    assert [s.name for s in plan.steps] == [
+        "base-image",
+        "toolchain-image",
+        "toolchain-check",
+        "fetch-crates",
+        "build",
+        "test",
+        "extract",
+        "publish",
+    ]
+    assert [s.name for s in plan.steps if s.network] == ["fetch-crates"]
+
+
+def test_release_settings_are_injected_not_edited(options: Options) -> None:
+    argv = list(plan_argv := _plan(options).build.argv)
+    assert argv[:4] == ["cargo", "build", "--bin", "demo"]
+    for flag in ("--release", "--offline", "--locked"):
+        assert flag in argv
+    configs = [argv[i + 1] for i, a in enumerate(argv) if a == "--config"]
+    assert configs == [
+        'profile.release.lto="fat"',
+        "profile.release.codegen-units=1",
+        'profile.release.panic="abort"',
+        "profile.release.opt-level=3",
+        "profile.release.incremental=false",
+    ]
+    assert "--target" in plan_argv
+    assert argv[argv.index("--target") + 1] == "x86_64-unknown-linux-gnu"
+
+
+def test_environment_and_rustflags(options: Options) -> None:
+    plan = _plan(options)
+    env = plan.build.environment
+    assert env["SOURCE_DATE_EPOCH"] == "1700000000"
+    flags = env["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+    assert flags[0] == "-Ctarget-cpu=x86-64-v2"
+    assert "--remap-path-prefix=/build/src=demo-1.2.3" in flags
+    assert plan.test.argv[1] == "test"
+    assert plan.test.environment == env  # tests see the same code generation as the release
+
+
+def test_artifact_naming(options: Options) -> None:
+    plan = _plan(options)
+    assert plan.release_dir == "demo-1.2.3"
+    assert plan.artifact_dir == "demo-1.2.3-linux-x86_64-cpu"
+    assert plan.binary_in_container == "/build/target/x86_64-unknown-linux-gnu/release/demo"
+
+
+def test_features_reach_cargo(project: Path) -> None:
+    (project / "orchestrator.toml").write_text(
+        '[package]\ncrate = "crate"\n[flavors.cpu]\nfeatures = ["a", "b"]\n'
+        "default_features = false\n"
+    )
+    argv = _plan(resolve(project / "orchestrator.toml", env={})).build.argv
+    assert "--no-default-features" in argv
+    assert argv[argv.index("--features") + 1] == "a,b"
+
+
+def test_image_tags_follow_their_inputs_only(options: Options) -> None:
+    plan = _plan(options)
+    assert plan.image.reference.startswith("orchestrator/cpu:rustc-web-1.96-")
+    # Build flags are not image inputs: no rebuild for another target-cpu.
+    other_cpu = _plan(replace(options, target_cpu="x86-64-v3"))
+    assert other_cpu.image == plan.image
+    assert other_cpu.build.environment != plan.build.environment
+    # A changed pin or base changes the image.
+    toolchain = load_toolchain("rustc-web-1.96")
+    bumped = replace(toolchain, packages={**toolchain.packages, "gcc": "4:14.2.0-2"})
+    assert _plan(options, toolchain=bumped).image != plan.image
+    newer_base = replace(load_base_spec(), source_date_epoch=1800000000)
+    rebased = _plan(options, base=newer_base)
+    assert rebased.base_image != plan.base_image
+    assert rebased.image != plan.image  # the toolchain image sits on the base
+    assert _plan(options, toolchain=load_toolchain("rustc-1.85")).image != plan.image
+
+
+def test_bad_target_cpu_is_refused(options: Options) -> None:
+    with pytest.raises(ConfigError, match="target_cpu"):
+        _plan(replace(options, target_cpu="x86-64 v3; rm -rf"))
