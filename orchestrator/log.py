@@ -23,7 +23,7 @@ from rich.text import Text
 @dataclass
 class StepResult:
     name: str
-    status: str  # "ok" | "cached" | "failed" | "interrupted"
+    status: str  # "running" | "ok" | "cached" | "failed" | "interrupted"
     seconds: float
     detail: str = ""
     log: str = ""
@@ -68,6 +68,7 @@ class StepLog:
     def mark_cached(self, detail: str) -> None:
         self.cached = True
         self.detail = detail
+        self.line(f"cached: {detail}")
 
 
 class Reporter:
@@ -100,7 +101,7 @@ class Reporter:
                 status = self.console.status(Text(f"{name}: {title}"))
                 status.start()
             sink = StepLog(handle, status, self.console if self.verbose else None, name)
-            result = StepResult(name, "failed", 0.0, log=log_path.name)
+            result = StepResult(name, "running", 0.0, log=log_path.name)
             self.results.append(result)
             try:
                 yield sink
@@ -110,6 +111,7 @@ class Reporter:
                 result.status = "interrupted"
                 raise
             except BaseException as exc:
+                result.status = "failed"
                 result.detail = str(exc)
                 raise
             finally:

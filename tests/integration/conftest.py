@@ -1,0 +1,84 @@
+"""Integration tests drive the real Docker Engine through the real CLI.
+
+They share the host cache (~/.cache/orchestrator or ORCHESTRATOR_CACHE_DIR) and the
+content-addressed images, so only the first run on a machine pays for bootstrapping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # Ryuk's image can't be pulled
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    output: str
+
+
+def orchestrator(
+    args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 1800
+) -> Run:
+    """Run the real CLI as a user would, output captured (so: plain, non-terminal mode)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    sys.stdout.write(output)  # shown by pytest when a test fails
+    return Run(result.returncode, output)
+
+
+def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> Run:
+    """Start the CLI, send SIGINT (Ctrl-C) once `marker` appears in its output."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            process.send_signal(signal.SIGINT)
+            break
+    rest, _ = process.communicate(timeout=600)
+    return Run(process.returncode, "".join(lines) + rest)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"integration tests need a Docker Engine: {exc}")
+    yield client
+    client.close()
+
+
+def managed_containers(client: docker.DockerClient) -> list[str]:
+    return [
+        c.name
+        for c in client.containers.list(all=True, filters={"label": "org.orchestrator.managed=1"})
+    ]

@@ -1,0 +1,210 @@
+"""`orchestrator build --flavor cpu` on examples/tinyllm, for real."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from testcontainers.core.container import DockerContainer
+
+from tests.integration.conftest import (
+    REPO,
+    Run,
+    interrupt_when,
+    managed_containers,
+    orchestrator,
+)
+
+pytestmark = pytest.mark.integration
+ARTIFACT = Path("tinyllm-0.1.0") / "tinyllm-0.1.0-linux-x86_64-cpu"
+FAILING = REPO / "tests" / "fixtures" / "failing-tests" / "orchestrator.toml"
+
+
+@dataclass(frozen=True)
+class Release:
+    run: Run
+    artifacts: Path
+    directory: Path
+    manifest: dict[str, Any]
+    engine_was_clean: bool
+
+
+def _images(client: docker.DockerClient) -> dict[str, str]:
+    return {
+        tag: str(image.id)
+        for image in client.images.list(filters={"label": "org.orchestrator.managed=1"})
+        for tag in image.tags
+    }
+
+
+@pytest.fixture(scope="module")
+def release(
+    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Release:
+    engine_was_clean = not _images(docker_client)
+    artifacts = tmp_path_factory.mktemp("artifacts")
+    run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)])
+    assert run.returncode == 0, run.output
+    directory = artifacts / ARTIFACT
+    manifest = json.loads((directory / "build.json").read_text())
+    return Release(run, artifacts, directory, manifest, engine_was_clean)
+
+
+def test_every_step_is_announced_and_timed(release: Release) -> None:
+    for step in (
+        "base-image",
+        "toolchain-image",
+        "toolchain-check",
+        "fetch-crates",
+        "build",
+        "test",
+        "extract",
+        "publish",
+    ):
+        assert f"▶ {step}" in release.run.output
+    steps = release.manifest["steps"]
+    assert isinstance(steps, list)
+    assert [s["name"] for s in steps][:7] == [
+        "base-image",
+        "toolchain-image",
+        "toolchain-check",
+        "fetch-crates",
+        "build",
+        "test",
+        "extract",
+    ]
+    assert all(s["status"] in ("ok", "cached") for s in steps)
+    logs = sorted(p.name for p in (release.directory / "logs").iterdir())
+    assert "05-build.log" in logs
+    build_log = (release.directory / "logs" / "05-build.log").read_text()
+    assert "+ " in build_log and "cargo build --bin tinyllm" in build_log
+    assert "--offline --locked" in build_log
+
+
+def test_images_built_from_a_clean_engine(release: Release) -> None:
+    images = release.manifest["images"]
+    assert isinstance(images, dict)
+    assert images["toolchain"]["reference"].startswith("orchestrator/cpu:rustc-web-1.96-")
+    assert images["base"]["labels"]["org.orchestrator.rootfs-sha256"]
+    if release.engine_was_clean:
+        assert images["base"]["built_this_run"] is True
+        assert images["toolchain"]["built_this_run"] is True
+
+
+def test_checksums_verify_with_sha256sum(release: Release) -> None:
+    subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"],
+        cwd=release.directory,
+        check=True,
+        capture_output=True,
+    )
+    listed = (release.directory / "SHA256SUMS").read_text()
+    assert "  tinyllm\n" in listed and "  build.json\n" in listed
+
+
+def test_manifest_records_toolchain_flags_and_inputs(release: Release) -> None:
+    manifest = release.manifest
+    toolchain = manifest["toolchain"]
+    assert isinstance(toolchain, dict)
+    assert toolchain["reported"]["rustc"]["LLVM version"].startswith("22.")
+    assert toolchain["reported"]["llvm_major"] == 22
+    flags = manifest["flags"]
+    assert isinstance(flags, dict)
+    assert flags["rustflags"][0] == "-Ctarget-cpu=x86-64-v2"
+    assert flags["release_profile"]["lto"] == "fat"
+    inputs = manifest["inputs"]
+    assert isinstance(inputs, dict)
+    assert len(inputs["cargo_lock_sha256"]) == 64
+    artifact = manifest["artifact"]
+    assert isinstance(artifact, dict)
+    binary = release.directory / "tinyllm"
+    assert artifact["size"] == binary.stat().st_size
+
+
+def test_binary_runs_on_the_host(release: Release) -> None:
+    out = subprocess.run(
+        [str(release.directory / "tinyllm"), "generate", "--seed", "1", "--tokens", "16"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("tokens: ") and len(lines[0].split()) == 17
+    assert lines[1].startswith("checksum: ")
+
+
+def test_binary_runs_in_a_bare_base_container(release: Release) -> None:
+    """No toolchain, no Rust runtime: just Debian's minbase and the shipped binary."""
+    images = release.manifest["images"]
+    assert isinstance(images, dict)
+    base = images["base"]["reference"]
+    container = (
+        DockerContainer(base)
+        .with_volume_mapping(str(release.directory), "/release", "ro")
+        .with_command("/release/tinyllm generate --seed 1 --tokens 16")
+    )
+    with container:
+        wrapped = container.get_wrapped_container()
+        status = wrapped.wait(timeout=120)
+        logs = wrapped.logs().decode()
+    assert status["StatusCode"] == 0, logs
+    host = subprocess.run(
+        [str(release.directory / "tinyllm"), "generate", "--seed", "1", "--tokens", "16"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert logs == host  # same bytes out, wherever it runs
+
+
+def test_second_run_rebuilds_no_image(release: Release, docker_client: docker.DockerClient) -> None:
+    before = _images(docker_client)
+    run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(release.artifacts)])
+    assert run.returncode == 0, run.output
+    assert _images(docker_client) == before
+    manifest = json.loads((release.directory / "build.json").read_text())
+    statuses = {s["name"]: s["status"] for s in manifest["steps"]}
+    assert statuses["base-image"] == "cached"
+    assert statuses["toolchain-image"] == "cached"
+    assert statuses["fetch-crates"] == "cached"
+    assert manifest["images"]["toolchain"]["built_this_run"] is False
+    assert manifest["images"]["toolchain"]["id"] == release.manifest["images"]["toolchain"]["id"]
+    # Same inputs, fresh containers: the same bytes.
+    assert manifest["artifact"]["sha256"] == release.manifest["artifact"]["sha256"]
+
+
+def test_failing_cargo_test_publishes_nothing(
+    release: Release, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    artifacts = tmp_path / "artifacts"
+    run = orchestrator(["build", "--config", str(FAILING), "--artifacts-dir", str(artifacts)])
+    assert run.returncode == 40, run.output
+    assert "✗ test" in run.output
+    assert "deliberately failing test" in run.output
+    assert not artifacts.exists() or list(artifacts.iterdir()) == []
+    assert list(tmp_path.iterdir()) in ([], [artifacts])  # no staging folder left either
+    assert managed_containers(docker_client) == []
+
+
+def test_ctrl_c_leaves_nothing_behind(
+    release: Release, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    artifacts = tmp_path / "artifacts"
+    run = interrupt_when(
+        ["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)], "▶ build", env={}
+    )
+    assert run.returncode == 130, run.output
+    assert not artifacts.exists() or list(artifacts.iterdir()) == []
+    assert list(tmp_path.iterdir()) in ([], [artifacts])
+    assert managed_containers(docker_client) == []
+
+
+def test_artifacts_dir_had_only_the_release(release: Release) -> None:
+    assert sorted(p.name for p in release.artifacts.iterdir()) == ["tinyllm-0.1.0"]
+    assert shutil.which("sha256sum")
