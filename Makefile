@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: release test unit integration lint render clean help
+.PHONY: release test unit integration lint host-deps clean help
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make release      build the cpu release of examples/tinyllm into artifacts/"
@@ -21,7 +22,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-release: $(STAMP)
+# The host tools image bootstrapping needs (Debian/Ubuntu hosts).
+host-deps:
+	@command -v mmdebstrap >/dev/null || { \
+	  echo "installing mmdebstrap (makes the Debian root filesystems)"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap >/dev/null; }
+
+release: host-deps $(STAMP)
 	$(BIN)/orchestrator build --flavor cpu
 
 lint: $(STAMP)
@@ -33,7 +41,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: $(STAMP)
+integration: host-deps $(STAMP)
 	$(BIN)/pytest tests/integration -v
 
 test: lint unit integration

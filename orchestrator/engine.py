@@ -262,14 +262,15 @@ class Engine:
                 labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
                 privileged=privileges.privileged,
                 cap_add=list(privileges.cap_add) or None,
-                # Least privilege: a step that asked for nothing gets no capabilities.
-                cap_drop=["ALL"] if privileges == Privileges() else None,
+                # Least privilege: no capabilities but those asked for by name.
+                cap_drop=None if privileges.privileged else ["ALL"],
                 security_opt=list(privileges.security_opt) or ["no-new-privileges"],
                 user=spec.user,
             )
         except docker.errors.APIError as exc:
+            reason = str(exc.explanation or exc).strip()
             raise OrchestratorError(
-                f"cannot start a {spec.purpose} container from {spec.image}: {exc}"
+                f"cannot start a {spec.purpose} container from {spec.image}: {reason}"
             ) from exc
         try:
             yield Container(self._client, sdk)
@@ -300,13 +301,18 @@ class Engine:
         return removed
 
     def probe(
-        self, image: str, argv: Sequence[str], *, privileges: Privileges = Privileges()
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        privileges: Privileges = Privileges(),
+        user: str | None = None,
     ) -> tuple[int, str]:
         """Run one short command in a throwaway container; (exit code, output)."""
         output: list[str] = []
         try:
             with self.container(
-                ContainerSpec(image=image, privileges=privileges, user="0", purpose="probe")
+                ContainerSpec(image=image, privileges=privileges, user=user, purpose="probe")
             ) as box:
                 code = box.exec(argv, on_output=output.append)
         except OrchestratorError as exc:

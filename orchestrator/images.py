@@ -47,6 +47,25 @@ class ImageOutcome:
         }
 
 
+def _remove_superseded(engine: Engine, plan: ImagePlan, log: StepLog) -> None:
+    """Drop older images of the same family (repository and tag prefix) than `plan`.
+
+    Toolchain images are flattened (FROM scratch), so no image depends on another's
+    layers; without this, every pin or template change would leave gigabytes behind.
+    """
+    family = plan.reference[: -len(plan.input_hash[:16])]
+    freed = 0
+    for image in engine.managed_images():
+        if plan.reference in image.tags:
+            continue
+        if any(tag.startswith(family) for tag in image.tags):
+            engine.remove_image(image.id)
+            freed += image.size
+            log.line(f"removed superseded image {', '.join(image.tags)}")
+    if freed:
+        log.line(f"freed {freed / 1e9:.2f} GB of superseded images")
+
+
 def _existing(engine: Engine, plan: ImagePlan) -> ImageOutcome | None:
     info = engine.image(plan.reference)
     if info is None:
@@ -71,6 +90,7 @@ def ensure_base_image(
     labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: digest}
     log.line(f"+ docker import {tarball} {plan.reference}")
     image_id = engine.import_rootfs(tarball, plan.reference, labels)
+    _remove_superseded(engine, plan, log)
     info = engine.image(plan.reference)
     return ImageOutcome(
         plan.reference, image_id, plan.input_hash, True, info.labels if info else labels
@@ -137,6 +157,7 @@ def ensure_toolchain_image(
             labels=labels,
             on_output=log.line,
         )
+    _remove_superseded(engine, plan, log)
     info = engine.image(plan.reference)
     if info is None:
         raise ImageBuildError(f"{plan.reference} vanished right after it was built")

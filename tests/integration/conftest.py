@@ -79,6 +79,6 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 def managed_containers(client: docker.DockerClient) -> list[str]:
     return [
-        c.name
+        str(c.name)
         for c in client.containers.list(all=True, filters={"label": "org.orchestrator.managed=1"})
     ]
