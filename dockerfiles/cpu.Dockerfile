@@ -22,6 +22,7 @@ RUN set -eu; \
         'lld-22=1:22.1.8-1~deb13u4' \
         'llvm-22=1:22.1.8-1~deb13u4' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
+        'time=1.9-0.2' \
         | LC_ALL=C sort >/tmp/pins.expected; \
     dpkg-query --show --showformat='${Package}=${Version}\n' \
         bolt-22 \
@@ -33,6 +34,7 @@ RUN set -eu; \
         lld-22 \
         llvm-22 \
         rustc-web \
+        time \
         | LC_ALL=C sort >/tmp/pins.installed; \
     diff -u /tmp/pins.expected /tmp/pins.installed; \
     groupadd --gid 1000 builder; \

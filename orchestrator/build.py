@@ -1,36 +1,61 @@
-"""Execute a BuildPlan: images, toolchain check, crates, cargo build/test, extract, publish.
+"""Execute a BuildPlan: images, toolchain check, crates, builds, PGO, BOLT, validation, publish.
 
-Only `fetch-crates` has a network; every other container runs with `--network none`, as
-the image's non-root user, with all capabilities dropped.
+Only `fetch-crates` has a network. Every other container runs with `--network none`, as
+the image's non-root user, with all capabilities dropped. The one exception is the
+profiling container, which gets only the perf access that `profiling.find_perf_access`
+proves it needs. Build and profiling containers share one volume at /build/out.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
 
 from orchestrator import __version__
 from orchestrator.archive import ChunkReader, safe_extract, sha256_file, single_file_tar
+from orchestrator.bolt import choose_mode, parse_report
 from orchestrator.engine import Container, ContainerSpec, Engine
-from orchestrator.errors import OrchestratorError, SourceError, StepFailedError
+from orchestrator.errors import (
+    BoltError,
+    OrchestratorError,
+    ProfileError,
+    SourceError,
+    StepFailedError,
+    ValidationError,
+)
 from orchestrator.flavors import get_flavor
 from orchestrator.images import ImageOutcome, ensure_base_image, ensure_toolchain_image
 from orchestrator.layout import PATHS
 from orchestrator.log import Reporter, StepLog
 from orchestrator.options import Options
-from orchestrator.plan import RELEASE_PROFILE, BuildPlan, CargoCommand, make_plan
+from orchestrator.pgo import Coverage, missing_functions, parse_profdata_show
+from orchestrator.plan import (
+    RELEASE_PROFILE,
+    BoltPlan,
+    BuildPlan,
+    CargoCommand,
+    PgoPlan,
+    make_plan,
+)
+from orchestrator.profiling import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.publish import publish, staging_area, write_checksums, write_json
 from orchestrator.render import image_packages, render_dockerfile
 from orchestrator.source import snapshot, verify_vendor_archive
 from orchestrator.toolchain import ToolchainReport, check_coherence, load_base_spec, load_toolchain
+from orchestrator.validate import compare_outputs, render_diff
 
 MANIFEST_SCHEMA = "orchestrator/build@1"
 HOST_CA_PATH = f"{PATHS.root}/host-ca.crt"
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 _CA_CANDIDATES = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
+BIN_DIR = f"{PATHS.out}/bin"
+PERF_FREQUENCY = "10000"  # samples/s: the default 4000 leaves BOLT asking for more
 
 
 def host_ca_bundle() -> Path | None:
@@ -65,41 +90,68 @@ class BuildOutcome:
     manifest: dict[str, object]
 
 
-def _exec(box: Container, command: CargoCommand, log: StepLog, step: str) -> None:
-    log.command(
-        command.argv,
-        {k: v for k, v in command.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"},
-    )
-    code = box.exec(command.argv, environment=command.environment, on_output=log.line)
-    if code != 0:
-        raise StepFailedError(
-            f"step {step}: `{' '.join(command.argv[:2])}` exited with {code}",
-            hint="The output above (and the step log) says why; nothing was published.",
-        )
-
-
-def _capture(box: Container, argv: list[str], log: StepLog) -> str:
-    log.command(argv)
+# -- running things in containers ------------------------------------------------------
+def _exec(
+    box: Container,
+    argv: Sequence[str],
+    log: StepLog,
+    step: str,
+    *,
+    environment: Mapping[str, str] | None = None,
+    keep_output: bool = False,
+) -> str:
+    """Run a command, logging it as `+ cmd`; raise StepFailedError on a non-zero exit."""
+    shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
+    if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
+        shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
+    log.command(argv, shown)
     lines: list[str] = []
 
     def sink(line: str) -> None:
-        lines.append(line)
+        if keep_output:
+            lines.append(line)
         log.line(line)
 
-    code = box.exec(argv, on_output=sink)
+    code = box.exec(argv, environment=environment, on_output=sink)
     if code != 0:
-        raise StepFailedError(f"`{' '.join(argv)}` exited with {code} in the toolchain image")
+        raise StepFailedError(
+            f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` "
+            f"exited with {code}",
+            hint="The output above (and the step log) says why; nothing was published.",
+        )
     return "\n".join(lines)
+
+
+def _cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
+    return _exec(box, command.argv, log, step, environment=command.environment, keep_output=True)
+
+
+def _fetch_file(box: Container, path: str, dest_dir: Path) -> Path:
+    """Copy one file out of a container through the archive API (checked like any tar)."""
+    written = safe_extract(ChunkReader(box.get_archive(path)), dest_dir)
+    name = PurePosixPath(path).name
+    if [p.as_posix() for p in written] != [name]:
+        raise StepFailedError(f"expected only {name} in the archive of {path}, got {written}")
+    return dest_dir / name
+
+
+def _put_file(box: Container, path: str, data: bytes) -> None:
+    parent = str(PurePosixPath(path).parent)
+    box.put_archive(parent, single_file_tar(path, data))
 
 
 def check_toolchain(box: Container, plan: BuildPlan, log: StepLog) -> ToolchainReport:
     spec = plan.toolchain
+
+    def run(*argv: str) -> str:
+        return _exec(box, argv, log, "toolchain-check", keep_output=True)
+
     report = check_coherence(
         spec,
-        _capture(box, [spec.tool("rustc"), "-vV"], log),
-        _capture(box, [spec.tool("cargo"), "-V"], log),
-        _capture(box, [spec.tool("llvm_profdata"), "--version"], log),
-        _capture(box, [spec.tool("llvm_bolt"), "--version"], log),
+        run(spec.tool("rustc"), "-vV"),
+        run(spec.tool("cargo"), "-V"),
+        run(spec.tool("llvm_profdata"), "--version"),
+        run(spec.tool("llvm_bolt"), "--version"),
     )
     log.detail = f"LLVM {report.llvm_major} everywhere"
     return report
@@ -136,14 +188,14 @@ def fetch_crates(
         if bundle is not None:
             # Behind a TLS-intercepting proxy the host trusts CAs the image does not.
             log.line(f"+ docker cp {bundle} {HOST_CA_PATH} (the host's trusted CAs)")
-            box.put_archive(PATHS.root, single_file_tar(HOST_CA_PATH, bundle.read_bytes()))
+            _put_file(box, HOST_CA_PATH, bundle.read_bytes())
             fetch = replace(
                 fetch, environment={**fetch.environment, "CARGO_HTTP_CAINFO": HOST_CA_PATH}
             )
         for name in PROXY_VARIABLES:
             if os.environ.get(name):
                 fetch = replace(fetch, environment={**fetch.environment, name: os.environ[name]})
-        _exec(box, fetch, log, "fetch-crates")
+        _exec(box, fetch.argv, log, "fetch-crates", environment=fetch.environment)
         with tempfile.NamedTemporaryFile(dir=cache.parent, suffix=".partial", delete=False) as tmp:
             for chunk in box.get_archive(PATHS.vendor):
                 tmp.write(chunk)
@@ -157,6 +209,322 @@ def fetch_crates(
     return cache
 
 
+# -- profiles ------------------------------------------------------------------------
+@dataclass
+class ProfileRecord:
+    """A stored profile: content hash, size and what we know about it."""
+
+    path: Path
+    sha256: str
+    size: int
+    cached: bool
+    details: dict[str, object] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "sha256": self.sha256,
+            "size": self.size,
+            "reused_from_cache": self.cached,
+            **self.details,
+        }
+
+
+def _store_profile(source: Path, cache: Path, details: dict[str, object]) -> ProfileRecord:
+    """Move a fresh profile into the cache atomically, with a sidecar of its hash."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    digest = sha256_file(source)
+    partial = cache.with_suffix(".partial")
+    shutil.copyfile(source, partial)
+    partial.replace(cache)
+    meta = {"sha256": digest, "size": cache.stat().st_size, **details}
+    cache.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+    return ProfileRecord(cache, digest, cache.stat().st_size, False, details)
+
+
+def _load_profile(cache: Path, what: str) -> ProfileRecord | None:
+    meta_path = cache.with_suffix(".json")
+    if not cache.is_file() or not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text())
+    digest = sha256_file(cache)
+    if digest != meta.get("sha256"):
+        # A profile is a release input: silently retraining would change the binary.
+        raise ProfileError(
+            f"the stored {what} profile {cache} does not match its recorded sha256 "
+            f"({digest[:12]} != {str(meta.get('sha256'))[:12]}): it was altered or corrupted",
+            hint="Run the build with --retrain to profile again (or remove the file).",
+        )
+    details = {k: v for k, v in meta.items() if k not in ("sha256", "size")}
+    return ProfileRecord(cache, digest, cache.stat().st_size, True, details)
+
+
+@dataclass
+class Pipeline:
+    """Everything one build run holds on to while it executes."""
+
+    options: Options
+    plan: BuildPlan
+    engine: Engine
+    reporter: Reporter
+    image: ImageOutcome
+    box: Container
+    volume: str
+    stack: ExitStack
+    keep: bool
+    retrain: bool
+    scratch: Path
+    perf: PerfAccess = NO_ACCESS
+    _profiler: Container | None = None
+    results: dict[str, object] = field(default_factory=dict)
+
+    def step(self, name: str) -> AbstractContextManager[StepLog]:
+        title = next(s.title for s in self.plan.steps if s.name == name)
+        return self.reporter.step(name, title)
+
+    def profiler(self) -> Container:
+        """The profiling container, started once with the least perf access needed."""
+        if self._profiler is None:
+            if self.plan.bolt is not None and self.plan.bolt.mode != "instrument":
+                self.perf = find_perf_access(
+                    self.engine, self.image.reference, allowed=self.plan.profiling_privileges
+                )
+            spec = ContainerSpec(
+                self.image.reference,
+                privileges=self.perf.privileges,
+                volumes={self.volume: PATHS.out},
+                purpose="profile",
+            )
+            self._profiler = self.stack.enter_context(self.engine.container(spec, keep=self.keep))
+        return self._profiler
+
+    def copy_binary(self, variant: str, log: StepLog) -> str:
+        target = f"{BIN_DIR}/{variant}"
+        _exec(self.box, ["cp", self.plan.variants[variant].binary, target], log, variant)
+        return target
+
+
+def _run_workloads(
+    pipeline: Pipeline,
+    binary: str,
+    log: StepLog,
+    step: str,
+    *,
+    environment: Mapping[str, str] | None = None,
+    wrap: Sequence[str] = (),
+) -> None:
+    if not pipeline.plan.workloads:
+        raise ProfileError(
+            "no training workloads: [train] workloads is empty",
+            hint="List argument lists for the binary under [train] workloads in "
+            "orchestrator.toml, or build with --no-pgo --no-bolt.",
+        )
+    box = pipeline.profiler()
+    for index, workload in enumerate(pipeline.plan.workloads):
+        argv = [part.replace("{index}", str(index)) for part in wrap] + [binary, *workload]
+        _exec(box, argv, log, step, environment=environment)
+
+
+def run_pgo(pipeline: Pipeline, pgo: PgoPlan) -> ProfileRecord:
+    plan, options = pipeline.plan, pipeline.options
+    cache = options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
+    stored = None if pipeline.retrain else _load_profile(cache, "PGO")
+    if stored is not None:
+        for name in ("pgo-instrument", "pgo-train"):
+            with pipeline.step(name) as log:
+                log.mark_cached(f"profile {stored.sha256[:12]} unchanged inputs")
+        with pipeline.step("pgo-merge") as log:
+            _put_file(pipeline.box, pgo.merged, stored.path.read_bytes())
+            log.mark_cached(f"{stored.size} bytes, sha256 {stored.sha256[:12]}")
+        return stored
+
+    with pipeline.step("pgo-instrument") as log:
+        _cargo(pipeline.box, plan.variants["pgo-generate"].build, log, "pgo-instrument")
+        binary = pipeline.copy_binary("pgo-generate", log)
+    with pipeline.step("pgo-train") as log:
+        _exec(pipeline.box, ["mkdir", "-p", pgo.raw_dir], log, "pgo-train")
+        _run_workloads(
+            pipeline,
+            binary,
+            log,
+            "pgo-train",
+            environment={"LLVM_PROFILE_FILE": pgo.profile_file_pattern},
+        )
+    with pipeline.step("pgo-merge") as log:
+        listing = _exec(
+            pipeline.box,
+            ["find", pgo.raw_dir, "-name", "*.profraw", "-type", "f"],
+            log,
+            "pgo-merge",
+            keep_output=True,
+        )
+        raw_files = [line for line in listing.splitlines() if line.strip()]
+        if not raw_files:
+            raise ProfileError(
+                "training wrote no .profraw file: the instrumented binary never reached exit",
+                hint="Workloads must exit normally (a process killed or aborting writes no "
+                "profile).",
+            )
+        _exec(pipeline.box, pgo.merge_argv, log, "pgo-merge")
+        summary = parse_profdata_show(
+            _exec(pipeline.box, pgo.show_argv, log, "pgo-merge", keep_output=True)
+        )
+        fetched = _fetch_file(pipeline.box, pgo.merged, pipeline.scratch)
+        record = _store_profile(fetched, cache, {"raw_files": len(raw_files), **summary.as_dict()})
+        log.detail = (
+            f"{len(raw_files)} .profraw -> {record.size} bytes, {summary.functions} functions"
+        )
+    return record
+
+
+@dataclass(frozen=True)
+class BoltOutcome:
+    binary: str  # what to ship: the BOLTed binary, or the input on fallback
+    report: dict[str, object]
+    profile: ProfileRecord | None
+
+
+def run_bolt(pipeline: Pipeline, bolt: BoltPlan, optimized: str) -> BoltOutcome:
+    """Profile and optimize with BOLT; return the binary to ship and what happened."""
+    options = pipeline.options
+    tools = bolt.tools
+    report: dict[str, object] = {"policy": bolt.policy, "flags": list(bolt.flags)}
+    stored: ProfileRecord | None = None
+    try:
+        with pipeline.step("bolt-profile") as log:
+            pipeline.profiler()  # probes perf access first
+            choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
+            report |= {"mode": choice.mode, "mode_reason": choice.reason}
+            log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
+            binary_sha = _exec(
+                pipeline.box, ["sha256sum", optimized], log, "bolt-profile", keep_output=True
+            ).split()[0]
+            key = f"{binary_sha}-{choice.mode}"
+            cache = options.cache_dir / "profiles" / "bolt" / f"{key}.fdata"
+            profile = f"{bolt.work_dir}/profile.fdata"
+            stored = None if pipeline.retrain else _load_profile(cache, "BOLT")
+            if stored is None:
+                _collect_bolt_profile(
+                    pipeline, bolt, mode=choice.mode, binary=optimized, profile=profile, log=log
+                )
+                fetched = _fetch_file(pipeline.box, profile, pipeline.scratch)
+                stored = _store_profile(fetched, cache, {"mode": choice.mode})
+            else:
+                _put_file(pipeline.box, profile, stored.path.read_bytes())
+                log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")
+            report["profile"] = stored.as_dict()
+            log.detail = log.detail or f"mode {choice.mode}, {stored.size} bytes"
+        with pipeline.step("bolt-optimize") as log:
+            output = f"{BIN_DIR}/optimized.bolt"
+            text = _exec(
+                pipeline.box,
+                [tools["llvm_bolt"], optimized, f"-data={profile}", *bolt.flags, "-o", output],
+                log,
+                "bolt-optimize",
+                keep_output=True,
+            )
+            coverage = parse_report(text)
+            report["coverage"] = coverage.as_dict()
+            _validate(pipeline, output, log, what="the BOLT-optimized binary")
+            log.detail = (
+                f"{coverage.profiled_functions}/{coverage.total_functions} functions "
+                f"with profile ({coverage.percent}%)"
+            )
+    except OrchestratorError as exc:
+        if bolt.policy == "require":
+            raise BoltError(
+                f"BOLT failed and bolt.policy is require: {exc.message}", hint=exc.hint
+            ) from exc
+        pipeline.reporter.warn(
+            f"BOLT FAILED, shipping the binary without BOLT (bolt.policy = fallback): {exc.message}"
+        )
+        report |= {"applied": False, "fallback_reason": exc.message}
+        return BoltOutcome(optimized, report, None)
+    report["applied"] = True
+    return BoltOutcome(output, report, stored)
+
+
+def _collect_bolt_profile(
+    pipeline: Pipeline, bolt: BoltPlan, *, mode: str, binary: str, profile: str, log: StepLog
+) -> None:
+    tools, raw = bolt.tools, f"{bolt.work_dir}/raw"
+    box = pipeline.box
+    _exec(box, ["mkdir", "-p", raw], log, "bolt-profile")
+    if mode == "instrument":
+        instrumented = f"{bolt.work_dir}/instrumented"
+        _exec(
+            box,
+            [
+                tools["llvm_bolt"],
+                binary,
+                "-instrument",
+                f"-instrumentation-file={raw}/profile",
+                "-instrumentation-file-append-pid",
+                "-o",
+                instrumented,
+            ],
+            log,
+            "bolt-profile",
+        )
+        _run_workloads(pipeline, instrumented, log, "bolt-profile")
+    else:
+        events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
+        wrap = [
+            "perf",
+            "record",
+            *events,
+            "-F",
+            PERF_FREQUENCY,
+            "-o",
+            f"{raw}/perf-{{index}}.data",
+            "--",
+        ]
+        _run_workloads(pipeline, binary, log, "bolt-profile", wrap=wrap)
+        for index in range(len(pipeline.plan.workloads)):
+            argv = [
+                tools["perf2bolt"],
+                "-p",
+                f"{raw}/perf-{index}.data",
+                "-o",
+                f"{raw}/perf-{index}.fdata",
+                binary,
+            ]
+            if mode == "sample":
+                argv.insert(1, "-nl")  # no branch stacks: basic-block samples only
+            _exec(box, argv, log, "bolt-profile")
+    _exec(
+        box,
+        ["sh", "-c", f'{tools["merge_fdata"]} {raw}/*.fdata > "$0"', profile],
+        log,
+        "bolt-profile",
+    )
+
+
+# -- validation ------------------------------------------------------------------------
+def _validate(pipeline: Pipeline, binary: str, log: StepLog, *, what: str) -> dict[str, object]:
+    command = pipeline.plan.validate_command
+    if not command:
+        log.line("no validate.command configured: outputs not compared")
+        return {"command": [], "compared": False}
+    baseline = f"{BIN_DIR}/baseline"
+    expected = _exec(pipeline.box, [baseline, *command], log, "validate", keep_output=True)
+    got = _exec(pipeline.box, [binary, *command], log, "validate", keep_output=True)
+    differences = compare_outputs(expected, got, pipeline.plan.validate_tolerance)
+    if differences:
+        diff = render_diff(expected, got, expected_name="baseline", got_name=what)
+        raise ValidationError(
+            f"{what} printed something else than the baseline for "
+            f"`{' '.join(command)}` ({len(differences)} line(s) differ):\n{diff}"
+        )
+    return {
+        "command": list(command),
+        "compared": True,
+        "tolerance": pipeline.plan.validate_tolerance,
+        "identical": expected == got,
+        "output_lines": len(expected.splitlines()),
+    }
+
+
+# -- the whole build -------------------------------------------------------------------
 def run_build(
     options: Options,
     plan: BuildPlan,
@@ -164,15 +532,12 @@ def run_build(
     reporter: Reporter,
     *,
     keep_containers: bool = False,
+    retrain: bool = False,
 ) -> BuildOutcome:
     steps = {s.name: s for s in plan.steps}
-
-    def title(name: str) -> str:
-        return steps[name].title
-
-    with reporter.step("base-image", title("base-image")) as log:
+    with reporter.step("base-image", steps["base-image"].title) as log:
         base = ensure_base_image(engine, plan.base, plan.base_image, options.cache_dir, log)
-    with reporter.step("toolchain-image", title("toolchain-image")) as log:
+    with reporter.step("toolchain-image", steps["toolchain-image"].title) as log:
         image = ensure_toolchain_image(
             engine,
             base=plan.base,
@@ -183,79 +548,187 @@ def run_build(
             cache_dir=options.cache_dir,
             log=log,
         )
-
-    with (
-        staging_area(options.artifacts_dir, engine.session) as staging,
-        engine.container(
-            ContainerSpec(image.reference, environment=plan.build.environment),
-            keep=keep_containers,
-        ) as box,
-    ):
-        with reporter.step("toolchain-check", title("toolchain-check")) as log:
-            report = check_toolchain(box, plan, log)
-        with reporter.step("fetch-crates", title("fetch-crates")) as log:
-            vendor = fetch_crates(engine, plan, image, options, log, keep=keep_containers)
-        with reporter.step("build", title("build")) as log:
-            # Re-snapshot: a source edited since planning must not slip in unrecorded.
-            current = snapshot(options.crate_dir, options.source_date_epoch)
-            if current.archive_sha256 != plan.source.archive_sha256:
-                raise SourceError(
-                    "the crate's sources changed while the build was starting",
-                    hint="Run the build again.",
-                )
-            log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
-            box.put_archive(PATHS.root, plan.source.archive)
-            log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
-            box.put_archive(PATHS.root, vendor.read_bytes())
-            _exec(box, plan.build, log, "build")
-        with reporter.step("test", title("test")) as log:
-            _exec(box, plan.test, log, "test")
-        with reporter.step("extract", title("extract")) as log:
-            artifact = staging / plan.artifact_dir
-            artifact.mkdir()
-            log.line(f"+ GET /containers/<id>/archive?path={plan.binary_in_container}")
-            written = safe_extract(ChunkReader(box.get_archive(plan.binary_in_container)), artifact)
-            if [p.as_posix() for p in written] != [plan.binary]:
-                raise StepFailedError(
-                    f"expected exactly {plan.binary} in the archive, got "
-                    f"{[p.as_posix() for p in written]}"
-                )
-            binary = artifact / plan.binary
-            log.detail = f"{binary.stat().st_size / 1e6:.1f} MB"
-
-        with reporter.step("publish", title("publish")) as log:
-            manifest = _manifest(
-                options=options,
-                plan=plan,
-                base=base,
-                image=image,
-                report=report,
-                vendor=vendor,
-                binary=binary,
-                reporter=reporter,
+    with ExitStack() as stack:
+        staging = stack.enter_context(staging_area(options.artifacts_dir, engine.session))
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="orchestrator-"))
+        volume = stack.enter_context(engine.volume("out", keep=keep_containers))
+        box = stack.enter_context(
+            engine.container(
+                ContainerSpec(
+                    image.reference, environment=plan.build.environment, volumes={volume: PATHS.out}
+                ),
+                keep=keep_containers,
             )
-            write_json(artifact / "build.json", manifest)
-            logs = artifact / "logs"
-            shutil.copytree(reporter.log_dir, logs)
-            sums = write_checksums(artifact)
-            log.line(sums.read_text().rstrip())
-            destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
-            publish(artifact, destination)
-            log.detail = str(destination)
+        )
+        pipeline = Pipeline(
+            options,
+            plan,
+            engine,
+            reporter,
+            image,
+            box,
+            volume,
+            stack,
+            keep_containers,
+            retrain,
+            Path(scratch),
+        )
+        return _execute(pipeline, base, staging)
+    raise AssertionError("unreachable")  # pragma: no cover - ExitStack never swallows
+
+
+def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutcome:
+    plan, options, box = pipeline.plan, pipeline.options, pipeline.box
+    with pipeline.step("toolchain-check") as log:
+        report = check_toolchain(box, plan, log)
+    with pipeline.step("fetch-crates") as log:
+        vendor = fetch_crates(
+            pipeline.engine, plan, pipeline.image, options, log, keep=pipeline.keep
+        )
+    shipped, pgo_record, coverage = _build_variants(pipeline, vendor)
+    bolt: BoltOutcome | None = None
+    unbolted = shipped
+    if plan.bolt:
+        bolt = run_bolt(pipeline, plan.bolt, shipped)
+        shipped = bolt.binary
+    with pipeline.step("validate") as log:
+        validation = _validate(pipeline, shipped, log, what="the optimized binary")
+        log.detail = (
+            "outputs identical"
+            if validation.get("identical")
+            else ("within tolerance" if validation["compared"] else "nothing to compare")
+        )
+
+    with pipeline.step("extract") as log:
+        artifact = staging / plan.artifact_dir
+        artifact.mkdir()
+        log.line(f"+ GET /containers/<id>/archive?path={shipped}")
+        binary = _fetch_file(box, shipped, artifact).rename(artifact / plan.binary)
+        variants = _keep_variants(pipeline, artifact, shipped, unbolted, log)
+        # The profiles ship with the release: a rebuild can use them instead of retraining.
+        profiles = artifact / "profiles"
+        for record, name in (
+            (pgo_record, "pgo.profdata"),
+            (bolt.profile if bolt else None, "bolt.fdata"),
+        ):
+            if record is not None:
+                profiles.mkdir(exist_ok=True)
+                shutil.copyfile(record.path, profiles / name)
+        log.detail = f"{binary.stat().st_size / 1e6:.1f} MB"
+
+    with pipeline.step("publish") as log:
+        manifest = _manifest(
+            pipeline=pipeline,
+            base=base,
+            report=report,
+            vendor=vendor,
+            binary=binary,
+            pgo=pgo_record,
+            coverage=coverage,
+            bolt=bolt.report if bolt else None,
+            validation=validation,
+            variants=variants,
+        )
+        write_json(artifact / "build.json", manifest)
+        shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
+        sums = write_checksums(artifact)
+        log.line(sums.read_text().rstrip())
+        destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
+        publish(artifact, destination)
+        log.detail = str(destination)
     return BuildOutcome(destination, destination / plan.binary, manifest)
+
+
+def _build_variants(
+    pipeline: Pipeline, vendor: Path
+) -> tuple[str, ProfileRecord | None, Coverage | None]:
+    """Baseline, release, PGO and optimized builds, then the tests; returns the binary."""
+    plan, options, box = pipeline.plan, pipeline.options, pipeline.box
+    with pipeline.step("build-baseline") as log:
+        # Re-snapshot: a source edited since planning must not slip in unrecorded.
+        current = snapshot(options.crate_dir, options.source_date_epoch)
+        if current.archive_sha256 != plan.source.archive_sha256:
+            raise SourceError(
+                "the crate's sources changed while the build was starting",
+                hint="Run the build again.",
+            )
+        log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
+        box.put_archive(PATHS.root, plan.source.archive)
+        log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
+        box.put_archive(PATHS.root, vendor.read_bytes())
+        _exec(box, ["mkdir", "-p", BIN_DIR], log, "build-baseline")
+        _cargo(box, plan.variants["baseline"].build, log, "build-baseline")
+        pipeline.copy_binary("baseline", log)
+    with pipeline.step("build-release") as log:
+        _cargo(box, plan.variants["release"].build, log, "build-release")
+        shipped = pipeline.copy_binary("release", log)
+
+    pgo_record = run_pgo(pipeline, plan.pgo) if plan.pgo else None
+    coverage: Coverage | None = None
+    if "optimized" in plan.variants:
+        with pipeline.step("build-optimized") as log:
+            output = _cargo(box, plan.variants["optimized"].build, log, "build-optimized")
+            shipped = pipeline.copy_binary("optimized", log)
+            if plan.pgo is not None and pgo_record is not None:
+                functions = pgo_record.details.get("functions", 0)
+                coverage = Coverage(
+                    profiled_functions=int(functions) if isinstance(functions, int) else 0,
+                    missing_functions=len(missing_functions(output)),
+                    max_missing_ratio=plan.pgo.max_missing_ratio,
+                )
+                log.detail = (
+                    f"{coverage.missing_functions} functions without profile "
+                    f"({coverage.missing_ratio:.1%})"
+                )
+                coverage.check()
+    with pipeline.step("test") as log:
+        _cargo(box, plan.test, log, "test")
+    return shipped, pgo_record, coverage
+
+
+def _keep_variants(
+    pipeline: Pipeline, artifact: Path, shipped: str, unbolted: str, log: StepLog
+) -> dict[str, dict[str, object]]:
+    """Store every variant's binary for `orchestrator bench`, keyed by the shipped binary."""
+    names = {"baseline": f"{BIN_DIR}/baseline", "release": f"{BIN_DIR}/release"}
+    if pipeline.plan.pgo:
+        names["pgo"] = unbolted
+    if shipped != unbolted:
+        names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = shipped
+    shipped_sha = sha256_file(artifact / pipeline.plan.binary)
+    store = pipeline.options.cache_dir / "variants" / shipped_sha
+    partial = store.with_name(store.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    described: dict[str, dict[str, object]] = {}
+    for name, path in names.items():
+        fetched = _fetch_file(pipeline.box, path, pipeline.scratch)
+        target = partial / name
+        shutil.move(fetched, target)
+        described[name] = {"sha256": sha256_file(target), "size": target.stat().st_size}
+    (partial / "variants.json").write_text(
+        json.dumps({"image": pipeline.image.reference, "variants": described}, indent=1) + "\n"
+    )
+    shutil.rmtree(store, ignore_errors=True)
+    partial.replace(store)
+    log.line(f"variants for `orchestrator bench` kept in {store}")
+    return described
 
 
 def _manifest(
     *,
-    options: Options,
-    plan: BuildPlan,
+    pipeline: Pipeline,
     base: ImageOutcome,
-    image: ImageOutcome,
     report: ToolchainReport,
     vendor: Path,
     binary: Path,
-    reporter: Reporter,
+    pgo: ProfileRecord | None,
+    coverage: Coverage | None,
+    bolt: dict[str, object] | None,
+    validation: dict[str, object],
+    variants: dict[str, dict[str, object]],
 ) -> dict[str, object]:
+    options, plan = pipeline.options, pipeline.plan
     return {
         "schema": MANIFEST_SCHEMA,
         "orchestrator_version": __version__,
@@ -268,16 +741,31 @@ def _manifest(
             "file": plan.binary,
             "sha256": sha256_file(binary),
             "size": binary.stat().st_size,
+            "optimizations": [
+                name
+                for name, on in (
+                    ("lto-fat", True),
+                    ("pgo", pgo is not None),
+                    ("bolt", bool(bolt and bolt.get("applied"))),
+                )
+                if on
+            ],
         },
         "toolchain": {"spec": plan.toolchain.as_dict(), "reported": report.as_dict()},
-        "images": {"base": base.as_dict(), "toolchain": image.as_dict()},
+        "images": {"base": base.as_dict(), "toolchain": pipeline.image.as_dict()},
         "flags": {
             "target_cpu": options.target_cpu,
             "rustflags": list(plan.rustflags),
             "release_profile": RELEASE_PROFILE,
             "features": list(options.settings_for(plan.flavor).features),
             "default_features": options.settings_for(plan.flavor).default_features,
-            "cargo_build": list(plan.build.argv),
+            "variants": {
+                name: {
+                    "cargo": list(v.build.argv),
+                    "rustflags": v.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"),
+                }
+                for name, v in plan.variants.items()
+            },
             "cargo_test": list(plan.test.argv),
             "environment": {
                 k: v for k, v in plan.build.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"
@@ -290,7 +778,22 @@ def _manifest(
             "cargo_lock_sha256": plan.source.cargo_lock_sha256,
             "vendored_crates_sha256": sha256_file(vendor),
             "source_date_epoch": options.source_date_epoch,
+            "workloads": [list(w) for w in plan.workloads],
         },
+        "pgo": (
+            {
+                "profile": pgo.as_dict(),
+                "profile_key": plan.pgo.profile_key if plan.pgo else None,
+                "coverage": coverage.as_dict() if coverage else None,
+            }
+            if pgo
+            else None
+        ),
+        "bolt": bolt,
+        "profiling": pipeline.perf.as_dict()
+        | {"container_started": pipeline._profiler is not None},
+        "validation": validation,
+        "variants": variants,
         # The publish step is still running while this is written.
-        "steps": [r.as_dict() for r in reporter.results if r.status != "running"],
+        "steps": [r.as_dict() for r in pipeline.reporter.results if r.status != "running"],
     }

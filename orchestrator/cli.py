@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -72,22 +73,10 @@ CacheOption = Annotated[
 ]
 
 
-def _resolve(
-    config: Path | None,
-    toolchain: str | None = None,
-    target_cpu: str | None = None,
-    artifacts_dir: Path | None = None,
-    cache_dir: Path | None = None,
-) -> Options:
-    return resolve(
-        config,
-        cli={
-            "build.toolchain": toolchain,
-            "build.target_cpu": target_cpu,
-            "build.artifacts_dir": str(artifacts_dir) if artifacts_dir else None,
-            "build.cache_dir": str(cache_dir) if cache_dir else None,
-        },
-    )
+def _resolve(config: Path | None, flags: Mapping[str, object] | None = None) -> Options:
+    """Resolve options; `flags` maps dotted keys to CLI values (None: flag not given)."""
+    cli = {k: str(v) if isinstance(v, Path) else v for k, v in (flags or {}).items()}
+    return resolve(config, cli=cli)
 
 
 def _fail(error: OrchestratorError) -> typer.Exit:
@@ -117,25 +106,75 @@ def build(
             "--verbose", "-v", help="Stream every command's output, not only the step lines."
         ),
     ] = False,
+    pgo: Annotated[
+        bool | None,
+        typer.Option("--pgo/--no-pgo", help="Profile-guided optimization (default on)."),
+    ] = None,
+    bolt: Annotated[
+        bool | None,
+        typer.Option("--bolt/--no-bolt", help="BOLT post-link optimization (default on)."),
+    ] = None,
+    bolt_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--bolt-mode",
+            help="How to profile for BOLT: auto (best available), lbr, sample, instrument.",
+        ),
+    ] = None,
+    bolt_policy: Annotated[
+        str | None,
+        typer.Option(
+            "--bolt-policy",
+            help="If BOLT fails: fallback (ship the PGO binary, loudly) or require (fail).",
+        ),
+    ] = None,
+    privileged: Annotated[
+        bool | None,
+        typer.Option(
+            "--privileged/--no-privileged",
+            help="Let the profiling container ask for perf access (--no-privileged: never; "
+            "BOLT then uses instrumentation).",
+        ),
+    ] = None,
+    retrain: Annotated[
+        bool,
+        typer.Option("--retrain", help="Profile again even when a stored profile matches."),
+    ] = False,
 ) -> None:
-    """Build, test and publish one flavor of the release into artifacts/.
+    """Build, test, optimize (PGO, BOLT), validate and publish one flavor into artifacts/.
 
-    Example: orchestrator build --flavor cpu --target-cpu x86-64-v3
+    Examples:
+      orchestrator build --flavor cpu --target-cpu x86-64-v3
+      orchestrator build --bolt-mode instrument --bolt-policy require
+      orchestrator build --no-pgo --no-bolt     # the plain release profile only
     """
     from orchestrator.build import prepare_plan, run_build
     from orchestrator.engine import Engine
     from orchestrator.log import Reporter
 
     try:
-        options = _resolve(config, toolchain, target_cpu, artifacts_dir, cache_dir)
+        options = _resolve(
+            config,
+            {
+                "build.toolchain": toolchain,
+                "build.target_cpu": target_cpu,
+                "build.artifacts_dir": artifacts_dir,
+                "build.cache_dir": cache_dir,
+                "pgo.enabled": pgo,
+                "bolt.enabled": bolt,
+                "bolt.mode": bolt_mode,
+                "bolt.policy": bolt_policy,
+                "profiling.privileges": privileged,
+            },
+        )
         plan = prepare_plan(options, flavor)
         if dry_run:
             console.print_json(json.dumps(plan.summary()))
             return
         engine = Engine.connect()
-        stale = engine.remove_stale_containers()
+        stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
         if stale:
-            console.print(f"removed {stale} container(s) left behind by an earlier run")
+            console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
         reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
         console.print(
             f"building {options.binary} {options.version} ({flavor}, "
@@ -143,7 +182,9 @@ def build(
             f"logs: {reporter.log_dir}"
         )
         try:
-            outcome = run_build(options, plan, engine, reporter, keep_containers=keep_containers)
+            outcome = run_build(
+                options, plan, engine, reporter, keep_containers=keep_containers, retrain=retrain
+            )
         except KeyboardInterrupt:
             raise BuildInterruptedError("interrupted") from None
     except OrchestratorError as error:

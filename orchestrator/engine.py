@@ -69,6 +69,8 @@ class ContainerSpec:
     privileges: Privileges = Privileges()
     user: str | None = None  # None: the image's USER (non-root in our images)
     purpose: str = "build"
+    volumes: Mapping[str, str] = field(default_factory=dict)  # volume name -> mount path
+    cpuset: str | None = None  # pin to these CPUs (benchmarks)
 
 
 class Container:
@@ -264,8 +266,10 @@ class Engine:
                 cap_add=list(privileges.cap_add) or None,
                 # Least privilege: no capabilities but those asked for by name.
                 cap_drop=None if privileges.privileged else ["ALL"],
-                security_opt=list(privileges.security_opt) or ["no-new-privileges"],
+                security_opt=[*privileges.security_opt, "no-new-privileges"],
                 user=spec.user,
+                volumes={name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
+                cpuset_cpus=spec.cpuset,
             )
         except docker.errors.APIError as exc:
             reason = str(exc.explanation or exc).strip()
@@ -281,6 +285,33 @@ class Engine:
     def _force_remove(self, sdk: SdkContainer) -> None:
         with suppress(docker.errors.NotFound):
             sdk.remove(force=True)
+
+    @contextmanager
+    def volume(self, purpose: str, *, keep: bool = False) -> Iterator[str]:
+        """A named volume shared by a build's containers; removed afterwards."""
+        name = f"orchestrator-{purpose}-{self.session}"
+        self._client.volumes.create(name=name, labels=self._labels("volume"))
+        try:
+            yield name
+        finally:
+            if not keep:
+                with suppress(docker.errors.NotFound, docker.errors.APIError):
+                    self._client.volumes.get(name).remove(force=True)
+
+    def remove_stale_volumes(self) -> int:
+        removed = 0
+        host = socket.gethostname()
+        for volume in self._client.volumes.list(filters={"label": f"{LABEL_MANAGED}=1"}):
+            labels = volume.attrs.get("Labels") or {}
+            pid = str(labels.get(LABEL_PID, ""))
+            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
+                continue
+            if pid.isdigit() and _process_alive(int(pid)):
+                continue
+            with suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed += 1
+        return removed
 
     def managed_containers(self) -> list[SdkContainer]:
         return list(self._client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}))

@@ -80,6 +80,28 @@ class CacheCorruptError(OrchestratorError):
     default_hint = "Remove the named cache entry (or run `orchestrator clean --cache`) and retry."
 
 
+class ProfileError(OrchestratorError):
+    """A PGO or BOLT profile is missing, unreadable, or covers too little of the program."""
+
+    exit_code = 44
+
+
+class ValidationError(OrchestratorError):
+    """The optimized binary's output differs from the baseline's."""
+
+    exit_code = 45
+    default_hint = (
+        "An optimization changed what the program computes. Check for floating-point "
+        "reassociation or undefined behaviour, or set validate.tolerance for numeric noise."
+    )
+
+
+class BoltError(OrchestratorError):
+    """BOLT failed, or its binary failed validation, and bolt.policy is "require"."""
+
+    exit_code = 46
+
+
 class StaleRenderError(OrchestratorError):
     exit_code = 50
     default_hint = "Run `orchestrator render` and commit the regenerated Dockerfiles."

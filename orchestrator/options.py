@@ -21,11 +21,12 @@ CONFIG_FILENAME = "orchestrator.toml"
 # 1980-01-01: the earliest time zip and many archive formats can store.
 FALLBACK_SOURCE_DATE_EPOCH = 315532800
 
-Kind = Literal["str", "int", "bool", "path", "list[str]", "list[argv]"]
+Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[argv]"]
 
 _KIND_TEXT: dict[Kind, str] = {
     "str": "a string",
     "int": "a non-negative integer",
+    "float": "a non-negative number",
     "bool": "true or false",
     "path": "a path (string)",
     "list[str]": "a list of strings",
@@ -39,6 +40,7 @@ class Field:
     kind: Kind
     help: str
     env: str | None = None
+    choices: tuple[str, ...] = ()
 
 
 # The fixed part of the schema. `flavors.<name>` tables are checked separately.
@@ -78,8 +80,46 @@ FIELDS: tuple[Field, ...] = (
         env="ORCHESTRATOR_CACHE_DIR",
     ),
     Field("train.workloads", "list[argv]", "argument lists run to train PGO/BOLT profiles"),
+    Field("pgo.enabled", "bool", "profile-guided optimization"),
+    Field(
+        "pgo.max_missing_ratio",
+        "float",
+        "fail when rustc's missing-profile warnings exceed this share of profiled functions",
+    ),
+    Field("bolt.enabled", "bool", "BOLT post-link optimization"),
+    Field(
+        "bolt.mode",
+        "str",
+        "profile mode: auto (best available), lbr, sample, instrument",
+        env="ORCHESTRATOR_BOLT_MODE",
+        choices=("auto", "lbr", "sample", "instrument"),
+    ),
+    Field(
+        "bolt.policy",
+        "str",
+        "when BOLT fails: fallback (ship the PGO binary) or require",
+        choices=("fallback", "require"),
+    ),
+    Field("bolt.flags", "list[str]", "llvm-bolt optimization flags"),
+    Field(
+        "profiling.privileges",
+        "bool",
+        "let the profiling container ask for perf access (false: BOLT instrumentation only)",
+    ),
     Field("validate.command", "list[str]", "arguments whose output must not change"),
+    Field("validate.tolerance", "float", "relative tolerance for numbers in that output"),
     Field("bench.command", "list[str]", "arguments that benchmark the binary"),
+    Field("bench.runs", "int", "timed runs per variant"),
+    Field("bench.warmup", "int", "untimed runs per variant first"),
+)
+# The seeds' BOLT recipe, spelled for LLVM 19-22.
+DEFAULT_BOLT_FLAGS = (
+    "-reorder-blocks=ext-tsp",
+    "-reorder-functions=cdsort",
+    "-split-functions",
+    "-split-all-cold",
+    "-icf=1",
+    "-dyno-stats",
 )
 FIELDS_BY_KEY = {f.key: f for f in FIELDS}
 FLAVOR_KEYS: dict[str, Kind] = {"features": "list[str]", "default_features": "bool"}
@@ -110,6 +150,16 @@ class Options:
     workloads: tuple[tuple[str, ...], ...]
     validate_command: tuple[str, ...]
     bench_command: tuple[str, ...]
+    pgo: bool = True
+    pgo_max_missing_ratio: float = 0.1
+    bolt: bool = True
+    bolt_mode: str = "auto"
+    bolt_policy: str = "fallback"
+    bolt_flags: tuple[str, ...] = DEFAULT_BOLT_FLAGS
+    profiling_privileges: bool = True
+    validate_tolerance: float = 0.0
+    bench_runs: int = 10
+    bench_warmup: int = 2
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def settings_for(self, flavor: str) -> FlavorSettings:
@@ -128,8 +178,18 @@ class Options:
             "build.artifacts_dir": self.artifacts_dir,
             "build.cache_dir": self.cache_dir,
             "train.workloads": [list(w) for w in self.workloads],
+            "pgo.enabled": self.pgo,
+            "pgo.max_missing_ratio": self.pgo_max_missing_ratio,
+            "bolt.enabled": self.bolt,
+            "bolt.mode": self.bolt_mode,
+            "bolt.policy": self.bolt_policy,
+            "bolt.flags": list(self.bolt_flags),
+            "profiling.privileges": self.profiling_privileges,
             "validate.command": list(self.validate_command),
+            "validate.tolerance": self.validate_tolerance,
             "bench.command": list(self.bench_command),
+            "bench.runs": self.bench_runs,
+            "bench.warmup": self.bench_warmup,
         }
         for name, settings in sorted(self.flavor_settings.items()):
             values[f"flavors.{name}.features"] = list(settings.features)
@@ -144,6 +204,8 @@ def _check_kind(value: object, kind: Kind, where: str) -> object:
         ok = isinstance(value, str) and value != ""
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif kind == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
     elif kind == "bool":
         ok = isinstance(value, bool)
     elif kind == "list[str]":
@@ -156,6 +218,12 @@ def _check_kind(value: object, kind: Kind, where: str) -> object:
         raise ConfigError(
             f"{where}: expected {_KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"
         )
+    return value
+
+
+def _check_choice(value: object, spec: Field, where: str) -> object:
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(f"{where}: expected one of {', '.join(spec.choices)}, got {value!r}")
     return value
 
 
@@ -195,7 +263,8 @@ def _flatten_file(data: Mapping[str, object], path: Path) -> dict[str, object]:
                 raise ConfigError(
                     f"{path}: unknown key '{dotted}'; [{section}] takes: " + ", ".join(allowed)
                 )
-            flat[dotted] = _check_kind(value, spec.kind, f"{path}: {dotted}")
+            where = f"{path}: {dotted}"
+            flat[dotted] = _check_choice(_check_kind(value, spec.kind, where), spec, where)
     return flat
 
 
@@ -278,6 +347,13 @@ class _Layers:
         self.values[key] = value
         self.sources[key] = source
 
+    def flag(self, key: str) -> bool:
+        return self.values.get(key) is True
+
+    def number(self, key: str) -> float:
+        value = self.values.get(key, 0)
+        return float(value) if isinstance(value, int | float) else 0.0
+
     def text(self, key: str) -> str | None:
         value = self.values.get(key)
         return value if isinstance(value, str) else None
@@ -320,6 +396,16 @@ def _layer(
         "build.flavors": ["cpu"],
         "build.artifacts_dir": "artifacts",
         "build.cache_dir": str(default_cache_dir(env)),
+        "pgo.enabled": True,
+        "pgo.max_missing_ratio": 0.1,
+        "bolt.enabled": True,
+        "bolt.mode": "auto",
+        "bolt.policy": "fallback",
+        "bolt.flags": list(DEFAULT_BOLT_FLAGS),
+        "profiling.privileges": True,
+        "validate.tolerance": 0.0,
+        "bench.runs": 10,
+        "bench.warmup": 2,
     }
     for key, value in defaults.items():
         layers.set(key, value, "default")
@@ -327,13 +413,19 @@ def _layer(
         layers.set(key, value, f"file {path.name}")
     for spec in FIELDS:
         if spec.env and env.get(spec.env):
-            layers.set(spec.key, _parse_env(env[spec.env], spec.kind, spec.env), f"env {spec.env}")
+            value = _parse_env(env[spec.env], spec.kind, spec.env)
+            _check_choice(value, spec, f"environment variable {spec.env}")
+            layers.set(spec.key, value, f"env {spec.env}")
     for key, value in cli.items():
         if value is None:
             continue  # flag not given
         if key not in FIELDS_BY_KEY:
             raise ConfigError(f"internal: unknown CLI key {key}")
-        layers.set(key, _check_kind(value, FIELDS_BY_KEY[key].kind, f"flag for {key}"), "flag")
+        spec = FIELDS_BY_KEY[key]
+        checked = _check_choice(
+            _check_kind(value, spec.kind, f"flag for {key}"), spec, f"flag for {key}"
+        )
+        layers.set(key, checked, "flag")
     return layers
 
 
@@ -418,5 +510,15 @@ def resolve(
         workloads=layers.argvs("train.workloads"),
         validate_command=layers.strings("validate.command"),
         bench_command=layers.strings("bench.command"),
+        pgo=layers.flag("pgo.enabled"),
+        pgo_max_missing_ratio=layers.number("pgo.max_missing_ratio"),
+        bolt=layers.flag("bolt.enabled"),
+        bolt_mode=str(layers.values["bolt.mode"]),
+        bolt_policy=str(layers.values["bolt.policy"]),
+        bolt_flags=layers.strings("bolt.flags"),
+        profiling_privileges=layers.flag("profiling.privileges"),
+        validate_tolerance=layers.number("validate.tolerance"),
+        bench_runs=int(layers.number("bench.runs")),
+        bench_warmup=int(layers.number("bench.warmup")),
         sources=layers.sources,
     )

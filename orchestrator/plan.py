@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.errors import ConfigError
 from orchestrator.flavors import Flavor
 from orchestrator.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.options import Options
@@ -57,10 +58,39 @@ class CargoCommand:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One way of building the binary; bench compares them, validation compares two."""
+
+    name: str  # baseline | release | pgo-generate | optimized
+    build: CargoCommand
+    binary: str  # where cargo leaves it in the build container
+
+
+@dataclass(frozen=True)
 class Step:
     name: str
     title: str
     network: bool = False
+
+
+@dataclass(frozen=True)
+class PgoPlan:
+    profile_key: str  # cache key: everything the profile depends on
+    raw_dir: str
+    merged: str
+    profile_file_pattern: str  # LLVM_PROFILE_FILE: one file per process and binary
+    merge_argv: tuple[str, ...]
+    show_argv: tuple[str, ...]
+    max_missing_ratio: float
+
+
+@dataclass(frozen=True)
+class BoltPlan:
+    mode: str  # auto | lbr | sample | instrument
+    policy: str  # fallback | require
+    flags: tuple[str, ...]
+    work_dir: str
+    tools: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -77,13 +107,26 @@ class BuildPlan:
     source: SourceSnapshot
     rustflags: tuple[str, ...]
     fetch: CargoCommand
-    build: CargoCommand
+    variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
     test: CargoCommand
-    binary_in_container: str
+    pgo: PgoPlan | None
+    bolt: BoltPlan | None
+    workloads: tuple[tuple[str, ...], ...]
+    validate_command: tuple[str, ...]
+    validate_tolerance: float
+    profiling_privileges: bool
     binary: str
     release_dir: str
     artifact_dir: str
     steps: tuple[Step, ...]
+
+    @property
+    def final(self) -> Variant:
+        return list(self.variants.values())[-1]
+
+    @property
+    def build(self) -> CargoCommand:
+        return self.final.build
 
     def summary(self) -> dict[str, object]:
         """What build.json and --dry-run show about the plan."""
@@ -100,9 +143,24 @@ class BuildPlan:
             "source_archive_sha256": self.source.archive_sha256,
             "cargo_lock_sha256": self.source.cargo_lock_sha256,
             "rustflags": list(self.rustflags),
-            "build": list(self.build.argv),
+            "variants": {
+                name: {
+                    "argv": list(v.build.argv),
+                    "rustflags": v.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"),
+                }
+                for name, v in self.variants.items()
+            },
             "test": list(self.test.argv),
-            "environment": dict(self.build.environment),
+            "pgo": {"profile_key": self.pgo.profile_key} if self.pgo else None,
+            "bolt": {
+                "mode": self.bolt.mode,
+                "policy": self.bolt.policy,
+                "flags": list(self.bolt.flags),
+            }
+            if self.bolt
+            else None,
+            "workloads": [list(w) for w in self.workloads],
+            "validate": list(self.validate_command),
             "artifact": f"{self.release_dir}/{self.artifact_dir}",
             "steps": [s.name for s in self.steps],
         }
@@ -136,6 +194,48 @@ def _profile_args() -> list[str]:
     return args
 
 
+def _steps(
+    options: Options,
+    base_image: ImagePlan,
+    image: ImagePlan,
+    *,
+    pgo: bool,
+    bolt: BoltPlan | None,
+    optimized: bool,
+) -> tuple[Step, ...]:
+    steps = [
+        Step("base-image", f"base rootfs image {base_image.reference}"),
+        Step("toolchain-image", f"toolchain image {image.reference}"),
+        Step("toolchain-check", "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
+        Step("fetch-crates", "vendor crates listed in Cargo.lock", network=True),
+        Step("build-baseline", "plain cargo build --release (the yardstick)"),
+        Step("build-release", f"release profile, target-cpu {options.target_cpu}"),
+    ]
+    if pgo:
+        steps += [
+            Step("pgo-instrument", "instrumented build (-Cprofile-generate)"),
+            Step("pgo-train", f"run {len(options.workloads)} workloads in the profiling container"),
+            Step("pgo-merge", "merge .profraw files with llvm-profdata"),
+        ]
+    if optimized:
+        what = " + ".join(
+            x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
+        )
+        steps.append(Step("build-optimized", f"release profile + {what}"))
+    steps.append(Step("test", "cargo test --release with the shipped flags"))
+    if bolt:
+        steps += [
+            Step("bolt-profile", f"profile the binary for BOLT (mode {bolt.mode})"),
+            Step("bolt-optimize", "llvm-bolt " + " ".join(bolt.flags)),
+        ]
+    steps += [
+        Step("validate", "outputs of the shipped binary equal the baseline's"),
+        Step("extract", f"copy {options.binary} out of the container"),
+        Step("publish", "checksums, build.json, atomic move into artifacts/"),
+    ]
+    return tuple(steps)
+
+
 def make_plan(
     options: Options,
     flavor: Flavor,
@@ -147,51 +247,133 @@ def make_plan(
     source: SourceSnapshot,
 ) -> BuildPlan:
     flavor.validate(options)
+    if (options.pgo or options.bolt) and not options.workloads:
+        raise ConfigError(
+            f"{options.config_path}: PGO and BOLT train on workloads, but [train] workloads "
+            "is empty",
+            hint="Add argument lists for the binary under [train] workloads, or build with "
+            "--no-pgo --no-bolt.",
+        )
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
     settings = options.settings_for(flavor.name)
     release_dir = release_dir_name(options.binary, options.version)
+    cargo = toolchain.tool("cargo")
 
-    rustflags = (
-        *flavor.rustflags(options),
-        # Paths in panic messages and debug info must not depend on where we built.
+    # Paths in panic messages and debug info must not depend on where we built.
+    remap = (
         f"--remap-path-prefix={PATHS.src}={release_dir}",
         f"--remap-path-prefix={PATHS.vendor}=crates",
         f"--remap-path-prefix={PATHS.cargo_home}=cargo-home",
     )
-    environment = {
-        "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
-        # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
-        "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(rustflags),
-        "CARGO_HOME": PATHS.cargo_home,
-        "TZ": "UTC",
-        "LC_ALL": "C.UTF-8",
-    }
+    rustflags = (*flavor.rustflags(options), *remap)
     feature_args: list[str] = []
     if not settings.default_features:
         feature_args.append("--no-default-features")
     if settings.features:
         feature_args += ["--features", ",".join(settings.features)]
-    common = [
-        "--release",
-        "--offline",
-        "--locked",
-        "--manifest-path",
-        f"{PATHS.src}/Cargo.toml",
-        "--target",
-        flavor.rust_target,
-        "--target-dir",
-        PATHS.target,
-        *feature_args,
-        *_profile_args(),
+
+    def command(
+        verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool
+    ) -> CargoCommand:
+        argv = [cargo, verb]
+        if verb == "build":
+            argv += ["--bin", options.binary]
+        argv += [
+            "--release",
+            "--offline",
+            "--locked",
+            "--manifest-path",
+            f"{PATHS.src}/Cargo.toml",
+            "--target",
+            flavor.rust_target,
+            "--target-dir",
+            target_dir,
+            *feature_args,
+        ]
+        if profile:
+            argv += _profile_args()
+        environment = {
+            "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
+            # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
+            "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(flags),
+            "CARGO_HOME": PATHS.cargo_home,
+            "TZ": "UTC",
+            "LC_ALL": "C.UTF-8",
+        }
+        return CargoCommand(tuple(argv), environment)
+
+    def variant(name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
+        target_dir = f"{PATHS.target}/{name}"
+        return Variant(
+            name,
+            command("build", target_dir, flags, profile=profile),
+            f"{target_dir}/{flavor.rust_target}/release/{options.binary}",
+        )
+
+    pgo_dir = f"{PATHS.out}/pgo"
+    variants = [
+        # What `cargo build --release` gives without us: the yardstick for bench and validation.
+        variant("baseline", remap, profile=False),
+        variant("release", rustflags),
     ]
-    build = CargoCommand(
-        (toolchain.tool("cargo"), "build", "--bin", options.binary, *common), environment
-    )
-    test = CargoCommand((toolchain.tool("cargo"), "test", *common), environment)
+    optimized_flags = rustflags
+    pgo: PgoPlan | None = None
+    if options.pgo:
+        generate = variant("pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw"))
+        variants.append(generate)
+        pgo = PgoPlan(
+            profile_key=content_hash(
+                {
+                    "kind": "pgo-profile",
+                    "source": source.archive_sha256,
+                    "cargo_lock": source.cargo_lock_sha256,
+                    "toolchain": toolchain.as_dict(),
+                    "image": image.input_hash,
+                    "build": [generate.build.argv, dict(generate.build.environment)],
+                    "workloads": [list(w) for w in options.workloads],
+                }
+            ),
+            raw_dir=f"{pgo_dir}/raw",
+            merged=f"{pgo_dir}/merged.profdata",
+            profile_file_pattern=f"{pgo_dir}/raw/%m_%p.profraw",
+            merge_argv=(
+                toolchain.tool("llvm_profdata"),
+                "merge",
+                "-o",
+                f"{pgo_dir}/merged.profdata",
+                f"{pgo_dir}/raw",
+            ),
+            show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
+            max_missing_ratio=options.pgo_max_missing_ratio,
+        )
+        optimized_flags = (
+            *optimized_flags,
+            f"-Cprofile-use={pgo.merged}",
+            "-Cllvm-args=-pgo-warn-missing-function",
+        )
+    bolt: BoltPlan | None = None
+    if options.bolt:
+        # BOLT rewrites the layout and needs the linker's relocations to do it.
+        optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
+        bolt = BoltPlan(
+            mode=options.bolt_mode,
+            policy=options.bolt_policy,
+            flags=options.bolt_flags,
+            work_dir=f"{PATHS.out}/bolt",
+            tools={
+                "llvm_bolt": toolchain.tool("llvm_bolt"),
+                "perf2bolt": toolchain.tool("perf2bolt"),
+                "merge_fdata": toolchain.tool("merge_fdata"),
+            },
+        )
+    if options.pgo or options.bolt:
+        variants.append(variant("optimized", optimized_flags))
+    final = variants[-1]
+    test = command("test", f"{PATHS.target}/{final.name}", optimized_flags, profile=True)
     fetch = CargoCommand(
         (
-            toolchain.tool("cargo"),
+            cargo,
             "vendor",
             "--locked",
             "--versioned-dirs",
@@ -202,15 +384,14 @@ def make_plan(
         # A clean CARGO_HOME: the image's one points cargo at the (empty) vendor folder.
         {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},
     )
-    steps = (
-        Step("base-image", f"base rootfs image {base_image.reference}"),
-        Step("toolchain-image", f"toolchain image {image.reference}"),
-        Step("toolchain-check", "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
-        Step("fetch-crates", "vendor crates listed in Cargo.lock", network=True),
-        Step("build", f"cargo build --release ({flavor.rust_target})"),
-        Step("test", "cargo test --release"),
-        Step("extract", f"copy {options.binary} out of the container"),
-        Step("publish", "checksums, build.json, atomic move into artifacts/"),
+
+    steps = _steps(
+        options,
+        base_image,
+        image,
+        pgo=pgo is not None,
+        bolt=bolt,
+        optimized=final.name == "optimized",
     )
     return BuildPlan(
         flavor=flavor.name,
@@ -225,9 +406,14 @@ def make_plan(
         source=source,
         rustflags=tuple(rustflags),
         fetch=fetch,
-        build=build,
+        variants={v.name: v for v in variants},
         test=test,
-        binary_in_container=f"{PATHS.target}/{flavor.rust_target}/release/{options.binary}",
+        pgo=pgo,
+        bolt=bolt,
+        workloads=options.workloads,
+        validate_command=options.validate_command,
+        validate_tolerance=options.validate_tolerance,
+        profiling_privileges=options.profiling_privileges,
         binary=options.binary,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name),
@@ -237,11 +423,14 @@ def make_plan(
 
 __all__ = [
     "RELEASE_PROFILE",
+    "BoltPlan",
     "BuildPlan",
     "CargoCommand",
     "ImagePlan",
+    "PgoPlan",
     "SourceSnapshot",
     "Step",
+    "Variant",
     "base_image_plan",
     "content_hash",
     "make_plan",

@@ -22,7 +22,9 @@ def project(tmp_path: Path) -> Path:
         'version = 4\n\n[[package]]\nname = "demo"\nversion = "1.2.3"\n'
     )
     (crate / "src" / "main.rs").write_text("fn main() {}\n")
-    (tmp_path / "orchestrator.toml").write_text('[package]\ncrate = "crate"\n')
+    (tmp_path / "orchestrator.toml").write_text(
+        '[package]\ncrate = "crate"\n[train]\nworkloads = [["--help"]]\n'
+    )
     return tmp_path
 
 

@@ -15,6 +15,10 @@ from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load
 SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
 
 
+def _flags(plan: BuildPlan, variant: str) -> list[str]:
+    return plan.variants[variant].build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
+
 def _plan(
     options: Options, toolchain: ToolchainSpec | None = None, base: BaseSpec | None = None
 ) -> BuildPlan:
@@ -43,16 +47,77 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "toolchain-image",
         "toolchain-check",
         "fetch-crates",
-        "build",
+        "build-baseline",
+        "build-release",
+        "pgo-instrument",
+        "pgo-train",
+        "pgo-merge",
+        "build-optimized",
         "test",
+        "bolt-profile",
+        "bolt-optimize",
+        "validate",
         "extract",
         "publish",
     ]
     assert [s.name for s in plan.steps if s.network] == ["fetch-crates"]
+    assert list(plan.variants) == ["baseline", "release", "pgo-generate", "optimized"]
+
+
+def test_without_pgo_and_bolt_the_release_variant_ships(options: Options) -> None:
+    plan = _plan(replace(options, pgo=False, bolt=False))
+    assert plan.final.name == "release"
+    assert "pgo-train" not in [s.name for s in plan.steps]
+    assert "build-optimized" not in [s.name for s in plan.steps]
+    assert plan.pgo is None and plan.bolt is None
+
+
+def test_pgo_and_bolt_flags(options: Options) -> None:
+    plan = _plan(options)
+    generate = _flags(plan, "pgo-generate")
+    assert "-Cprofile-generate=/build/out/pgo/raw" in generate
+    optimized = _flags(plan, "optimized")
+    assert "-Cprofile-use=/build/out/pgo/merged.profdata" in optimized
+    assert "-Cllvm-args=-pgo-warn-missing-function" in optimized
+    assert "-Clink-arg=-Wl,--emit-relocs" in optimized
+    assert plan.pgo is not None and plan.pgo.profile_file_pattern.endswith("%m_%p.profraw")
+    # The tests exercise the code generation that ships.
+    assert (
+        plan.test.environment["CARGO_ENCODED_RUSTFLAGS"]
+        == (plan.final.build.environment["CARGO_ENCODED_RUSTFLAGS"])
+    )
+    # BOLT alone still needs relocations, PGO alone does not.
+    assert "-Clink-arg=-Wl,--emit-relocs" in _flags(_plan(replace(options, pgo=False)), "optimized")
+    assert "-Clink-arg=-Wl,--emit-relocs" not in _flags(
+        _plan(replace(options, bolt=False)), "optimized"
+    )
+
+
+def test_baseline_is_plain_cargo(options: Options) -> None:
+    plan = _plan(options)
+    argv = plan.variants["baseline"].build.argv
+    assert "--config" not in argv
+    assert not any(f.startswith("-Ctarget-cpu") for f in _flags(plan, "baseline"))
+
+
+def test_profile_key_follows_sources_and_workloads(options: Options) -> None:
+    plan = _plan(options)
+    assert plan.pgo is not None
+    more = _plan(replace(options, workloads=(*options.workloads, ("generate",))))
+    assert more.pgo is not None and more.pgo.profile_key != plan.pgo.profile_key
+    other_epoch = _plan(replace(options, source_date_epoch=1))
+    assert other_epoch.pgo is not None and other_epoch.pgo.profile_key != plan.pgo.profile_key
+    assert _plan(options).pgo == plan.pgo  # deterministic
+
+
+def test_pgo_without_workloads_is_refused(options: Options) -> None:
+    with pytest.raises(ConfigError, match=r"\[train\] workloads"):
+        _plan(replace(options, workloads=()))
+    assert _plan(replace(options, workloads=(), pgo=False, bolt=False)).final.name == "release"
 
 
 def test_release_settings_are_injected_not_edited(options: Options) -> None:
-    argv = list(plan_argv := _plan(options).build.argv)
+    argv = list(plan_argv := _plan(options).variants["release"].build.argv)
     assert argv[:4] == ["cargo", "build", "--bin", "demo"]
     for flag in ("--release", "--offline", "--locked"):
         assert flag in argv
@@ -70,20 +135,19 @@ def test_release_settings_are_injected_not_edited(options: Options) -> None:
 
 def test_environment_and_rustflags(options: Options) -> None:
     plan = _plan(options)
-    env = plan.build.environment
+    env = plan.variants["release"].build.environment
     assert env["SOURCE_DATE_EPOCH"] == "1700000000"
-    flags = env["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+    flags = _flags(plan, "release")
     assert flags[0] == "-Ctarget-cpu=x86-64-v2"
     assert "--remap-path-prefix=/build/src=demo-1.2.3" in flags
     assert plan.test.argv[1] == "test"
-    assert plan.test.environment == env  # tests see the same code generation as the release
 
 
 def test_artifact_naming(options: Options) -> None:
     plan = _plan(options)
     assert plan.release_dir == "demo-1.2.3"
     assert plan.artifact_dir == "demo-1.2.3-linux-x86_64-cpu"
-    assert plan.binary_in_container == "/build/target/x86_64-unknown-linux-gnu/release/demo"
+    assert plan.final.binary == ("/build/target/optimized/x86_64-unknown-linux-gnu/release/demo")
 
 
 def test_features_reach_cargo(project: Path) -> None:
@@ -91,7 +155,11 @@ def test_features_reach_cargo(project: Path) -> None:
         '[package]\ncrate = "crate"\n[flavors.cpu]\nfeatures = ["a", "b"]\n'
         "default_features = false\n"
     )
-    argv = _plan(resolve(project / "orchestrator.toml", env={})).build.argv
+    argv = _plan(
+        resolve(
+            project / "orchestrator.toml", env={}, cli={"pgo.enabled": False, "bolt.enabled": False}
+        )
+    ).build.argv
     assert "--no-default-features" in argv
     assert argv[argv.index("--features") + 1] == "a,b"
 
@@ -102,7 +170,7 @@ def test_image_tags_follow_their_inputs_only(options: Options) -> None:
     # Build flags are not image inputs: no rebuild for another target-cpu.
     other_cpu = _plan(replace(options, target_cpu="x86-64-v3"))
     assert other_cpu.image == plan.image
-    assert other_cpu.build.environment != plan.build.environment
+    assert _flags(other_cpu, "release") != _flags(plan, "release")
     # A changed pin or base changes the image.
     toolchain = load_toolchain("rustc-web-1.96")
     bumped = replace(toolchain, packages={**toolchain.packages, "gcc": "4:14.2.0-2"})
