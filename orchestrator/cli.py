@@ -14,7 +14,12 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator import __version__
-from orchestrator.errors import BuildInterruptedError, DoctorBlockerError, OrchestratorError
+from orchestrator.errors import (
+    BuildInterruptedError,
+    ConfigError,
+    DoctorBlockerError,
+    OrchestratorError,
+)
 from orchestrator.options import Options, resolve
 
 app = typer.Typer(
@@ -192,6 +197,106 @@ def build(
     console.print(f"[bold green]published[/] {outcome.artifact}")
     console.print(f"  binary  {outcome.binary}")
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
+
+
+@app.command()
+def bench(
+    flavor: FlavorOption = "cpu",
+    config: ConfigOption = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    runs: Annotated[
+        int | None,
+        typer.Option("--runs", min=2, help="Timed runs per variant (default bench.runs, 10)."),
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(
+            "--warmup", min=0, help="Untimed runs per variant first (default bench.warmup, 2)."
+        ),
+    ] = None,
+) -> None:
+    """Benchmark a built flavor: plain cargo, release profile, +PGO, +PGO+BOLT, side by side.
+
+    Runs are interleaved (A B C D A B C D ...) in one container of the build's image pinned
+    to one CPU. Writes bench.json, bench.md, bench.png and hyperfine.json under
+    artifacts/<release>/bench/<artifact>/.
+
+    Example: orchestrator build && orchestrator bench --runs 20
+    """
+    from orchestrator.bench import locate, measure, write_report
+    from orchestrator.engine import Engine
+    from orchestrator.flavors import get_flavor
+
+    try:
+        options = _resolve(
+            config,
+            {
+                "build.artifacts_dir": artifacts_dir,
+                "build.cache_dir": cache_dir,
+                "bench.runs": runs,
+                "bench.warmup": warmup,
+            },
+        )
+        if not options.bench_command:
+            raise ConfigError(
+                "bench.command is empty: nothing to benchmark",
+                hint='Set [bench] command = ["bench"] (arguments for the binary).',
+            )
+        target = get_flavor(flavor)
+        setup = locate(
+            options.artifacts_dir,
+            options.cache_dir,
+            name=options.binary,
+            version=options.version,
+            arch=target.arch,
+            flavor=flavor,
+        )
+        engine = Engine.connect()
+        cpu = str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
+        console.print(
+            f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
+            f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"
+        )
+        stats = measure(
+            engine,
+            setup,
+            options.bench_command,
+            runs=options.bench_runs,
+            warmup=options.bench_warmup,
+            cpu=cpu,
+            progress=console.print,
+        )
+        output = write_report(
+            setup,
+            stats,
+            options.bench_command,
+            cpu=cpu,
+            runs=options.bench_runs,
+            warmup=options.bench_warmup,
+        )
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    table = Table(
+        "variant",
+        "median",
+        "p95",
+        "speedup (95% CI)",
+        "max RSS",
+        "size",
+        title=f"{setup.artifact.name}: {' '.join(options.bench_command)}",
+    )
+    for s in stats:
+        table.add_row(
+            s.name,
+            f"{s.median * 1000:.1f} ms",
+            f"{s.p95 * 1000:.1f} ms",
+            f"{s.speedup:.3f}x ({s.speedup_ci[0]:.3f}-{s.speedup_ci[1]:.3f})",
+            f"{s.max_rss_kb / 1024:.1f} MiB",
+            f"{s.size / 1e6:.2f} MB",
+        )
+    console.print(table)
+    console.print(f"report: {output}")
 
 
 @app.command()

@@ -6,6 +6,7 @@ content-addressed images, so only the first run on a machine pays for bootstrapp
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -82,3 +84,36 @@ def managed_containers(client: docker.DockerClient) -> list[str]:
         str(c.name)
         for c in client.containers.list(all=True, filters={"label": "org.orchestrator.managed=1"})
     ]
+
+
+ARTIFACT = Path("tinyllm-0.1.0") / "tinyllm-0.1.0-linux-x86_64-cpu"
+
+
+@dataclass(frozen=True)
+class Release:
+    run: Run
+    artifacts: Path
+    directory: Path
+    manifest: dict[str, Any]
+    engine_was_clean: bool
+
+
+def managed_images(client: docker.DockerClient) -> dict[str, str]:
+    return {
+        tag: str(image.id)
+        for image in client.images.list(filters={"label": "org.orchestrator.managed=1"})
+        for tag in image.tags
+    }
+
+
+@pytest.fixture(scope="session")
+def release(
+    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Release:
+    engine_was_clean = not managed_images(docker_client)
+    artifacts = tmp_path_factory.mktemp("artifacts")
+    run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)])
+    assert run.returncode == 0, run.output
+    directory = artifacts / ARTIFACT
+    manifest = json.loads((directory / "build.json").read_text())
+    return Release(run, artifacts, directory, manifest, engine_was_clean)

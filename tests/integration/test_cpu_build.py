@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
 import pytest
@@ -15,74 +13,46 @@ from testcontainers.core.container import DockerContainer
 
 from tests.integration.conftest import (
     REPO,
-    Run,
+    Release,
     interrupt_when,
     managed_containers,
+    managed_images,
     orchestrator,
 )
 
 pytestmark = pytest.mark.integration
-ARTIFACT = Path("tinyllm-0.1.0") / "tinyllm-0.1.0-linux-x86_64-cpu"
 FAILING = REPO / "tests" / "fixtures" / "failing-tests" / "orchestrator.toml"
 
 
-@dataclass(frozen=True)
-class Release:
-    run: Run
-    artifacts: Path
-    directory: Path
-    manifest: dict[str, Any]
-    engine_was_clean: bool
-
-
-def _images(client: docker.DockerClient) -> dict[str, str]:
-    return {
-        tag: str(image.id)
-        for image in client.images.list(filters={"label": "org.orchestrator.managed=1"})
-        for tag in image.tags
-    }
-
-
-@pytest.fixture(scope="module")
-def release(
-    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
-) -> Release:
-    engine_was_clean = not _images(docker_client)
-    artifacts = tmp_path_factory.mktemp("artifacts")
-    run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)])
-    assert run.returncode == 0, run.output
-    directory = artifacts / ARTIFACT
-    manifest = json.loads((directory / "build.json").read_text())
-    return Release(run, artifacts, directory, manifest, engine_was_clean)
+STEPS = [
+    "base-image",
+    "toolchain-image",
+    "toolchain-check",
+    "fetch-crates",
+    "build-baseline",
+    "build-release",
+    "pgo-instrument",
+    "pgo-train",
+    "pgo-merge",
+    "build-optimized",
+    "test",
+    "bolt-profile",
+    "bolt-optimize",
+    "validate",
+    "extract",
+]
 
 
 def test_every_step_is_announced_and_timed(release: Release) -> None:
-    for step in (
-        "base-image",
-        "toolchain-image",
-        "toolchain-check",
-        "fetch-crates",
-        "build",
-        "test",
-        "extract",
-        "publish",
-    ):
+    for step in [*STEPS, "publish"]:
         assert f"▶ {step}" in release.run.output
     steps = release.manifest["steps"]
-    assert isinstance(steps, list)
-    assert [s["name"] for s in steps][:7] == [
-        "base-image",
-        "toolchain-image",
-        "toolchain-check",
-        "fetch-crates",
-        "build",
-        "test",
-        "extract",
-    ]
+    assert [s["name"] for s in steps] == STEPS
     assert all(s["status"] in ("ok", "cached") for s in steps)
-    logs = sorted(p.name for p in (release.directory / "logs").iterdir())
-    assert "05-build.log" in logs
-    build_log = (release.directory / "logs" / "05-build.log").read_text()
+    assert all(isinstance(s["seconds"], float) for s in steps)
+    logs = {p.name: p for p in (release.directory / "logs").iterdir()}
+    assert "06-build-release.log" in logs
+    build_log = logs["06-build-release.log"].read_text()
     assert "+ " in build_log and "cargo build --bin tinyllm" in build_log
     assert "--offline --locked" in build_log
 
@@ -117,6 +87,10 @@ def test_manifest_records_toolchain_flags_and_inputs(release: Release) -> None:
     flags = manifest["flags"]
     assert isinstance(flags, dict)
     assert flags["rustflags"][0] == "-Ctarget-cpu=x86-64-v2"
+    assert (
+        "-Cprofile-use=/build/out/pgo/merged.profdata"
+        in flags["variants"]["optimized"]["rustflags"]
+    )
     assert flags["release_profile"]["lto"] == "fat"
     inputs = manifest["inputs"]
     assert isinstance(inputs, dict)
@@ -164,15 +138,24 @@ def test_binary_runs_in_a_bare_base_container(release: Release) -> None:
 
 
 def test_second_run_rebuilds_no_image(release: Release, docker_client: docker.DockerClient) -> None:
-    before = _images(docker_client)
+    before = managed_images(docker_client)
     run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(release.artifacts)])
     assert run.returncode == 0, run.output
-    assert _images(docker_client) == before
+    assert managed_images(docker_client) == before
     manifest = json.loads((release.directory / "build.json").read_text())
     statuses = {s["name"]: s["status"] for s in manifest["steps"]}
-    assert statuses["base-image"] == "cached"
-    assert statuses["toolchain-image"] == "cached"
-    assert statuses["fetch-crates"] == "cached"
+    for step in (
+        "base-image",
+        "toolchain-image",
+        "fetch-crates",
+        "pgo-instrument",
+        "pgo-train",
+        "pgo-merge",
+        "bolt-profile",
+    ):
+        assert statuses[step] == "cached", step
+    assert manifest["pgo"]["profile"]["reused_from_cache"] is True
+    assert manifest["pgo"]["profile"]["sha256"] == release.manifest["pgo"]["profile"]["sha256"]
     assert manifest["images"]["toolchain"]["built_this_run"] is False
     assert manifest["images"]["toolchain"]["id"] == release.manifest["images"]["toolchain"]["id"]
     # Same inputs, fresh containers: the same bytes.
@@ -197,7 +180,9 @@ def test_ctrl_c_leaves_nothing_behind(
 ) -> None:
     artifacts = tmp_path / "artifacts"
     run = interrupt_when(
-        ["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)], "▶ build", env={}
+        ["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)],
+        "▶ build-release",
+        env={},
     )
     assert run.returncode == 130, run.output
     assert not artifacts.exists() or list(artifacts.iterdir()) == []

@@ -1,0 +1,145 @@
+"""PGO, BOLT, the validation gate and bench, on the real tinyllm build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.options import resolve
+from tests.integration.conftest import ARTIFACT, REPO, Release, managed_containers, orchestrator
+
+pytestmark = pytest.mark.integration
+
+
+def _published_nothing(root: Path) -> bool:
+    artifacts = root / "artifacts"
+    return not artifacts.exists() or list(artifacts.iterdir()) == []
+
+
+def test_manifest_shows_profile_mode_and_coverage(release: Release) -> None:
+    pgo = release.manifest["pgo"]
+    profile = release.directory / "profiles" / "pgo.profdata"
+    assert pgo["profile"]["sha256"] == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert pgo["profile"]["size"] == profile.stat().st_size
+    assert pgo["profile"]["raw_files"] >= len(release.manifest["inputs"]["workloads"])
+    assert pgo["coverage"]["missing_ratio"] <= pgo["coverage"]["max_missing_ratio"]
+    bolt = release.manifest["bolt"]
+    assert bolt["applied"] is True, bolt
+    assert bolt["mode"] in ("lbr", "sample", "instrument")
+    assert 0 < bolt["coverage"]["profiled_functions"] <= bolt["coverage"]["total_functions"]
+    assert (release.directory / "profiles" / "bolt.fdata").is_file()
+    assert release.manifest["artifact"]["optimizations"] == ["lto-fat", "pgo", "bolt"]
+    profiling = release.manifest["profiling"]
+    if bolt["mode"] == "instrument":
+        assert profiling["sampling"] is False
+    else:
+        assert profiling["granted"] != "none"
+
+
+def test_optimized_output_equals_baseline(release: Release) -> None:
+    validation = release.manifest["validation"]
+    assert validation["compared"] is True
+    assert validation["identical"] is True
+    variants = release.manifest["variants"]
+    assert set(variants) == {"baseline", "release", "pgo", "pgo-bolt"}
+    assert variants["pgo-bolt"]["sha256"] == release.manifest["artifact"]["sha256"]
+    assert len({v["sha256"] for v in variants.values()}) == 4  # four different binaries
+
+
+@pytest.mark.parametrize("mode", ["instrument", "sample"])
+def test_forced_bolt_modes_work_here(
+    release: Release,
+    mode: str,
+    tmp_path: Path,
+) -> None:
+    run = orchestrator(
+        ["build", "--bolt-mode", mode, "--bolt-policy", "require", "--artifacts-dir", str(tmp_path)]
+    )
+    assert run.returncode == 0, run.output
+    manifest = json.loads((tmp_path / ARTIFACT / "build.json").read_text())
+    assert manifest["bolt"]["mode"] == mode
+    assert manifest["bolt"]["applied"] is True
+    assert manifest["bolt"]["coverage"]["profiled_functions"] > 0
+    assert manifest["validation"]["identical"] is True
+
+
+def test_corrupted_profile_fails_and_publishes_nothing(
+    release: Release,
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    cache_dir = resolve(REPO / "orchestrator.toml").cache_dir
+    key = release.manifest["pgo"]["profile_key"]
+    stored = cache_dir / "profiles" / "pgo" / f"{key}.profdata"
+    original = stored.read_bytes()
+    try:
+        stored.write_bytes(original[:100] + b"\\xff" * 64 + original[164:])
+        run = orchestrator(["build", "--artifacts-dir", str(tmp_path / "artifacts")])
+    finally:
+        stored.write_bytes(original)
+    assert run.returncode == 44, run.output
+    assert "does not match its recorded sha256" in run.output
+    assert "--retrain" in run.output
+    assert _published_nothing(tmp_path)
+    assert managed_containers(docker_client) == []
+
+
+def test_validation_mismatch_fails_with_a_diff(
+    release: Release,
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    # `tinyllm bench` prints timings: never the same twice, so the gate must trip.
+    config = tmp_path / "orchestrator.toml"
+    text = (REPO / "orchestrator.toml").read_text()
+    text = text.replace('crate = "examples/tinyllm"', f'crate = "{REPO}/examples/tinyllm"')
+    text = text.replace(
+        'command = ["generate", "--seed", "42", "--tokens", "96", "--layers", "3", "--dim", "96"]',
+        'command = ["bench", "--tokens", "4"]',
+    )
+    assert '["bench", "--tokens", "4"]' in text
+    config.write_text(text)
+    run = orchestrator(
+        [
+            "build",
+            "--config",
+            str(config),
+            "--no-pgo",
+            "--no-bolt",
+            "--artifacts-dir",
+            str(tmp_path / "artifacts"),
+        ]
+    )
+    assert run.returncode == 45, run.output
+    assert "printed something else than the baseline" in run.output
+    assert "--- baseline" in run.output and "+++ the optimized binary" in run.output
+    assert _published_nothing(tmp_path)
+    assert managed_containers(docker_client) == []
+
+
+def test_bench_writes_json_table_and_chart(release: Release) -> None:
+    run = orchestrator(
+        ["bench", "--runs", "3", "--warmup", "1", "--artifacts-dir", str(release.artifacts)]
+    )
+    assert run.returncode == 0, run.output
+    report_dir = release.artifacts / "tinyllm-0.1.0" / "bench" / ARTIFACT.name
+    report = json.loads((report_dir / "bench.json").read_text())
+    names = [v["name"] for v in report["variants"]]
+    assert names == ["baseline", "release", "pgo", "pgo-bolt"]
+    baseline = report["variants"][0]
+    assert baseline["speedup_vs_baseline"] == 1.0
+    for variant in report["variants"]:
+        assert variant["runs"] == 3
+        assert variant["median_s"] > 0 and variant["p95_s"] >= variant["median_s"] * 0.5
+        low, high = variant["speedup_ci95"]
+        assert low <= variant["speedup_vs_baseline"] <= high
+        assert variant["size_bytes"] > 0 and variant["max_rss_kb"] > 0
+    assert "| + PGO + BOLT |" in (report_dir / "bench.md").read_text()
+    assert (report_dir / "bench.png").read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+    hyperfine = json.loads((report_dir / "hyperfine.json").read_text())
+    assert len(hyperfine["results"]) == 4
+    assert "speedup" in run.output
