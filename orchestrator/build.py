@@ -137,6 +137,8 @@ def _fetch_file(box: Container, path: str, dest_dir: Path) -> Path:
 
 def _put_file(box: Container, path: str, data: bytes) -> None:
     parent = str(PurePosixPath(path).parent)
+    if box.exec(["mkdir", "-p", parent], on_output=lambda _: None) != 0:
+        raise StepFailedError(f"cannot create {parent} in the container")
     box.put_archive(parent, single_file_tar(path, data))
 
 

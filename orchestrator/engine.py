@@ -116,8 +116,15 @@ class Container:
         return int(code) if code is not None else -1
 
     def put_archive(self, path: str, data: bytes) -> None:
-        if not self._sdk.put_archive(path, data):
-            raise OrchestratorError(f"could not copy files into container at {path}")
+        try:
+            done = self._sdk.put_archive(path, data)
+        except docker.errors.APIError as exc:
+            done = False
+            reason = str(exc.explanation or exc)
+        else:
+            reason = "the Engine refused"
+        if not done:
+            raise OrchestratorError(f"could not copy files into the container at {path}: {reason}")
 
     def get_archive(self, path: str) -> Iterator[bytes]:
         try:

@@ -77,7 +77,7 @@ def test_corrupted_profile_fails_and_publishes_nothing(
     stored = cache_dir / "profiles" / "pgo" / f"{key}.profdata"
     original = stored.read_bytes()
     try:
-        stored.write_bytes(original[:100] + b"\\xff" * 64 + original[164:])
+        stored.write_bytes(original[:100] + b"\xff" * 64 + original[164:])
         run = orchestrator(["build", "--artifacts-dir", str(tmp_path / "artifacts")])
     finally:
         stored.write_bytes(original)
@@ -139,7 +139,7 @@ def test_bench_writes_json_table_and_chart(release: Release) -> None:
         assert low <= variant["speedup_vs_baseline"] <= high
         assert variant["size_bytes"] > 0 and variant["max_rss_kb"] > 0
     assert "| + PGO + BOLT |" in (report_dir / "bench.md").read_text()
-    assert (report_dir / "bench.png").read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+    assert (report_dir / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     hyperfine = json.loads((report_dir / "hyperfine.json").read_text())
     assert len(hyperfine["results"]) == 4
     assert "speedup" in run.output
