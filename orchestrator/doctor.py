@@ -7,28 +7,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.bolt import choose_mode
 from orchestrator.engine import Engine, ImageInfo, Privileges
 from orchestrator.errors import OrchestratorError
+from orchestrator.profiling import find_perf_access
 
 MIN_FREE_GB = 15  # one toolchain image plus its packages and a build
-# Inside a throwaway probe container, so a fixed name is harmless.
-PERF_OUTPUT = "/tmp/probe.perf.data"  # noqa: S108
-PERF_MODES = (
-    # (mode, perf arguments); best first
-    (
-        "lbr-sampling",
-        ["record", "-j", "any,u", "-e", "cycles:u", "-o", PERF_OUTPUT, "--", "true"],
-    ),
-    ("software-sampling", ["record", "-e", "cpu-clock:u", "-o", PERF_OUTPUT, "--", "true"]),
-)
-# Least privilege first: the first grant under which perf works is the one to use.
-# The profiling step runs as the image's non-root user, so these grants mostly matter
-# for Docker's seccomp profile, which allows perf_event_open only with one of the caps.
-PERF_GRANTS = (
-    Privileges(cap_add=("PERFMON",)),  # needs kernel >= 5.8 and an engine that knows it
-    Privileges(security_opt=("seccomp=unconfined",)),
-    Privileges(cap_add=("SYS_ADMIN",)),
-)
 
 
 @dataclass(frozen=True)
@@ -80,17 +64,21 @@ def _disk(path: Path, label: str) -> Check:
     return Check(f"disk ({label})", status, f"{free_gb:.0f} GB free at {existing}")
 
 
-def _perf(engine: Engine, image: str) -> list[Check]:
-    for grant in PERF_GRANTS:
-        for mode, args in PERF_MODES:
-            code, _ = engine.probe(image, ["perf", *args], privileges=grant)
-            if code == 0:
-                return [Check("perf in a container", "ok", f"{mode} with {grant.describe()}")]
-    code, output = engine.probe(image, ["perf", *PERF_MODES[1][1]], privileges=PERF_GRANTS[-1])
-    last = output.strip().splitlines()[-1] if output.strip() else f"exit {code}"
-    return [
-        Check("perf in a container", "warn", f"no sampling ({last}); BOLT will use instrumentation")
-    ]
+def _perf(engine: Engine, image: str) -> Check:
+    access = find_perf_access(engine, image, allowed=True)
+    mode = choose_mode("auto", access.capabilities)
+    if mode.mode == "instrument":
+        return Check(
+            "perf in a container",
+            "warn",
+            "no sampling under any grant; BOLT will use instrumentation",
+        )
+    what = "LBR sampling" if mode.mode == "lbr" else "software sampling (no LBR)"
+    return Check(
+        "perf in a container",
+        "ok",
+        f"{what} with {access.privileges.describe()} (the least grant that works)",
+    )
 
 
 def run_checks(cache_dir: Path | None) -> list[Check]:
@@ -167,5 +155,5 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
             )
         )
     else:
-        checks.extend(_perf(engine, toolchain.tags[0]))
+        checks.append(_perf(engine, toolchain.tags[0]))
     return checks

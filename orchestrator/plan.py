@@ -300,6 +300,10 @@ def make_plan(
             "CARGO_HOME": PATHS.cargo_home,
             "TZ": "UTC",
             "LC_ALL": "C.UTF-8",
+            # The cc crate forwards -Cprofile-generate/-use to clang (any LLVM major, whose
+            # profiles llvm-profdata of ours may not read) but never to GCC: C code from
+            # build scripts is compiled by GCC and stays out of the LLVM profile.
+            "CC": "gcc",
         }
         return CargoCommand(tuple(argv), environment)
 

@@ -143,3 +143,19 @@ def test_bench_writes_json_table_and_chart(release: Release) -> None:
     hyperfine = json.loads((report_dir / "hyperfine.json").read_text())
     assert len(hyperfine["results"]) == 4
     assert "speedup" in run.output
+
+
+def test_mixed_language_crate_builds_with_pgo_and_bolt(
+    release: Release, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """C compiled by a build script (cc crate) must not pick up rustc's profile flags."""
+    config = REPO / "tests" / "fixtures" / "mixed-language" / "orchestrator.toml"
+    run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(tmp_path)])
+    assert run.returncode == 0, run.output
+    directory = tmp_path / "mixed-language-0.1.0" / "mixed-language-0.1.0-linux-x86_64-cpu"
+    manifest = json.loads((directory / "build.json").read_text())
+    assert manifest["flags"]["environment"]["CC"] == "gcc"
+    assert manifest["pgo"]["profile"]["functions"] > 0
+    assert manifest["validation"]["identical"] is True
+    assert manifest["artifact"]["optimizations"][:2] == ["lto-fat", "pgo"]
+    assert managed_containers(docker_client) == []
