@@ -22,12 +22,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# The host tools image bootstrapping needs (Debian/Ubuntu hosts).
+# Host tools (Debian/Ubuntu hosts): mmdebstrap makes the root filesystems; minisign is
+# what downstream users verify signatures with, so the tests check against the real one.
+HOST_TOOLS := mmdebstrap minisign
 host-deps:
-	@command -v mmdebstrap >/dev/null || { \
-	  echo "installing mmdebstrap (makes the Debian root filesystems)"; \
+	@missing=""; for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mmdebstrap >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 release: host-deps $(STAMP)
 	$(BIN)/orchestrator build --flavor cpu

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from orchestrator.archive import sha256_file
 from orchestrator.errors import BootstrapError, CacheCorruptError
@@ -143,6 +144,22 @@ def fetch_packages(
         debs.replace(dest)
     log.line(f"{len(files)} packages, {sum(f.size for f in files) / 1e6:.0f} MB in {dest}")
     return PackageSet(dest, files)
+
+
+def deb_identity(file_name: str) -> tuple[str, str, str]:
+    """(name, version, arch) from a Debian archive file name, e.g. gcc_4%3a14.2.0-1_amd64.deb."""
+    stem = file_name.removesuffix(".deb")
+    name, version, arch = stem.split("_")
+    return name, unquote(version), arch
+
+
+def read_manifest(directory: Path) -> tuple[PackageFile, ...] | None:
+    """The recorded files of a package set, without re-hashing them (for reports)."""
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        return None
+    entries = json.loads(manifest.read_text())
+    return tuple(PackageFile(str(e["file"]), str(e["sha256"]), int(e["size"])) for e in entries)
 
 
 def load_package_set(directory: Path) -> PackageSet | None:

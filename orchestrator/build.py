@@ -8,9 +8,11 @@ proves it needs. Build and profiling containers share one volume at /build/out.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -19,7 +21,9 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator import __version__
 from orchestrator.archive import ChunkReader, safe_extract, sha256_file, single_file_tar
+from orchestrator.attest import Signer, artifact_comment, update_release_index
 from orchestrator.bolt import choose_mode, parse_report
+from orchestrator.bootstrap import deb_identity, read_manifest
 from orchestrator.engine import Container, ContainerSpec, Engine
 from orchestrator.errors import (
     BoltError,
@@ -30,7 +34,12 @@ from orchestrator.errors import (
     ValidationError,
 )
 from orchestrator.flavors import get_flavor
-from orchestrator.images import ImageOutcome, ensure_base_image, ensure_toolchain_image
+from orchestrator.images import (
+    ImageOutcome,
+    ensure_base_image,
+    ensure_toolchain_image,
+    package_set_dir,
+)
 from orchestrator.layout import PATHS
 from orchestrator.log import Reporter, StepLog
 from orchestrator.options import Options
@@ -46,7 +55,8 @@ from orchestrator.plan import (
 from orchestrator.profiling import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.publish import publish, staging_area, write_checksums, write_json
 from orchestrator.render import image_packages, render_dockerfile
-from orchestrator.source import snapshot, verify_vendor_archive
+from orchestrator.sbom import SBOM_FILE, Crate, DebPackage, build_sbom, crates_from_metadata
+from orchestrator.source import registry_crates, snapshot, verify_vendor_archive
 from orchestrator.toolchain import ToolchainReport, check_coherence, load_base_spec, load_toolchain
 from orchestrator.validate import compare_outputs, render_diff
 
@@ -275,6 +285,8 @@ class Pipeline:
     keep: bool
     retrain: bool
     scratch: Path
+    signer: Signer
+    started: str
     perf: PerfAccess = NO_ACCESS
     _profiler: Container | None = None
     results: dict[str, object] = field(default_factory=dict)
@@ -533,10 +545,12 @@ def run_build(
     engine: Engine,
     reporter: Reporter,
     *,
+    signer: Signer,
     keep_containers: bool = False,
     retrain: bool = False,
 ) -> BuildOutcome:
     steps = {s.name: s for s in plan.steps}
+    started = _now()
     with reporter.step("base-image", steps["base-image"].title) as log:
         base = ensure_base_image(engine, plan.base, plan.base_image, options.cache_dir, log)
     with reporter.step("toolchain-image", steps["toolchain-image"].title) as log:
@@ -574,6 +588,8 @@ def run_build(
             keep_containers,
             retrain,
             Path(scratch),
+            signer=signer,
+            started=started,
         )
         return _execute(pipeline, base, staging)
     raise AssertionError("unreachable")  # pragma: no cover - ExitStack never swallows
@@ -601,11 +617,27 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
             else ("within tolerance" if validation["compared"] else "nothing to compare")
         )
 
+    with pipeline.step("sbom") as log:
+        crates, packages = _inventory(pipeline, log)
+        log.detail = f"{len(crates)} crates, {len(packages)} toolchain packages"
+
     with pipeline.step("extract") as log:
         artifact = staging / plan.artifact_dir
         artifact.mkdir()
         log.line(f"+ GET /containers/<id>/archive?path={shipped}")
         binary = _fetch_file(box, shipped, artifact).rename(artifact / plan.binary)
+        binary_sha = sha256_file(binary)
+        (artifact / SBOM_FILE).write_text(
+            build_sbom(
+                name=options.binary,
+                version=options.version,
+                artifact=plan.artifact_dir,
+                binary_sha256=binary_sha,
+                crates=crates,
+                toolchain=packages,
+                timestamp=options.source_date_epoch,
+            )
+        )
         variants = _keep_variants(pipeline, artifact, shipped, unbolted, log)
         # The profiles ship with the release: a rebuild can use them instead of retraining.
         profiles = artifact / "profiles"
@@ -631,12 +663,44 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
             validation=validation,
             variants=variants,
         )
+        manifest["dependencies"] = {
+            "rootfs": {
+                "suite": plan.base.suite,
+                "sha256": base.labels.get("org.orchestrator.rootfs-sha256"),
+            },
+            "debian_packages": [p.__dict__ for p in packages],
+            "crates": [
+                {"name": c.name, "version": c.version, "sha256": c.sha256}
+                for c in crates
+                if c.sha256
+            ],
+        }
+        manifest["profiles"] = {
+            name: {"sha256": record.sha256, "size": record.size}
+            for name, record in (
+                ("pgo.profdata", pgo_record),
+                ("bolt.fdata", bolt.profile if bolt else None),
+            )
+            if record is not None
+        }
+        manifest["source"] = source_identity(options.crate_dir)
+        manifest["started_at"], manifest["finished_at"] = pipeline.started, _now()
         write_json(artifact / "build.json", manifest)
         shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
+        # Signed on the host, before publication; the key never enters a container.
+        signature = pipeline.signer.sign(
+            binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir)
+        )
+        log.line(
+            f"signed {binary.name} -> {signature.name} with key "
+            f"{pipeline.signer.key.public.id_text} ({pipeline.signer.source})"
+        )
         sums = write_checksums(artifact)
         log.line(sums.read_text().rstrip())
         destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
         publish(artifact, destination)
+        for path in update_release_index(destination.parent, pipeline.signer):
+            log.line(f"release index: wrote {path.name}")
         log.detail = str(destination)
     return BuildOutcome(destination, destination / plan.binary, manifest)
 
@@ -686,6 +750,81 @@ def _build_variants(
     with pipeline.step("test") as log:
         _cargo(box, plan.test, log, "test")
     return shipped, pgo_record, coverage
+
+
+def _now() -> str:
+    return dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds")
+
+
+def source_identity(crate_dir: Path) -> dict[str, object]:
+    """The git commit the sources come from, and whether the tree had local changes."""
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(crate_dir), *args],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=20,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--", ".")
+    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def _inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPackage]]:
+    """What went into the binary (crates) and what built it (Debian packages)."""
+    plan, box, options = pipeline.plan, pipeline.box, pipeline.options
+    settings = options.settings_for(plan.flavor)
+    features = ["--features", ",".join(settings.features)] if settings.features else []
+    if not settings.default_features:
+        features.append("--no-default-features")
+    metadata_path = f"{PATHS.out}/cargo-metadata.json"
+    # stdout to a file: cargo's warnings go to stderr and must not corrupt the JSON.
+    cargo = [
+        plan.toolchain.tool("cargo"),
+        "metadata",
+        "--format-version",
+        "1",
+        "--offline",
+        "--locked",
+        "--manifest-path",
+        f"{PATHS.src}/Cargo.toml",
+        "--filter-platform",
+        plan.rust_target,
+        *features,
+    ]
+    _exec(
+        box,
+        ["sh", "-c", 'exec "$@" > ' + metadata_path, "sh", *cargo],
+        log,
+        "sbom",
+        environment={"CARGO_HOME": PATHS.cargo_home},
+    )
+    metadata = json.loads(_fetch_file(box, metadata_path, pipeline.scratch).read_text())
+    lock = (options.crate_dir / "Cargo.lock").read_text()
+    checksums = {(c.name, c.version): c.checksum for c in registry_crates(lock)}
+    crates = crates_from_metadata(metadata, checksums, options.package_name)
+    listing = _exec(
+        box,
+        ["dpkg-query", "--show", "--showformat", "${Package} ${Version} ${Architecture}\n"],
+        log,
+        "sbom",
+        keep_output=True,
+    )
+    hashes: dict[tuple[str, str, str], str] = {}
+    recorded = read_manifest(package_set_dir(plan.base, plan.packages, options.cache_dir))
+    for entry in recorded or ():
+        hashes[deb_identity(entry.file)] = entry.sha256
+    packages = [
+        DebPackage(name, version, arch, hashes.get((name, version, arch)))
+        for name, version, arch in (line.split() for line in listing.splitlines() if line)
+    ]
+    return crates, packages
 
 
 def _keep_variants(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -68,6 +69,7 @@ ArtifactsOption = Annotated[
         help="Where releases are published (default ./artifacts; env ORCHESTRATOR_ARTIFACTS_DIR).",
     ),
 ]
+DEFAULT_KEY = Path("~/.config/orchestrator/signing.key")
 CacheOption = Annotated[
     Path | None,
     typer.Option(
@@ -153,6 +155,7 @@ def build(
       orchestrator build --bolt-mode instrument --bolt-policy require
       orchestrator build --no-pgo --no-bolt     # the plain release profile only
     """
+    from orchestrator.attest import resolve_signer
     from orchestrator.build import prepare_plan, run_build
     from orchestrator.engine import Engine
     from orchestrator.log import Reporter
@@ -180,6 +183,19 @@ def build(
         stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
         if stale:
             console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
+        signer = resolve_signer(
+            options.signing_key,
+            project_dir=options.project_dir,
+            cache_dir=options.cache_dir,
+            env=os.environ,
+        )
+        if signer.throwaway:
+            err_console.print(
+                "[bold yellow]WARNING: no signing key configured: this release is signed with a "
+                f"THROWAWAY key ({signer.source}).[/] Its signatures prove integrity, not origin. "
+                "Make a real key with `orchestrator keygen` and set signing.secret_key or "
+                "ORCHESTRATOR_SIGNING_KEY."
+            )
         reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
         console.print(
             f"building {options.binary} {options.version} ({flavor}, "
@@ -188,7 +204,13 @@ def build(
         )
         try:
             outcome = run_build(
-                options, plan, engine, reporter, keep_containers=keep_containers, retrain=retrain
+                options,
+                plan,
+                engine,
+                reporter,
+                signer=signer,
+                keep_containers=keep_containers,
+                retrain=retrain,
             )
         except KeyboardInterrupt:
             raise BuildInterruptedError("interrupted") from None
@@ -297,6 +319,94 @@ def bench(
         )
     console.print(table)
     console.print(f"report: {output}")
+
+
+@app.command()
+def keygen(
+    path: Annotated[
+        Path, typer.Argument(help="Where to write the secret key; KEY.pub is written next to it.")
+    ] = DEFAULT_KEY,
+    unencrypted: Annotated[
+        bool,
+        typer.Option(
+            "--unencrypted", help="Do not encrypt the secret key (CI only; protect it otherwise)."
+        ),
+    ] = False,
+) -> None:
+    """Make an Ed25519 key pair in minisign's format for signing releases.
+
+    The passphrase comes from ORCHESTRATOR_SIGNING_PASSPHRASE or is asked for. Keys inside a
+    repository are refused.
+
+    Example: orchestrator keygen ~/.config/orchestrator/signing.key
+    """
+    from orchestrator.attest import keygen as make_key
+
+    try:
+        passphrase: str | None = None
+        if not unencrypted:
+            passphrase = os.environ.get("ORCHESTRATOR_SIGNING_PASSPHRASE")
+            if passphrase is None:
+                if not sys.stdin.isatty():
+                    raise ConfigError(
+                        "no passphrase: set ORCHESTRATOR_SIGNING_PASSPHRASE or run in a terminal",
+                        hint="Or pass --unencrypted for a CI key you protect otherwise.",
+                    )
+                passphrase = typer.prompt("passphrase", hide_input=True, confirmation_prompt=True)
+        public = make_key(path, passphrase=passphrase, cwd=Path.cwd())
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    console.print(
+        f"secret key: {path.expanduser()} ({'unencrypted' if unencrypted else 'encrypted'})"
+    )
+    console.print(f"public key: {public}")
+    console.print(f"use it:     export ORCHESTRATOR_SIGNING_KEY={path.expanduser()}")
+
+
+@app.command()
+def verify(
+    release_dir: Annotated[
+        Path, typer.Argument(help="artifacts/<name>-<version>/", exists=True, file_okay=False)
+    ],
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            "-k",
+            help="The publisher's minisign "
+            "public key (default: the release's own minisign.pub: integrity only).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Check a release offline: signatures, checksums, provenance subjects, SBOMs.
+
+    Example: orchestrator verify artifacts/tinyllm-0.1.0 --key signing.pub
+    """
+    from orchestrator.sign import VerificationError
+    from orchestrator.verify import verify_release
+
+    try:
+        checks, key_note = verify_release(release_dir, key)
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    table = Table("file", "check", "result", "detail", title=f"{release_dir} against {key_note}")
+    for check in checks:
+        table.add_row(
+            check.file, check.check, "[green]ok[/]" if check.ok else "[red]FAILED[/]", check.detail
+        )
+    console.print(table)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise _fail(
+            VerificationError(
+                f"{len(failed)} check(s) failed: "
+                + "; ".join(f"{c.file} ({c.check}): {c.detail}" for c in failed),
+                hint="Do not use these files: they are not what was signed.",
+            )
+        )
+    console.print(f"[green]all {len(checks)} checks passed[/]")
 
 
 @app.command()

@@ -97,11 +97,16 @@ def ensure_base_image(
     )
 
 
+def package_set_dir(base: BaseSpec, packages: Mapping[str, str], cache_dir: Path) -> Path:
+    return (
+        cache_dir / "packages" / content_hash({"base": base.as_dict(), "packages": dict(packages)})
+    )
+
+
 def _package_set(
     base: BaseSpec, packages: Mapping[str, str], cache_dir: Path, log: StepLog
 ) -> PackageSet:
-    key = content_hash({"base": base.as_dict(), "packages": dict(packages)})
-    directory = cache_dir / "packages" / key
+    directory = package_set_dir(base, packages, cache_dir)
     try:
         cached = load_package_set(directory)
     except CacheCorruptError as exc:

@@ -111,6 +111,12 @@ FIELDS: tuple[Field, ...] = (
     Field("bench.command", "list[str]", "arguments that benchmark the binary"),
     Field("bench.runs", "int", "timed runs per variant"),
     Field("bench.warmup", "int", "untimed runs per variant first"),
+    Field(
+        "signing.secret_key",
+        "path",
+        "minisign secret key, outside any repository (default: a throwaway key)",
+        env="ORCHESTRATOR_SIGNING_KEY",
+    ),
 )
 # The seeds' BOLT recipe, spelled for LLVM 19-22.
 DEFAULT_BOLT_FLAGS = (
@@ -160,6 +166,7 @@ class Options:
     validate_tolerance: float = 0.0
     bench_runs: int = 10
     bench_warmup: int = 2
+    signing_key: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def settings_for(self, flavor: str) -> FlavorSettings:
@@ -190,6 +197,7 @@ class Options:
             "bench.command": list(self.bench_command),
             "bench.runs": self.bench_runs,
             "bench.warmup": self.bench_warmup,
+            "signing.secret_key": self.signing_key or "(throwaway key in the cache)",
         }
         for name, settings in sorted(self.flavor_settings.items()):
             values[f"flavors.{name}.features"] = list(settings.features)
@@ -520,5 +528,8 @@ def resolve(
         validate_tolerance=layers.number("validate.tolerance"),
         bench_runs=int(layers.number("bench.runs")),
         bench_warmup=int(layers.number("bench.warmup")),
+        signing_key=as_path("signing.secret_key")
+        if "signing.secret_key" in layers.values
+        else None,
         sources=layers.sources,
     )

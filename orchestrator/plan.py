@@ -230,8 +230,9 @@ def _steps(
         ]
     steps += [
         Step("validate", "outputs of the shipped binary equal the baseline's"),
+        Step("sbom", "crate graph (cargo metadata) and toolchain packages"),
         Step("extract", f"copy {options.binary} out of the container"),
-        Step("publish", "checksums, build.json, atomic move into artifacts/"),
+        Step("publish", "sign, checksums, build.json, atomic move; release provenance"),
     ]
     return tuple(steps)
 

@@ -1,0 +1,130 @@
+"""SLSA provenance v1 in an in-toto Statement v1, made from the artifacts' build.json files.
+
+Pure: it reads manifests that the builds wrote and returns data. Signing it into a DSSE
+envelope is sign.dsse_sign's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator import __version__
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+BUILD_TYPE = "urn:orchestrator:build-type:container-release:v1"
+BUILDER_ID = "urn:orchestrator:builder:container"
+
+
+def _dependency(uri: str, sha256: str | None, name: str | None = None) -> dict[str, object]:
+    entry: dict[str, object] = {"uri": uri}
+    if sha256:
+        entry["digest"] = {"sha256": sha256}
+    if name:
+        entry["name"] = name
+    return entry
+
+
+def resolved_dependencies(manifest: Mapping[str, Any]) -> list[dict[str, object]]:
+    deps: list[dict[str, object]] = []
+    inputs = manifest.get("inputs", {})
+    dependencies = manifest.get("dependencies", {})
+    rootfs = dependencies.get("rootfs", {})
+    if rootfs:
+        deps.append(
+            _dependency(
+                f"debian:{rootfs.get('suite')}:rootfs",
+                rootfs.get("sha256"),
+                "base root filesystem (mmdebstrap)",
+            )
+        )
+    deps.append(
+        _dependency(
+            "source:crate-archive",
+            inputs.get("source_archive_sha256"),
+            "the crate's sources as a deterministic tar",
+        )
+    )
+    deps.append(_dependency("source:Cargo.lock", inputs.get("cargo_lock_sha256")))
+    for package in dependencies.get("debian_packages", []):
+        deps.append(
+            _dependency(
+                f"pkg:deb/debian/{package['name']}@{package['version']}?arch={package['arch']}",
+                package.get("sha256"),
+            )
+        )
+    for crate in dependencies.get("crates", []):
+        deps.append(
+            _dependency(f"pkg:cargo/{crate['name']}@{crate['version']}", crate.get("sha256"))
+        )
+    for name, record in (manifest.get("profiles") or {}).items():
+        deps.append(_dependency(f"profile:{name}", record.get("sha256"), name))
+    return deps
+
+
+def statement(
+    *,
+    release: str,
+    artifacts: Sequence[tuple[str, Mapping[str, Any]]],  # (artifact folder, its build.json)
+) -> dict[str, object]:
+    """One statement for the release: every artifact a subject, every input a dependency."""
+    subjects = []
+    dependencies: dict[str, dict[str, object]] = {}
+    flavors, started, finished = [], [], []
+    first: Mapping[str, Any] = artifacts[0][1] if artifacts else {}
+    for folder, manifest in artifacts:
+        artifact = manifest["artifact"]
+        subjects.append(
+            {"name": f"{folder}/{artifact['file']}", "digest": {"sha256": artifact["sha256"]}}
+        )
+        flavors.append(artifact["flavor"])
+        for dep in resolved_dependencies(manifest):
+            dependencies[f"{dep['uri']}#{dep.get('digest')}"] = dep
+        started.append(manifest.get("started_at", ""))
+        finished.append(manifest.get("finished_at", ""))
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "release": release,
+                    "config": first.get("inputs", {}).get("config"),
+                    "config_sha256": first.get("inputs", {}).get("config_sha256"),
+                    "flavors": sorted(set(flavors)),
+                    "source": first.get("source", {}),
+                },
+                "internalParameters": {
+                    folder: {
+                        "toolchain": manifest["toolchain"]["spec"]["name"],
+                        "target_cpu": manifest["flags"]["target_cpu"],
+                        "rustflags": manifest["flags"]["rustflags"],
+                        "release_profile": manifest["flags"]["release_profile"],
+                        "optimizations": manifest["artifact"].get("optimizations", []),
+                    }
+                    for folder, manifest in artifacts
+                },
+                "resolvedDependencies": [dependencies[k] for k in sorted(dependencies)],
+            },
+            "runDetails": {
+                "builder": {"id": BUILDER_ID, "version": {"orchestrator": __version__}},
+                "metadata": {
+                    "invocationId": release,
+                    "startedOn": min((s for s in started if s), default=None),
+                    "finishedOn": max((f for f in finished if f), default=None),
+                },
+                "byproducts": [
+                    {
+                        "name": f"{folder}/build.json",
+                        "uri": f"file:{folder}/build.json",
+                        "annotations": {"steps": manifest.get("steps", [])},
+                    }
+                    for folder, manifest in artifacts
+                ],
+            },
+        },
+    }
