@@ -391,7 +391,9 @@ def verify(
         checks, key_note = verify_release(release_dir, key)
     except OrchestratorError as error:
         raise _fail(error) from None
-    table = Table("file", "check", "result", "detail", title=f"{release_dir} against {key_note}")
+    table = Table(
+        "file", "check", "result", "detail", title=f"{release_dir.resolve()} against {key_note}"
+    )
     for check in checks:
         table.add_row(
             check.file, check.check, "[green]ok[/]" if check.ok else "[red]FAILED[/]", check.detail
@@ -506,7 +508,8 @@ def clean(
     containers = engine.managed_containers()
     for container in containers:
         container.remove(force=True)
-    console.print(f"removed {len(containers)} container(s)")
+    volumes = engine.remove_managed_volumes()
+    console.print(f"removed {len(containers)} container(s) and {volumes} volume(s)")
     staging = staging_root(options.artifacts_dir)
     if staging.exists():
         shutil.rmtree(staging)

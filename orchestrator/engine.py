@@ -20,6 +20,7 @@ import docker.errors
 from docker.models.containers import Container as SdkContainer
 
 from orchestrator.errors import DockerUnavailableError, ImageBuildError, OrchestratorError
+from orchestrator.host import process_alive
 
 LABEL_MANAGED = "org.orchestrator.managed"
 LABEL_SESSION = "org.orchestrator.session"
@@ -305,6 +306,14 @@ class Engine:
                 with suppress(docker.errors.NotFound, docker.errors.APIError):
                     self._client.volumes.get(name).remove(force=True)
 
+    def remove_managed_volumes(self) -> int:
+        removed = 0
+        for volume in self._client.volumes.list(filters={"label": f"{LABEL_MANAGED}=1"}):
+            with suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed += 1
+        return removed
+
     def remove_stale_volumes(self) -> int:
         removed = 0
         host = socket.gethostname()
@@ -313,7 +322,7 @@ class Engine:
             pid = str(labels.get(LABEL_PID, ""))
             if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
                 continue
-            if pid.isdigit() and _process_alive(int(pid)):
+            if pid.isdigit() and process_alive(int(pid)):
                 continue
             with suppress(docker.errors.APIError):
                 volume.remove(force=True)
@@ -332,7 +341,7 @@ class Engine:
             if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
                 continue
             pid = labels.get(LABEL_PID, "")
-            if pid.isdigit() and _process_alive(int(pid)):
+            if pid.isdigit() and process_alive(int(pid)):
                 continue
             self._force_remove(sdk)
             removed += 1
@@ -356,13 +365,3 @@ class Engine:
         except OrchestratorError as exc:
             return -1, str(exc)
         return code, "\n".join(output)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

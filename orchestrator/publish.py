@@ -17,6 +17,7 @@ from pathlib import Path
 
 from orchestrator.archive import sha256_file
 from orchestrator.errors import PublishError
+from orchestrator.host import process_alive
 
 CHECKSUMS = "SHA256SUMS"
 
@@ -46,18 +47,8 @@ def _remove_abandoned(root: Path) -> None:
         return
     for entry in root.iterdir():
         pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_checksums(directory: Path) -> Path:
