@@ -10,7 +10,7 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
-	@echo "make release      build the cpu release of examples/tinyllm into artifacts/"
+	@echo "make release      build every flavor and CPU level of examples/tinyllm into artifacts/"
 	@echo "make test         lint, type-check, unit and integration tests (needs Docker)"
 	@echo "make unit         fast tests without Docker"
 	@echo "make lint         ruff, mypy, rendered Dockerfiles up to date"
@@ -34,7 +34,7 @@ host-deps:
 	fi
 
 release: host-deps $(STAMP)
-	$(BIN)/orchestrator build --flavor cpu
+	$(BIN)/orchestrator release
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests

@@ -137,6 +137,9 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
             path = release_dir / folder / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
+    listing = release_dir / "release.json"
+    if listing.is_file():
+        lines.append(f"{sha256_file(listing)}  {listing.name}\n")
     checksums = release_dir / CHECKSUMS
     _atomic_write(checksums, "".join(lines))
     release = release_dir.name

@@ -52,6 +52,8 @@ from orchestrator.plan import (
     PgoPlan,
     make_plan,
 )
+from orchestrator.portability import Portability
+from orchestrator.portability import parse as parse_portability
 from orchestrator.profiling import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.publish import publish, staging_area, write_checksums, write_json
 from orchestrator.render import image_packages, render_dockerfile
@@ -617,6 +619,12 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
             else ("within tolerance" if validation["compared"] else "nothing to compare")
         )
 
+    with pipeline.step("portability") as log:
+        report_portability = _portability(pipeline, shipped, log)
+        log.detail = (
+            f"glibc {report_portability.glibc_max}, needs {', '.join(report_portability.needed)}"
+        )
+
     with pipeline.step("sbom") as log:
         crates, packages = _inventory(pipeline, log)
         log.detail = f"{len(crates)} crates, {len(packages)} toolchain packages"
@@ -684,6 +692,7 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
             if record is not None
         }
         manifest["source"] = source_identity(options.crate_dir)
+        manifest["portability"] = report_portability.as_dict()
         manifest["started_at"], manifest["finished_at"] = pipeline.started, _now()
         write_json(artifact / "build.json", manifest)
         shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
@@ -774,6 +783,39 @@ def source_identity(crate_dir: Path) -> dict[str, object]:
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--", ".")
     return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def _portability(pipeline: Pipeline, binary: str, log: StepLog) -> Portability:
+    plan, box = pipeline.plan, pipeline.box
+    codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
+    return parse_portability(
+        target=plan.rust_target,
+        target_cpu=pipeline.options.target_cpu,
+        version_info=_exec(
+            box,
+            ["readelf", "--version-info", "--wide", binary],
+            log,
+            "portability",
+            keep_output=True,
+        ),
+        dynamic=_exec(
+            box, ["readelf", "--dynamic", "--wide", binary], log, "portability", keep_output=True
+        ),
+        rustc_cfg=_exec(
+            box,
+            [
+                plan.toolchain.tool("rustc"),
+                "--print",
+                "cfg",
+                "--target",
+                plan.rust_target,
+                *codegen,
+            ],
+            log,
+            "portability",
+            keep_output=True,
+        ),
+    )
 
 
 def _inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPackage]]:

@@ -8,7 +8,7 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -23,6 +23,9 @@ from orchestrator.errors import (
 )
 from orchestrator.options import Options, resolve
 
+if TYPE_CHECKING:
+    from orchestrator.attest import Signer
+
 app = typer.Typer(
     help=(
         "Reproducible, container-based release builds for fast Rust binaries.\n\n"
@@ -34,8 +37,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False)
+# Without a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 200
+console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err_console = Console(stderr=True, highlight=False, width=_WIDTH)
 
 ConfigOption = Annotated[
     Path | None,
@@ -155,7 +160,6 @@ def build(
       orchestrator build --bolt-mode instrument --bolt-policy require
       orchestrator build --no-pgo --no-bolt     # the plain release profile only
     """
-    from orchestrator.attest import resolve_signer
     from orchestrator.build import prepare_plan, run_build
     from orchestrator.engine import Engine
     from orchestrator.log import Reporter
@@ -183,19 +187,7 @@ def build(
         stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
         if stale:
             console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
-        signer = resolve_signer(
-            options.signing_key,
-            project_dir=options.project_dir,
-            cache_dir=options.cache_dir,
-            env=os.environ,
-        )
-        if signer.throwaway:
-            err_console.print(
-                "[bold yellow]WARNING: no signing key configured: this release is signed with a "
-                f"THROWAWAY key ({signer.source}).[/] Its signatures prove integrity, not origin. "
-                "Make a real key with `orchestrator keygen` and set signing.secret_key or "
-                "ORCHESTRATOR_SIGNING_KEY."
-            )
+        signer = _signer(options)
         reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
         console.print(
             f"building {options.binary} {options.version} ({flavor}, "
@@ -225,6 +217,7 @@ def build(
 def bench(
     flavor: FlavorOption = "cpu",
     config: ConfigOption = None,
+    target_cpu: TargetCpuOption = None,
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
     runs: Annotated[
@@ -254,6 +247,7 @@ def bench(
         options = _resolve(
             config,
             {
+                "build.target_cpu": target_cpu,
                 "build.artifacts_dir": artifacts_dir,
                 "build.cache_dir": cache_dir,
                 "bench.runs": runs,
@@ -272,7 +266,7 @@ def bench(
             name=options.binary,
             version=options.version,
             arch=target.arch,
-            flavor=flavor,
+            flavor=flavor + target.artifact_suffix(options),
         )
         engine = Engine.connect()
         cpu = str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
@@ -319,6 +313,144 @@ def bench(
         )
     console.print(table)
     console.print(f"report: {output}")
+
+
+def _signer(options: Options) -> Signer:
+    from orchestrator.attest import resolve_signer
+
+    signer = resolve_signer(
+        options.signing_key,
+        project_dir=options.project_dir,
+        cache_dir=options.cache_dir,
+        env=os.environ,
+    )
+    if signer.throwaway:
+        err_console.print(
+            "[bold yellow]WARNING: no signing key configured: this release is signed with a "
+            f"THROWAWAY key ({signer.source}).[/] Its signatures prove integrity, not origin. "
+            "Make a real key with `orchestrator keygen` and set signing.secret_key or "
+            "ORCHESTRATOR_SIGNING_KEY."
+        )
+    return signer
+
+
+@app.command()
+def release(
+    config: ConfigOption = None,
+    flavors: Annotated[
+        str | None,
+        typer.Option(
+            "--flavors", help="Comma-separated flavors (default: build.flavors from the config)."
+        ),
+    ] = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the plan (targets, images, steps, cache hits); build nothing."
+        ),
+    ] = False,
+    bench_runs: Annotated[
+        int,
+        typer.Option(
+            "--bench-runs",
+            min=0,
+            help="Quick interleaved runs per target for the speedup column (0: skip).",
+        ),
+    ] = 3,
+    retrain: Annotated[bool, typer.Option("--retrain", help="Profile again everywhere.")] = False,
+) -> None:
+    """Build every flavor and CPU level of the release, then one summary.
+
+    Targets come from build.flavors and each flavor's levels (e.g. [flavors.cpu] levels =
+    ["x86-64-v2", "x86-64-v3"]). A failed target does not stop the others; the exit code
+    is 0 only if all succeeded. Writes release.json next to the artifacts.
+
+    Examples:
+      orchestrator release --dry-run
+      orchestrator release --flavors cpu --bench-runs 0
+    """
+    from orchestrator.engine import Engine
+    from orchestrator.release import ReleaseIncompleteError, run_release, targets
+    from orchestrator.release import dry_run as plan_release
+
+    try:
+        options = _resolve(
+            config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
+        )
+        names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
+        chosen = targets(options, names)
+        if dry_run:
+            try:
+                engine: Engine | None = Engine.connect()
+            except OrchestratorError:
+                engine = None  # the plan needs no Docker; cache hits then say "unknown"
+            table = Table(
+                "target",
+                "artifact",
+                "image",
+                "cached",
+                "steps",
+                title="release plan (nothing is built)",
+            )
+            for item in plan_release(options, chosen, engine):
+                hits = ", ".join(k for k, v in item.cached.items() if v) or "nothing"
+                table.add_row(
+                    f"{item.target.flavor} {item.target.level}",
+                    item.plan.artifact_dir,
+                    item.plan.image.reference,
+                    hits if engine else f"{hits} (Docker not reachable)",
+                    " ".join(s.name for s in item.plan.steps),
+                )
+            console.print(table)
+            return
+        engine = Engine.connect()
+        signer = _signer(options)
+        results = run_release(
+            options,
+            chosen,
+            engine,
+            console,
+            signer,
+            retrain=retrain,
+            bench_runs=bench_runs,
+            announce=console.print,
+        )
+    except KeyboardInterrupt:
+        raise _fail(BuildInterruptedError("interrupted")) from None
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    table = Table(
+        "target",
+        "status",
+        "time",
+        "size",
+        "speedup",
+        "notes",
+        title=f"release {options.binary} {options.version}",
+    )
+    for result in results:
+        status = "[green]ok[/]" if result.status == "ok" else f"[red]{result.status}[/]"
+        table.add_row(
+            result.artifact,
+            status,
+            f"{result.seconds:.0f}s",
+            f"{result.size / 1e6:.2f} MB" if result.size else "-",
+            f"{result.speedup:.3f}x" if result.speedup else "-",
+            "; ".join([result.error, *result.warnings]).strip("; "),
+        )
+    console.print(table)
+    for result in results:
+        for warning in result.warnings:
+            err_console.print(f"[bold yellow]warning:[/] {result.artifact}: {warning}")
+    failed = [r.artifact for r in results if r.status != "ok"]
+    if failed:
+        raise _fail(
+            ReleaseIncompleteError(
+                f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
+            )
+        )
 
 
 @app.command()

@@ -112,6 +112,11 @@ FIELDS: tuple[Field, ...] = (
     Field("bench.runs", "int", "timed runs per variant"),
     Field("bench.warmup", "int", "untimed runs per variant first"),
     Field(
+        "release.glibc_floor",
+        "str",
+        "warn when a release artifact needs a newer glibc than this (e.g. 2.34)",
+    ),
+    Field(
         "signing.secret_key",
         "path",
         "minisign secret key, outside any repository (default: a throwaway key)",
@@ -128,7 +133,11 @@ DEFAULT_BOLT_FLAGS = (
     "-dyno-stats",
 )
 FIELDS_BY_KEY = {f.key: f for f in FIELDS}
-FLAVOR_KEYS: dict[str, Kind] = {"features": "list[str]", "default_features": "bool"}
+FLAVOR_KEYS: dict[str, Kind] = {
+    "features": "list[str]",
+    "default_features": "bool",
+    "levels": "list[str]",  # CPU levels `release` builds, e.g. ["x86-64-v2", "x86-64-v3"]
+}
 KNOWN_FLAVORS = ("cpu",)
 
 
@@ -136,6 +145,7 @@ KNOWN_FLAVORS = ("cpu",)
 class FlavorSettings:
     features: tuple[str, ...] = ()
     default_features: bool = True
+    levels: tuple[str, ...] = ()  # empty: just build.target_cpu
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,7 @@ class Options:
     bench_runs: int = 10
     bench_warmup: int = 2
     signing_key: Path | None = None
+    glibc_floor: str = "2.34"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def settings_for(self, flavor: str) -> FlavorSettings:
@@ -197,11 +208,13 @@ class Options:
             "bench.command": list(self.bench_command),
             "bench.runs": self.bench_runs,
             "bench.warmup": self.bench_warmup,
+            "release.glibc_floor": self.glibc_floor,
             "signing.secret_key": self.signing_key or "(throwaway key in the cache)",
         }
         for name, settings in sorted(self.flavor_settings.items()):
             values[f"flavors.{name}.features"] = list(settings.features)
             values[f"flavors.{name}.default_features"] = settings.default_features
+            values[f"flavors.{name}.levels"] = list(settings.levels)
         return [(k, str(v), self.sources.get(k, "default")) for k, v in values.items()]
 
 
@@ -414,6 +427,7 @@ def _layer(
         "validate.tolerance": 0.0,
         "bench.runs": 10,
         "bench.warmup": 2,
+        "release.glibc_floor": "2.34",
     }
     for key, value in defaults.items():
         layers.set(key, value, "default")
@@ -494,6 +508,7 @@ def resolve(
         name: FlavorSettings(
             features=layers.strings(f"flavors.{name}.features"),
             default_features=layers.values.get(f"flavors.{name}.default_features", True) is True,
+            levels=layers.strings(f"flavors.{name}.levels"),
         )
         for name in KNOWN_FLAVORS
     }
@@ -528,6 +543,7 @@ def resolve(
         validate_tolerance=layers.number("validate.tolerance"),
         bench_runs=int(layers.number("bench.runs")),
         bench_warmup=int(layers.number("bench.warmup")),
+        glibc_floor=str(layers.values["release.glibc_floor"]),
         signing_key=as_path("signing.secret_key")
         if "signing.secret_key" in layers.values
         else None,

@@ -230,6 +230,7 @@ def _steps(
         ]
     steps += [
         Step("validate", "outputs of the shipped binary equal the baseline's"),
+        Step("portability", "glibc symbol versions, shared libraries, CPU features"),
         Step("sbom", "crate graph (cargo metadata) and toolchain packages"),
         Step("extract", f"copy {options.binary} out of the container"),
         Step("publish", "sign, checksums, build.json, atomic move; release provenance"),
@@ -421,7 +422,8 @@ def make_plan(
         profiling_privileges=options.profiling_privileges,
         binary=options.binary,
         release_dir=release_dir,
-        artifact_dir=artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name),
+        artifact_dir=artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)
+        + flavor.artifact_suffix(options),
         steps=steps,
     )
 

@@ -36,6 +36,14 @@ class Flavor(Protocol):
         """Code-generation flags specific to this flavor (target CPU, linker...)."""
         ...
 
+    def artifact_suffix(self, options: Options) -> str:
+        """Appended to the artifact name for a non-default variant (e.g. "-v3")."""
+        ...
+
+    def levels(self, options: Options) -> tuple[str, ...]:
+        """The variants `release` builds for this flavor (CPU levels for cpu)."""
+        ...
+
     def validate(self, options: Options) -> None:
         """Raise ConfigError when the options make no sense for this flavor."""
         ...

@@ -11,6 +11,14 @@ from orchestrator.options import Options
 _CPU_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
+PORTABLE_LEVEL = "x86-64-v2"
+
+
+def short_level(target_cpu: str) -> str:
+    """x86-64-v3 -> v3; CPU names stay as they are (znver4)."""
+    return target_cpu.removeprefix("x86-64-")
+
+
 class CpuFlavor:
     name = "cpu"
     arch = "x86_64"
@@ -22,6 +30,14 @@ class CpuFlavor:
 
     def rustflags(self, options: Options) -> list[str]:
         return [f"-Ctarget-cpu={options.target_cpu}"]
+
+    def artifact_suffix(self, options: Options) -> str:
+        if options.target_cpu == PORTABLE_LEVEL:
+            return ""
+        return f"-{short_level(options.target_cpu)}"
+
+    def levels(self, options: Options) -> tuple[str, ...]:
+        return options.settings_for(self.name).levels or (options.target_cpu,)
 
     def validate(self, options: Options) -> None:
         if not _CPU_NAME_RE.match(options.target_cpu):

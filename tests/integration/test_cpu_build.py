@@ -39,6 +39,7 @@ STEPS = [
     "bolt-profile",
     "bolt-optimize",
     "validate",
+    "portability",
     "sbom",
     "extract",
 ]

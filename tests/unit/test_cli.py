@@ -33,7 +33,7 @@ def test_dry_run_prints_plan_without_docker(project: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)
-    assert plan["artifact"] == "demo-1.2.3/demo-1.2.3-linux-x86_64-cpu"
+    assert plan["artifact"] == "demo-1.2.3/demo-1.2.3-linux-x86_64-cpu-v3"
     assert plan["rustflags"][0] == "-Ctarget-cpu=x86-64-v3"
     assert plan["steps"][0] == "base-image"
 
