@@ -12,62 +12,55 @@ import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.archive import ChunkReader, safe_extract, sha256_file, single_file_tar
+from orchestrator.archive import sha256_file
 from orchestrator.attest import Signer, artifact_comment, update_release_index
-from orchestrator.bolt import choose_mode, parse_report
-from orchestrator.bootstrap import deb_identity, read_manifest
 from orchestrator.engine import Container, ContainerSpec, Engine
 from orchestrator.errors import (
-    BoltError,
     OrchestratorError,
-    ProfileError,
     SourceError,
-    StepFailedError,
-    ValidationError,
 )
 from orchestrator.flavors import get_flavor
 from orchestrator.images import (
     ImageOutcome,
     ensure_base_image,
     ensure_toolchain_image,
-    package_set_dir,
 )
+from orchestrator.inventory import inventory, portability_report, source_identity
 from orchestrator.layout import PATHS
 from orchestrator.log import Reporter, StepLog
+from orchestrator.optimize import BoltOutcome, ProfileRecord, run_bolt, run_pgo
 from orchestrator.options import Options
-from orchestrator.pgo import Coverage, missing_functions, parse_profdata_show
+from orchestrator.pgo import Coverage, missing_functions
+from orchestrator.pipeline import (
+    BIN_DIR,
+    Pipeline,
+    cargo,
+    fetch_file,
+    put_file,
+    run,
+    validate_binary,
+)
 from orchestrator.plan import (
     RELEASE_PROFILE,
-    BoltPlan,
     BuildPlan,
-    CargoCommand,
-    PgoPlan,
     make_plan,
 )
-from orchestrator.portability import Portability
-from orchestrator.portability import parse as parse_portability
-from orchestrator.profiling import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.publish import publish, staging_area, write_checksums, write_json
 from orchestrator.render import image_packages, render_dockerfile
-from orchestrator.sbom import SBOM_FILE, Crate, DebPackage, build_sbom, crates_from_metadata
-from orchestrator.source import registry_crates, snapshot, verify_vendor_archive
+from orchestrator.sbom import SBOM_FILE, build_sbom
+from orchestrator.source import snapshot, verify_vendor_archive
 from orchestrator.toolchain import ToolchainReport, check_coherence, load_base_spec, load_toolchain
-from orchestrator.validate import compare_outputs, render_diff
 
 MANIFEST_SCHEMA = "orchestrator/build@1"
 HOST_CA_PATH = f"{PATHS.root}/host-ca.crt"
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 _CA_CANDIDATES = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE")
-BIN_DIR = f"{PATHS.out}/bin"
-PERF_FREQUENCY = "10000"  # samples/s: the default 4000 leaves BOLT asking for more
 
 
 def host_ca_bundle() -> Path | None:
@@ -102,70 +95,18 @@ class BuildOutcome:
     manifest: dict[str, object]
 
 
-# -- running things in containers ------------------------------------------------------
-def _exec(
-    box: Container,
-    argv: Sequence[str],
-    log: StepLog,
-    step: str,
-    *,
-    environment: Mapping[str, str] | None = None,
-    keep_output: bool = False,
-) -> str:
-    """Run a command, logging it as `+ cmd`; raise StepFailedError on a non-zero exit."""
-    shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
-    if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
-        shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
-    log.command(argv, shown)
-    lines: list[str] = []
-
-    def sink(line: str) -> None:
-        if keep_output:
-            lines.append(line)
-        log.line(line)
-
-    code = box.exec(argv, environment=environment, on_output=sink)
-    if code != 0:
-        raise StepFailedError(
-            f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` "
-            f"exited with {code}",
-            hint="The output above (and the step log) says why; nothing was published.",
-        )
-    return "\n".join(lines)
-
-
-def _cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
-    return _exec(box, command.argv, log, step, environment=command.environment, keep_output=True)
-
-
-def _fetch_file(box: Container, path: str, dest_dir: Path) -> Path:
-    """Copy one file out of a container through the archive API (checked like any tar)."""
-    written = safe_extract(ChunkReader(box.get_archive(path)), dest_dir)
-    name = PurePosixPath(path).name
-    if [p.as_posix() for p in written] != [name]:
-        raise StepFailedError(f"expected only {name} in the archive of {path}, got {written}")
-    return dest_dir / name
-
-
-def _put_file(box: Container, path: str, data: bytes) -> None:
-    parent = str(PurePosixPath(path).parent)
-    if box.exec(["mkdir", "-p", parent], on_output=lambda _: None) != 0:
-        raise StepFailedError(f"cannot create {parent} in the container")
-    box.put_archive(parent, single_file_tar(path, data))
-
-
 def check_toolchain(box: Container, plan: BuildPlan, log: StepLog) -> ToolchainReport:
     spec = plan.toolchain
 
-    def run(*argv: str) -> str:
-        return _exec(box, argv, log, "toolchain-check", keep_output=True)
+    def version_of(*argv: str) -> str:
+        return run(box, argv, log, "toolchain-check", keep_output=True)
 
     report = check_coherence(
         spec,
-        run(spec.tool("rustc"), "-vV"),
-        run(spec.tool("cargo"), "-V"),
-        run(spec.tool("llvm_profdata"), "--version"),
-        run(spec.tool("llvm_bolt"), "--version"),
+        version_of(spec.tool("rustc"), "-vV"),
+        version_of(spec.tool("cargo"), "-V"),
+        version_of(spec.tool("llvm_profdata"), "--version"),
+        version_of(spec.tool("llvm_bolt"), "--version"),
     )
     log.detail = f"LLVM {report.llvm_major} everywhere"
     return report
@@ -202,14 +143,14 @@ def fetch_crates(
         if bundle is not None:
             # Behind a TLS-intercepting proxy the host trusts CAs the image does not.
             log.line(f"+ docker cp {bundle} {HOST_CA_PATH} (the host's trusted CAs)")
-            _put_file(box, HOST_CA_PATH, bundle.read_bytes())
+            put_file(box, HOST_CA_PATH, bundle.read_bytes())
             fetch = replace(
                 fetch, environment={**fetch.environment, "CARGO_HTTP_CAINFO": HOST_CA_PATH}
             )
         for name in PROXY_VARIABLES:
             if os.environ.get(name):
                 fetch = replace(fetch, environment={**fetch.environment, name: os.environ[name]})
-        _exec(box, fetch.argv, log, "fetch-crates", environment=fetch.environment)
+        run(box, fetch.argv, log, "fetch-crates", environment=fetch.environment)
         with tempfile.NamedTemporaryFile(dir=cache.parent, suffix=".partial", delete=False) as tmp:
             for chunk in box.get_archive(PATHS.vendor):
                 tmp.write(chunk)
@@ -223,324 +164,6 @@ def fetch_crates(
     return cache
 
 
-# -- profiles ------------------------------------------------------------------------
-@dataclass
-class ProfileRecord:
-    """A stored profile: content hash, size and what we know about it."""
-
-    path: Path
-    sha256: str
-    size: int
-    cached: bool
-    details: dict[str, object] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "sha256": self.sha256,
-            "size": self.size,
-            "reused_from_cache": self.cached,
-            **self.details,
-        }
-
-
-def _store_profile(source: Path, cache: Path, details: dict[str, object]) -> ProfileRecord:
-    """Move a fresh profile into the cache atomically, with a sidecar of its hash."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    digest = sha256_file(source)
-    partial = cache.with_suffix(".partial")
-    shutil.copyfile(source, partial)
-    partial.replace(cache)
-    meta = {"sha256": digest, "size": cache.stat().st_size, **details}
-    cache.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
-    return ProfileRecord(cache, digest, cache.stat().st_size, False, details)
-
-
-def _load_profile(cache: Path, what: str) -> ProfileRecord | None:
-    meta_path = cache.with_suffix(".json")
-    if not cache.is_file() or not meta_path.is_file():
-        return None
-    meta = json.loads(meta_path.read_text())
-    digest = sha256_file(cache)
-    if digest != meta.get("sha256"):
-        # A profile is a release input: silently retraining would change the binary.
-        raise ProfileError(
-            f"the stored {what} profile {cache} does not match its recorded sha256 "
-            f"({digest[:12]} != {str(meta.get('sha256'))[:12]}): it was altered or corrupted",
-            hint="Run the build with --retrain to profile again (or remove the file).",
-        )
-    details = {k: v for k, v in meta.items() if k not in ("sha256", "size")}
-    return ProfileRecord(cache, digest, cache.stat().st_size, True, details)
-
-
-@dataclass
-class Pipeline:
-    """Everything one build run holds on to while it executes."""
-
-    options: Options
-    plan: BuildPlan
-    engine: Engine
-    reporter: Reporter
-    image: ImageOutcome
-    box: Container
-    volume: str
-    stack: ExitStack
-    keep: bool
-    retrain: bool
-    scratch: Path
-    signer: Signer
-    started: str
-    perf: PerfAccess = NO_ACCESS
-    _profiler: Container | None = None
-    results: dict[str, object] = field(default_factory=dict)
-
-    def step(self, name: str) -> AbstractContextManager[StepLog]:
-        title = next(s.title for s in self.plan.steps if s.name == name)
-        return self.reporter.step(name, title)
-
-    def profiler(self) -> Container:
-        """The profiling container, started once with the least perf access needed."""
-        if self._profiler is None:
-            if self.plan.bolt is not None and self.plan.bolt.mode != "instrument":
-                self.perf = find_perf_access(
-                    self.engine, self.image.reference, allowed=self.plan.profiling_privileges
-                )
-            spec = ContainerSpec(
-                self.image.reference,
-                privileges=self.perf.privileges,
-                volumes={self.volume: PATHS.out},
-                purpose="profile",
-            )
-            self._profiler = self.stack.enter_context(self.engine.container(spec, keep=self.keep))
-        return self._profiler
-
-    def copy_binary(self, variant: str, log: StepLog) -> str:
-        target = f"{BIN_DIR}/{variant}"
-        _exec(self.box, ["cp", self.plan.variants[variant].binary, target], log, variant)
-        return target
-
-
-def _run_workloads(
-    pipeline: Pipeline,
-    binary: str,
-    log: StepLog,
-    step: str,
-    *,
-    environment: Mapping[str, str] | None = None,
-    wrap: Sequence[str] = (),
-) -> None:
-    if not pipeline.plan.workloads:
-        raise ProfileError(
-            "no training workloads: [train] workloads is empty",
-            hint="List argument lists for the binary under [train] workloads in "
-            "orchestrator.toml, or build with --no-pgo --no-bolt.",
-        )
-    box = pipeline.profiler()
-    for index, workload in enumerate(pipeline.plan.workloads):
-        argv = [part.replace("{index}", str(index)) for part in wrap] + [binary, *workload]
-        _exec(box, argv, log, step, environment=environment)
-
-
-def run_pgo(pipeline: Pipeline, pgo: PgoPlan) -> ProfileRecord:
-    plan, options = pipeline.plan, pipeline.options
-    cache = options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
-    stored = None if pipeline.retrain else _load_profile(cache, "PGO")
-    if stored is not None:
-        for name in ("pgo-instrument", "pgo-train"):
-            with pipeline.step(name) as log:
-                log.mark_cached(f"profile {stored.sha256[:12]} unchanged inputs")
-        with pipeline.step("pgo-merge") as log:
-            _put_file(pipeline.box, pgo.merged, stored.path.read_bytes())
-            log.mark_cached(f"{stored.size} bytes, sha256 {stored.sha256[:12]}")
-        return stored
-
-    with pipeline.step("pgo-instrument") as log:
-        _cargo(pipeline.box, plan.variants["pgo-generate"].build, log, "pgo-instrument")
-        binary = pipeline.copy_binary("pgo-generate", log)
-    with pipeline.step("pgo-train") as log:
-        _exec(pipeline.box, ["mkdir", "-p", pgo.raw_dir], log, "pgo-train")
-        _run_workloads(
-            pipeline,
-            binary,
-            log,
-            "pgo-train",
-            environment={"LLVM_PROFILE_FILE": pgo.profile_file_pattern},
-        )
-    with pipeline.step("pgo-merge") as log:
-        listing = _exec(
-            pipeline.box,
-            ["find", pgo.raw_dir, "-name", "*.profraw", "-type", "f"],
-            log,
-            "pgo-merge",
-            keep_output=True,
-        )
-        raw_files = [line for line in listing.splitlines() if line.strip()]
-        if not raw_files:
-            raise ProfileError(
-                "training wrote no .profraw file: the instrumented binary never reached exit",
-                hint="Workloads must exit normally (a process killed or aborting writes no "
-                "profile).",
-            )
-        _exec(pipeline.box, pgo.merge_argv, log, "pgo-merge")
-        summary = parse_profdata_show(
-            _exec(pipeline.box, pgo.show_argv, log, "pgo-merge", keep_output=True)
-        )
-        fetched = _fetch_file(pipeline.box, pgo.merged, pipeline.scratch)
-        record = _store_profile(fetched, cache, {"raw_files": len(raw_files), **summary.as_dict()})
-        log.detail = (
-            f"{len(raw_files)} .profraw -> {record.size} bytes, {summary.functions} functions"
-        )
-    return record
-
-
-@dataclass(frozen=True)
-class BoltOutcome:
-    binary: str  # what to ship: the BOLTed binary, or the input on fallback
-    report: dict[str, object]
-    profile: ProfileRecord | None
-
-
-def run_bolt(pipeline: Pipeline, bolt: BoltPlan, optimized: str) -> BoltOutcome:
-    """Profile and optimize with BOLT; return the binary to ship and what happened."""
-    options = pipeline.options
-    tools = bolt.tools
-    report: dict[str, object] = {"policy": bolt.policy, "flags": list(bolt.flags)}
-    stored: ProfileRecord | None = None
-    try:
-        with pipeline.step("bolt-profile") as log:
-            pipeline.profiler()  # probes perf access first
-            choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
-            report |= {"mode": choice.mode, "mode_reason": choice.reason}
-            log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
-            binary_sha = _exec(
-                pipeline.box, ["sha256sum", optimized], log, "bolt-profile", keep_output=True
-            ).split()[0]
-            key = f"{binary_sha}-{choice.mode}"
-            cache = options.cache_dir / "profiles" / "bolt" / f"{key}.fdata"
-            profile = f"{bolt.work_dir}/profile.fdata"
-            stored = None if pipeline.retrain else _load_profile(cache, "BOLT")
-            if stored is None:
-                _collect_bolt_profile(
-                    pipeline, bolt, mode=choice.mode, binary=optimized, profile=profile, log=log
-                )
-                fetched = _fetch_file(pipeline.box, profile, pipeline.scratch)
-                stored = _store_profile(fetched, cache, {"mode": choice.mode})
-            else:
-                _put_file(pipeline.box, profile, stored.path.read_bytes())
-                log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")
-            report["profile"] = stored.as_dict()
-            log.detail = log.detail or f"mode {choice.mode}, {stored.size} bytes"
-        with pipeline.step("bolt-optimize") as log:
-            output = f"{BIN_DIR}/optimized.bolt"
-            text = _exec(
-                pipeline.box,
-                [tools["llvm_bolt"], optimized, f"-data={profile}", *bolt.flags, "-o", output],
-                log,
-                "bolt-optimize",
-                keep_output=True,
-            )
-            coverage = parse_report(text)
-            report["coverage"] = coverage.as_dict()
-            _validate(pipeline, output, log, what="the BOLT-optimized binary")
-            log.detail = (
-                f"{coverage.profiled_functions}/{coverage.total_functions} functions "
-                f"with profile ({coverage.percent}%)"
-            )
-    except OrchestratorError as exc:
-        if bolt.policy == "require":
-            raise BoltError(
-                f"BOLT failed and bolt.policy is require: {exc.message}", hint=exc.hint
-            ) from exc
-        pipeline.reporter.warn(
-            f"BOLT FAILED, shipping the binary without BOLT (bolt.policy = fallback): {exc.message}"
-        )
-        report |= {"applied": False, "fallback_reason": exc.message}
-        return BoltOutcome(optimized, report, None)
-    report["applied"] = True
-    return BoltOutcome(output, report, stored)
-
-
-def _collect_bolt_profile(
-    pipeline: Pipeline, bolt: BoltPlan, *, mode: str, binary: str, profile: str, log: StepLog
-) -> None:
-    tools, raw = bolt.tools, f"{bolt.work_dir}/raw"
-    box = pipeline.box
-    _exec(box, ["mkdir", "-p", raw], log, "bolt-profile")
-    if mode == "instrument":
-        instrumented = f"{bolt.work_dir}/instrumented"
-        _exec(
-            box,
-            [
-                tools["llvm_bolt"],
-                binary,
-                "-instrument",
-                f"-instrumentation-file={raw}/profile",
-                "-instrumentation-file-append-pid",
-                "-o",
-                instrumented,
-            ],
-            log,
-            "bolt-profile",
-        )
-        _run_workloads(pipeline, instrumented, log, "bolt-profile")
-    else:
-        events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
-        wrap = [
-            "perf",
-            "record",
-            *events,
-            "-F",
-            PERF_FREQUENCY,
-            "-o",
-            f"{raw}/perf-{{index}}.data",
-            "--",
-        ]
-        _run_workloads(pipeline, binary, log, "bolt-profile", wrap=wrap)
-        for index in range(len(pipeline.plan.workloads)):
-            argv = [
-                tools["perf2bolt"],
-                "-p",
-                f"{raw}/perf-{index}.data",
-                "-o",
-                f"{raw}/perf-{index}.fdata",
-                binary,
-            ]
-            if mode == "sample":
-                argv.insert(1, "-nl")  # no branch stacks: basic-block samples only
-            _exec(box, argv, log, "bolt-profile")
-    _exec(
-        box,
-        ["sh", "-c", f'{tools["merge_fdata"]} {raw}/*.fdata > "$0"', profile],
-        log,
-        "bolt-profile",
-    )
-
-
-# -- validation ------------------------------------------------------------------------
-def _validate(pipeline: Pipeline, binary: str, log: StepLog, *, what: str) -> dict[str, object]:
-    command = pipeline.plan.validate_command
-    if not command:
-        log.line("no validate.command configured: outputs not compared")
-        return {"command": [], "compared": False}
-    baseline = f"{BIN_DIR}/baseline"
-    expected = _exec(pipeline.box, [baseline, *command], log, "validate", keep_output=True)
-    got = _exec(pipeline.box, [binary, *command], log, "validate", keep_output=True)
-    differences = compare_outputs(expected, got, pipeline.plan.validate_tolerance)
-    if differences:
-        diff = render_diff(expected, got, expected_name="baseline", got_name=what)
-        raise ValidationError(
-            f"{what} printed something else than the baseline for "
-            f"`{' '.join(command)}` ({len(differences)} line(s) differ):\n{diff}"
-        )
-    return {
-        "command": list(command),
-        "compared": True,
-        "tolerance": pipeline.plan.validate_tolerance,
-        "identical": expected == got,
-        "output_lines": len(expected.splitlines()),
-    }
-
-
-# -- the whole build -------------------------------------------------------------------
 def run_build(
     options: Options,
     plan: BuildPlan,
@@ -612,7 +235,7 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
         bolt = run_bolt(pipeline, plan.bolt, shipped)
         shipped = bolt.binary
     with pipeline.step("validate") as log:
-        validation = _validate(pipeline, shipped, log, what="the optimized binary")
+        validation = validate_binary(pipeline, shipped, log, what="the optimized binary")
         log.detail = (
             "outputs identical"
             if validation.get("identical")
@@ -620,20 +243,20 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
         )
 
     with pipeline.step("portability") as log:
-        report_portability = _portability(pipeline, shipped, log)
+        report_portability = portability_report(pipeline, shipped, log)
         log.detail = (
             f"glibc {report_portability.glibc_max}, needs {', '.join(report_portability.needed)}"
         )
 
     with pipeline.step("sbom") as log:
-        crates, packages = _inventory(pipeline, log)
+        crates, packages = inventory(pipeline, log)
         log.detail = f"{len(crates)} crates, {len(packages)} toolchain packages"
 
     with pipeline.step("extract") as log:
         artifact = staging / plan.artifact_dir
         artifact.mkdir()
         log.line(f"+ GET /containers/<id>/archive?path={shipped}")
-        binary = _fetch_file(box, shipped, artifact).rename(artifact / plan.binary)
+        binary = fetch_file(box, shipped, artifact).rename(artifact / plan.binary)
         binary_sha = sha256_file(binary)
         (artifact / SBOM_FILE).write_text(
             build_sbom(
@@ -731,18 +354,18 @@ def _build_variants(
         box.put_archive(PATHS.root, plan.source.archive)
         log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
         box.put_archive(PATHS.root, vendor.read_bytes())
-        _exec(box, ["mkdir", "-p", BIN_DIR], log, "build-baseline")
-        _cargo(box, plan.variants["baseline"].build, log, "build-baseline")
+        run(box, ["mkdir", "-p", BIN_DIR], log, "build-baseline")
+        cargo(box, plan.variants["baseline"].build, log, "build-baseline")
         pipeline.copy_binary("baseline", log)
     with pipeline.step("build-release") as log:
-        _cargo(box, plan.variants["release"].build, log, "build-release")
+        cargo(box, plan.variants["release"].build, log, "build-release")
         shipped = pipeline.copy_binary("release", log)
 
     pgo_record = run_pgo(pipeline, plan.pgo) if plan.pgo else None
     coverage: Coverage | None = None
     if "optimized" in plan.variants:
         with pipeline.step("build-optimized") as log:
-            output = _cargo(box, plan.variants["optimized"].build, log, "build-optimized")
+            output = cargo(box, plan.variants["optimized"].build, log, "build-optimized")
             shipped = pipeline.copy_binary("optimized", log)
             if plan.pgo is not None and pgo_record is not None:
                 functions = pgo_record.details.get("functions", 0)
@@ -757,116 +380,12 @@ def _build_variants(
                 )
                 coverage.check()
     with pipeline.step("test") as log:
-        _cargo(box, plan.test, log, "test")
+        cargo(box, plan.test, log, "test")
     return shipped, pgo_record, coverage
 
 
 def _now() -> str:
     return dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds")
-
-
-def source_identity(crate_dir: Path) -> dict[str, object]:
-    """The git commit the sources come from, and whether the tree had local changes."""
-
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", "-C", str(crate_dir), *args],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=20,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--", ".")
-    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-def _portability(pipeline: Pipeline, binary: str, log: StepLog) -> Portability:
-    plan, box = pipeline.plan, pipeline.box
-    codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
-    return parse_portability(
-        target=plan.rust_target,
-        target_cpu=pipeline.options.target_cpu,
-        version_info=_exec(
-            box,
-            ["readelf", "--version-info", "--wide", binary],
-            log,
-            "portability",
-            keep_output=True,
-        ),
-        dynamic=_exec(
-            box, ["readelf", "--dynamic", "--wide", binary], log, "portability", keep_output=True
-        ),
-        rustc_cfg=_exec(
-            box,
-            [
-                plan.toolchain.tool("rustc"),
-                "--print",
-                "cfg",
-                "--target",
-                plan.rust_target,
-                *codegen,
-            ],
-            log,
-            "portability",
-            keep_output=True,
-        ),
-    )
-
-
-def _inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPackage]]:
-    """What went into the binary (crates) and what built it (Debian packages)."""
-    plan, box, options = pipeline.plan, pipeline.box, pipeline.options
-    settings = options.settings_for(plan.flavor)
-    features = ["--features", ",".join(settings.features)] if settings.features else []
-    if not settings.default_features:
-        features.append("--no-default-features")
-    metadata_path = f"{PATHS.out}/cargo-metadata.json"
-    # stdout to a file: cargo's warnings go to stderr and must not corrupt the JSON.
-    cargo = [
-        plan.toolchain.tool("cargo"),
-        "metadata",
-        "--format-version",
-        "1",
-        "--offline",
-        "--locked",
-        "--manifest-path",
-        f"{PATHS.src}/Cargo.toml",
-        "--filter-platform",
-        plan.rust_target,
-        *features,
-    ]
-    _exec(
-        box,
-        ["sh", "-c", 'exec "$@" > ' + metadata_path, "sh", *cargo],
-        log,
-        "sbom",
-        environment={"CARGO_HOME": PATHS.cargo_home},
-    )
-    metadata = json.loads(_fetch_file(box, metadata_path, pipeline.scratch).read_text())
-    lock = (options.crate_dir / "Cargo.lock").read_text()
-    checksums = {(c.name, c.version): c.checksum for c in registry_crates(lock)}
-    crates = crates_from_metadata(metadata, checksums, options.package_name)
-    listing = _exec(
-        box,
-        ["dpkg-query", "--show", "--showformat", "${Package} ${Version} ${Architecture}\n"],
-        log,
-        "sbom",
-        keep_output=True,
-    )
-    hashes: dict[tuple[str, str, str], str] = {}
-    recorded = read_manifest(package_set_dir(plan.base, plan.packages, options.cache_dir))
-    for entry in recorded or ():
-        hashes[deb_identity(entry.file)] = entry.sha256
-    packages = [
-        DebPackage(name, version, arch, hashes.get((name, version, arch)))
-        for name, version, arch in (line.split() for line in listing.splitlines() if line)
-    ]
-    return crates, packages
 
 
 def _keep_variants(
@@ -885,7 +404,7 @@ def _keep_variants(
     partial.mkdir(parents=True)
     described: dict[str, dict[str, object]] = {}
     for name, path in names.items():
-        fetched = _fetch_file(pipeline.box, path, pipeline.scratch)
+        fetched = fetch_file(pipeline.box, path, pipeline.scratch)
         target = partial / name
         shutil.move(fetched, target)
         described[name] = {"sha256": sha256_file(target), "size": target.stat().st_size}

@@ -1,38 +1,54 @@
 //! Hand-rolled argument parsing, to keep the dependency graph small.
 
 use crate::model::Config;
+use crate::sampler::SamplerConfig;
+use crate::tokenizer::BYTE_TOKENS;
 
 pub const USAGE: &str = "\
 tinyllm: a tiny deterministic transformer inference benchmark
 
 USAGE:
-    tinyllm generate [OPTIONS]   greedy-decode tokens, print them and a checksum
-    tinyllm bench [OPTIONS]      time generation, print generated tokens/s
+    tinyllm generate [OPTIONS]   generate tokens, print them, a checksum and the text
+    tinyllm bench [OPTIONS]      time tokenizing, generating and detokenizing batches
+                                 of prompts; print generated tokens/s
     tinyllm --help | --version
 
 OPTIONS (generate default / bench default):
-    --seed S         weight and prompt seed          (0 / 0)
-    --tokens N       tokens to generate              (16 / 256)
-    --layers L       transformer blocks              (2 / 4)
-    --dim D          model width                     (64 / 256)
-    --heads H        attention heads; D/H even       (4 / 8)
-    --vocab V        vocabulary size                 (256 / 512)
-    --prompt-len P   prompt tokens derived from seed (4 / 4)
-    --iters K        bench only: repetitions         (- / 8)
+    --seed S           seed of weights, tokenizer, prompts, sampling   (0 / 0)
+    --tokens N         tokens to generate per prompt                   (16 / 128)
+    --layers L         transformer blocks                              (2 / 4)
+    --dim D            model width                                     (64 / 64)
+    --heads H          attention heads; D/H even                       (4 / 4)
+    --vocab V          vocabulary size, of the model and the tokenizer (256 / 8192)
+    --prompt TEXT      generate only: the prompt, tokenized            (- / -)
+    --prompt-len P     generate: tokens of a prompt derived from the   (4 / 64)
+                       seed, used without --prompt; bench: the longest
+                       prompt, longer ones keep their last P tokens
+    --temperature T    0 picks the likeliest token (greedy)            (0 / 0.8)
+    --top-k K          sample among the K likeliest; 0 = all           (40 / 40)
+    --top-p P          ... and the fewest whose probability reaches P  (0.95 / 0.95)
+    --iters K          bench only: batches of 4 prompts, each longer   (- / 16)
 
-prompt-len + tokens must not exceed 1024.
+The tokenizer is byte-level BPE, trained on text generated from the seed, with a
+vocabulary of V tokens; --prompt and bench need V >= 256, the byte tokens.
+prompt length + tokens must not exceed 1024.
 ";
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Run {
     pub seed: u64,
     pub tokens: usize,
+    /// Without `prompt`, the length of the seed's prompt; for bench, the longest prompt.
     pub prompt_len: usize,
+    /// Prompt text to encode (generate only). Its length in tokens is only known once it
+    /// is encoded, so until then `config.seq_len` assumes a one-token prompt.
+    pub prompt: Option<String>,
     pub iters: usize,
+    pub sampling: SamplerConfig,
     pub config: Config,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Command {
     Help,
     Version,
@@ -47,8 +63,12 @@ struct Options {
     dim: usize,
     heads: usize,
     vocab: usize,
+    prompt: Option<String>,
     prompt_len: usize,
     iters: usize,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
 }
 
 const GENERATE_DEFAULTS: Options = Options {
@@ -58,20 +78,31 @@ const GENERATE_DEFAULTS: Options = Options {
     dim: 64,
     heads: 4,
     vocab: 256,
+    prompt: None,
     prompt_len: 4,
     iters: 1,
+    temperature: 0.0,
+    top_k: 40,
+    top_p: 0.95,
 };
 
 const BENCH_DEFAULTS: Options = Options {
     seed: 0,
-    tokens: 256,
+    tokens: 128,
     layers: 4,
-    dim: 256,
-    heads: 8,
-    vocab: 512,
-    prompt_len: 4,
-    iters: 8,
+    dim: 64,
+    heads: 4,
+    vocab: 8192,
+    prompt: None,
+    prompt_len: 64,
+    iters: 16,
+    temperature: 0.8,
+    top_k: 40,
+    top_p: 0.95,
 };
+
+const INTEGER: &str = "a non-negative integer";
+const NUMBER: &str = "a number";
 
 /// Parses the arguments after the program name. Every error is a usage error.
 pub fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -83,27 +114,39 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
         "bench" => (BENCH_DEFAULTS, true),
         other => return Err(format!("unknown command '{other}'")),
     };
+    let mut prompt_len_given = false;
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
         if matches!(flag.as_str(), "-h" | "--help") {
             return Ok(Command::Help);
         }
         let value = it.next();
-        if flag == "--seed" {
-            o.seed = parse_value(flag, value)?;
-            continue;
+        match flag.as_str() {
+            "--seed" => o.seed = parse_value(flag, value, INTEGER)?,
+            "--temperature" => o.temperature = parse_value(flag, value, NUMBER)?,
+            "--top-p" => o.top_p = parse_value(flag, value, NUMBER)?,
+            "--prompt" if !bench => {
+                let text = value.ok_or_else(|| format!("missing value for {flag}"))?;
+                o.prompt = Some(text.clone());
+            }
+            _ => {
+                let field = match flag.as_str() {
+                    "--tokens" => &mut o.tokens,
+                    "--layers" => &mut o.layers,
+                    "--dim" => &mut o.dim,
+                    "--heads" => &mut o.heads,
+                    "--vocab" => &mut o.vocab,
+                    "--prompt-len" => {
+                        prompt_len_given = true;
+                        &mut o.prompt_len
+                    }
+                    "--top-k" => &mut o.top_k,
+                    "--iters" if bench => &mut o.iters,
+                    _ => return Err(format!("unknown argument '{flag}'")),
+                };
+                *field = parse_value(flag, value, INTEGER)?;
+            }
         }
-        let field = match flag.as_str() {
-            "--tokens" => &mut o.tokens,
-            "--layers" => &mut o.layers,
-            "--dim" => &mut o.dim,
-            "--heads" => &mut o.heads,
-            "--vocab" => &mut o.vocab,
-            "--prompt-len" => &mut o.prompt_len,
-            "--iters" if bench => &mut o.iters,
-            _ => return Err(format!("unknown argument '{flag}'")),
-        };
-        *field = parse_value(flag, value)?;
     }
     for (name, value) in [
         ("--tokens", o.tokens),
@@ -114,6 +157,31 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
             return Err(format!("{name} must be at least 1"));
         }
     }
+    if !(o.temperature.is_finite() && o.temperature >= 0.0) {
+        return Err("--temperature must be a finite number, 0 or more".into());
+    }
+    if !(o.top_p > 0.0 && o.top_p <= 1.0) {
+        return Err("--top-p must be more than 0 and at most 1".into());
+    }
+    let needs_tokenizer = if let Some(text) = &o.prompt {
+        if prompt_len_given {
+            return Err("--prompt and --prompt-len cannot be used together".into());
+        }
+        if text.is_empty() {
+            return Err("--prompt must not be empty".into());
+        }
+        o.prompt_len = 1;
+        Some("--prompt")
+    } else {
+        bench.then_some("bench")
+    };
+    if let Some(what) = needs_tokenizer {
+        if o.vocab < BYTE_TOKENS {
+            return Err(format!(
+                "{what} needs --vocab {BYTE_TOKENS} or more (the tokenizer's byte tokens)"
+            ));
+        }
+    }
     let seq_len = o
         .prompt_len
         .checked_add(o.tokens)
@@ -122,7 +190,13 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
         seed: o.seed,
         tokens: o.tokens,
         prompt_len: o.prompt_len,
+        prompt: o.prompt,
         iters: o.iters,
+        sampling: SamplerConfig {
+            temperature: o.temperature,
+            top_k: o.top_k,
+            top_p: o.top_p,
+        },
         config: Config::new(o.dim, o.layers, o.heads, o.vocab, seq_len)?,
     };
     Ok(if bench {
@@ -132,11 +206,15 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
     })
 }
 
-fn parse_value<T: std::str::FromStr>(flag: &str, value: Option<&String>) -> Result<T, String> {
+fn parse_value<T: std::str::FromStr>(
+    flag: &str,
+    value: Option<&String>,
+    expected: &str,
+) -> Result<T, String> {
     let value = value.ok_or_else(|| format!("missing value for {flag}"))?;
-    value.parse().map_err(|_| {
-        format!("invalid value for {flag}: '{value}' (expected a non-negative integer)")
-    })
+    value
+        .parse()
+        .map_err(|_| format!("invalid value for {flag}: '{value}' (expected {expected})"))
 }
 
 #[cfg(test)]
@@ -164,6 +242,68 @@ mod tests {
             (32, 2, 2)
         );
         assert_eq!(run.config.seq_len, 9);
+    }
+
+    #[test]
+    fn parses_prompt_and_sampling() {
+        let args: Vec<String> = [
+            "generate",
+            "--prompt",
+            "Hello there",
+            "--temperature",
+            "0.8",
+        ]
+        .map(String::from)
+        .to_vec();
+        let Ok(Command::Generate(run)) = parse_args(&args) else {
+            panic!("expected generate");
+        };
+        assert_eq!(run.prompt.as_deref(), Some("Hello there"));
+        assert_eq!(run.config.seq_len, 1 + 16);
+        let want = SamplerConfig {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+        };
+        assert_eq!(run.sampling, want);
+
+        let Ok(Command::Generate(run)) = parse("generate --top-k 0 --top-p 1") else {
+            panic!("expected generate");
+        };
+        assert!(run.sampling.is_greedy() && run.prompt.is_none());
+        assert_eq!((run.sampling.top_k, run.sampling.top_p), (0, 1.0));
+
+        let Ok(Command::Bench(run)) = parse("bench --temperature 0 --top-k 7") else {
+            panic!("expected bench");
+        };
+        assert_eq!((run.sampling.temperature, run.sampling.top_k), (0.0, 7));
+        let Ok(Command::Bench(run)) = parse("bench") else {
+            panic!("expected bench");
+        };
+        assert_eq!(run.sampling, want);
+        assert_eq!(run.config.seq_len, run.prompt_len + run.tokens);
+    }
+
+    #[test]
+    fn rejects_bad_sampling_and_prompts() {
+        assert!(err("generate --temperature -1").contains("--temperature must be"));
+        assert!(err("generate --temperature inf").contains("--temperature must be"));
+        assert!(err("generate --temperature NaN").contains("--temperature must be"));
+        assert!(err("generate --temperature hot").contains("expected a number"));
+        assert!(err("generate --top-p 0").contains("--top-p must be"));
+        assert!(err("generate --top-p 1.01").contains("--top-p must be"));
+        assert!(err("generate --top-k -3").contains("invalid value for --top-k"));
+        assert!(err("generate --prompt").contains("missing value for --prompt"));
+        assert!(err("generate --prompt hi --prompt-len 3").contains("cannot be used together"));
+        assert!(err("bench --prompt hi").contains("unknown argument '--prompt'"));
+        assert!(err("generate --prompt hi --vocab 100").contains("--vocab 256 or more"));
+        assert!(err("bench --vocab 255").contains("bench needs --vocab 256"));
+        assert!(parse("generate --vocab 100").is_ok());
+        assert!(err("generate --prompt hi --tokens 1024").contains("1024"));
+        let empty = ["generate", "--prompt", ""].map(String::from);
+        assert!(parse_args(&empty)
+            .unwrap_err()
+            .contains("must not be empty"));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! decoded one token at a time against a KV cache.
 
 use crate::ops;
+use crate::phases::{timed, Phase};
 use crate::rng::SplitMix64;
+use crate::sampler::Sampler;
 
 /// Longest sequence (prompt plus generated tokens) a model accepts.
 pub const MAX_CONTEXT: usize = 1024;
@@ -72,6 +74,11 @@ impl Config {
             vocab,
             seq_len,
         })
+    }
+
+    /// The same model shape for a different context length.
+    pub fn with_seq_len(&self, seq_len: usize) -> Result<Self, String> {
+        Self::new(self.dim, self.layers, self.heads, self.vocab, seq_len)
     }
 
     pub fn head_dim(&self) -> usize {
@@ -145,6 +152,16 @@ impl Model {
     /// Feeds `token` at the state's next position and returns the logits for the token
     /// after it.
     pub fn forward<'s>(&self, s: &'s mut State, token: u32) -> &'s [f32] {
+        self.advance(s, token);
+        ops::rmsnorm(&mut s.xb, &s.x, &self.final_norm);
+        ops::matmul(&mut s.logits, &self.output, &s.xb);
+        &s.logits
+    }
+
+    /// Feeds `token` at the state's next position without computing logits. A prompt
+    /// token that is not the last needs only its keys and values in the cache, and the
+    /// output projection is the largest matmul of small models.
+    pub fn advance(&self, s: &mut State, token: u32) {
         let c = &self.config;
         let (d, hd, pos) = (c.dim, c.head_dim(), s.pos);
         assert!(pos < c.seq_len, "context of {} tokens is full", c.seq_len);
@@ -195,10 +212,7 @@ impl Model {
             ops::matmul(&mut s.xb2, &layer.w2, &s.hb);
             ops::add_assign(&mut s.x, &s.xb2);
         }
-        ops::rmsnorm(&mut s.xb, &s.x, &self.final_norm);
-        ops::matmul(&mut s.logits, &self.output, &s.xb);
         s.pos += 1;
-        &s.logits
     }
 }
 
@@ -266,22 +280,32 @@ pub fn prompt_tokens(seed: u64, vocab: usize, len: usize) -> Vec<u32> {
 
 /// Greedy decoding of `n` tokens after `prompt`.
 pub fn generate(model: &Model, prompt: &[u32], n: usize) -> Generation {
-    assert!(
-        !prompt.is_empty() && n > 0,
-        "need a prompt and at least one token"
-    );
+    generate_with(model, prompt, n, &mut Sampler::greedy())
+}
+
+/// Decodes `n` tokens after `prompt`, each chosen by `sampler`.
+pub fn generate_with(model: &Model, prompt: &[u32], n: usize, sampler: &mut Sampler) -> Generation {
+    let (&last, context) = prompt
+        .split_last()
+        .filter(|_| n > 0)
+        .expect("need a prompt and at least one token");
     let mut state = State::new(&model.config);
-    for &t in prompt {
-        model.forward(&mut state, t);
-    }
+    timed(Phase::Forward, || {
+        for &t in context {
+            model.advance(&mut state, t);
+        }
+        model.forward(&mut state, last);
+    });
     let mut tokens = Vec::with_capacity(n);
     loop {
-        let next = ops::argmax(&state.logits) as u32;
+        let next = timed(Phase::Sample, || sampler.sample(&state.logits));
         tokens.push(next);
         if tokens.len() == n {
             break;
         }
-        model.forward(&mut state, next);
+        timed(Phase::Forward, || {
+            model.forward(&mut state, next);
+        });
     }
     Generation {
         tokens,
@@ -373,6 +397,43 @@ mod tests {
                 assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn prefill_without_logits_changes_nothing() {
+        let model = Model::new(small(10), 4);
+        let tokens = prompt_tokens(4, 50, 6);
+        let (mut a, mut b) = (State::new(model.config()), State::new(model.config()));
+        for &t in &tokens[..5] {
+            model.forward(&mut a, t);
+            model.advance(&mut b, t);
+        }
+        let bits = |l: &[f32]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let want = bits(model.forward(&mut a, tokens[5]));
+        assert_eq!(bits(model.forward(&mut b, tokens[5])), want);
+    }
+
+    #[test]
+    fn sampled_generation_is_seeded() {
+        use crate::sampler::SamplerConfig;
+        let model = Model::new(small(24), 6);
+        let prompt = prompt_tokens(6, 50, 4);
+        let config = SamplerConfig {
+            temperature: 1.0,
+            top_k: 10,
+            top_p: 0.9,
+        };
+        let run = |seed| generate_with(&model, &prompt, 20, &mut Sampler::new(config, seed));
+        let (a, b, c) = (run(1), run(1), run(2));
+        assert_eq!((&a.tokens, a.checksum()), (&b.tokens, b.checksum()));
+        assert_ne!(a.tokens, c.tokens);
+        // Temperature 0 is greedy whatever the seed.
+        let greedy = SamplerConfig {
+            temperature: 0.0,
+            ..config
+        };
+        let g = generate_with(&model, &prompt, 20, &mut Sampler::new(greedy, 9));
+        assert_eq!(g.tokens, generate(&model, &prompt, 20).tokens);
     }
 
     #[test]

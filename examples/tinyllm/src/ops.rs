@@ -5,6 +5,7 @@
 //! should vectorise, it uses independent lane accumulators combined in a fixed order.
 
 use crate::math;
+use crate::phases::{timed, Phase};
 
 /// Independent accumulators in `dot`: enough to fill two AVX2 registers and hide the
 /// latency of the adds, while any narrower SIMD width computes the same lanes.
@@ -39,11 +40,13 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out = W x`, with `W` stored as `out.len()` rows of `x.len()` columns.
 pub fn matmul(out: &mut [f32], w: &[f32], x: &[f32]) {
-    #[cfg(feature = "parallel")]
-    if out.len() * x.len() >= PARALLEL_MIN_WORK {
-        return matmul_parallel(out, w, x);
-    }
-    matmul_serial(out, w, x);
+    timed(Phase::Matmul, || {
+        #[cfg(feature = "parallel")]
+        if out.len() * x.len() >= PARALLEL_MIN_WORK {
+            return matmul_parallel(out, w, x);
+        }
+        matmul_serial(out, w, x);
+    });
 }
 
 pub fn matmul_serial(out: &mut [f32], w: &[f32], x: &[f32]) {

@@ -19,8 +19,12 @@ impl SplitMix64 {
 
     /// Uniform in [-1, 1). Only 24 random bits are used so the conversion is exact.
     pub fn next_f32(&mut self) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 * (1.0 / (1u32 << 24) as f32);
-        2.0 * unit - 1.0
+        2.0 * self.next_unit_f32() - 1.0
+    }
+
+    /// Uniform in [0, 1), from 24 random bits so the conversion is exact.
+    pub fn next_unit_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u32 << 24) as f32)
     }
 
     /// Uniform-enough integer in [0, n); the modulo bias is irrelevant here.
@@ -46,6 +50,8 @@ mod tests {
         for _ in 0..10_000 {
             let v = rng.next_f32();
             assert!((-1.0..1.0).contains(&v));
+            let u = rng.next_unit_f32();
+            assert!((0.0..1.0).contains(&u));
         }
     }
 }

@@ -1,0 +1,123 @@
+"""What went into an artifact and what it needs: source commit, crates, packages, glibc."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from orchestrator.bootstrap import deb_identity, read_manifest
+from orchestrator.images import (
+    package_set_dir,
+)
+from orchestrator.layout import PATHS
+from orchestrator.log import StepLog
+from orchestrator.pipeline import Pipeline, fetch_file, run
+from orchestrator.portability import Portability
+from orchestrator.portability import parse as parse_portability
+from orchestrator.sbom import Crate, DebPackage, crates_from_metadata
+from orchestrator.source import registry_crates
+
+
+def source_identity(crate_dir: Path) -> dict[str, object]:
+    """The git commit the sources come from, and whether the tree had local changes."""
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(crate_dir), *args],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=20,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--", ".")
+    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def portability_report(pipeline: Pipeline, binary: str, log: StepLog) -> Portability:
+    plan, box = pipeline.plan, pipeline.box
+    codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
+    return parse_portability(
+        target=plan.rust_target,
+        target_cpu=pipeline.options.target_cpu,
+        version_info=run(
+            box,
+            ["readelf", "--version-info", "--wide", binary],
+            log,
+            "portability",
+            keep_output=True,
+        ),
+        dynamic=run(
+            box, ["readelf", "--dynamic", "--wide", binary], log, "portability", keep_output=True
+        ),
+        rustc_cfg=run(
+            box,
+            [
+                plan.toolchain.tool("rustc"),
+                "--print",
+                "cfg",
+                "--target",
+                plan.rust_target,
+                *codegen,
+            ],
+            log,
+            "portability",
+            keep_output=True,
+        ),
+    )
+
+
+def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPackage]]:
+    """What went into the binary (crates) and what built it (Debian packages)."""
+    plan, box, options = pipeline.plan, pipeline.box, pipeline.options
+    settings = options.settings_for(plan.flavor)
+    features = ["--features", ",".join(settings.features)] if settings.features else []
+    if not settings.default_features:
+        features.append("--no-default-features")
+    metadata_path = f"{PATHS.out}/cargo-metadata.json"
+    # stdout to a file: cargo's warnings go to stderr and must not corrupt the JSON.
+    cargo = [
+        plan.toolchain.tool("cargo"),
+        "metadata",
+        "--format-version",
+        "1",
+        "--offline",
+        "--locked",
+        "--manifest-path",
+        f"{PATHS.src}/Cargo.toml",
+        "--filter-platform",
+        plan.rust_target,
+        *features,
+    ]
+    run(
+        box,
+        ["sh", "-c", 'exec "$@" > ' + metadata_path, "sh", *cargo],
+        log,
+        "sbom",
+        environment={"CARGO_HOME": PATHS.cargo_home},
+    )
+    metadata = json.loads(fetch_file(box, metadata_path, pipeline.scratch).read_text())
+    lock = (options.crate_dir / "Cargo.lock").read_text()
+    checksums = {(c.name, c.version): c.checksum for c in registry_crates(lock)}
+    crates = crates_from_metadata(metadata, checksums, options.package_name)
+    listing = run(
+        box,
+        ["dpkg-query", "--show", "--showformat", "${Package} ${Version} ${Architecture}\n"],
+        log,
+        "sbom",
+        keep_output=True,
+    )
+    hashes: dict[tuple[str, str, str], str] = {}
+    recorded = read_manifest(package_set_dir(plan.base, plan.packages, options.cache_dir))
+    for entry in recorded or ():
+        hashes[deb_identity(entry.file)] = entry.sha256
+    packages = [
+        DebPackage(name, version, arch, hashes.get((name, version, arch)))
+        for name, version, arch in (line.split() for line in listing.splitlines() if line)
+    ]
+    return crates, packages
