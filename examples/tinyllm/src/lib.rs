@@ -1,9 +1,15 @@
-//! A tiny llama-style transformer whose weights come from a seed.
+//! A tiny llama-style transformer whose weights come from a seed, with the pipeline an
+//! inference engine runs around it: a byte-level BPE tokenizer trained on text generated
+//! from the same seed, a temperature / top-k / top-p sampler, and detokenization.
 //!
 //! The crate is a CPU-bound benchmark for release-build tooling, so its output is a
 //! contract: every reduction has a fixed summation order, nothing can be fused into an
-//! FMA, and no libm function is called. The same command therefore prints the same bits
-//! for any opt-level, `target-cpu`, or thread count.
+//! FMA, no libm function is called, and no hash map is ever iterated. The same command
+//! therefore prints the same bits for any opt-level, `target-cpu`, or thread count.
+//!
+//! Build with `--features phase-times` to have `bench` print to stderr how its time splits
+//! between tokenizer training, encoding, matmul, the rest of the model, sampling and
+//! decoding.
 
 pub mod cli;
 pub mod math;
