@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.archive import sha256_file
+from orchestrator.host import git
 from orchestrator.plan import content_hash
 from orchestrator.provenance import PAYLOAD_TYPE, statement
 from orchestrator.sign import SecretKey, SigningError, dsse_sign, write_key_pair
@@ -61,17 +61,9 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def _repository_roots(project_dir: Path) -> list[Path]:
     roots = [project_dir.resolve()]
-    try:
-        top = subprocess.run(
-            ["git", "-C", str(project_dir), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout
-        roots.append(Path(top.strip()).resolve())
-    except (OSError, subprocess.SubprocessError):
-        pass
+    top = git(project_dir, "rev-parse", "--show-toplevel")
+    if top:
+        roots.append(Path(top).resolve())
     return roots
 
 

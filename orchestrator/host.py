@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 
 def process_alive(pid: int) -> bool:
@@ -14,3 +16,17 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def git(directory: Path, *args: str) -> str | None:
+    """`git -C directory args...` stdout, stripped; None when git or the repository is absent."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=20,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from orchestrator.bootstrap import deb_identity, read_manifest
+from orchestrator.host import git
 from orchestrator.images import (
     package_set_dir,
 )
@@ -22,20 +22,8 @@ from orchestrator.source import registry_crates
 def source_identity(crate_dir: Path) -> dict[str, object]:
     """The git commit the sources come from, and whether the tree had local changes."""
 
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", "-C", str(crate_dir), *args],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=20,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--", ".")
+    commit = git(crate_dir, "rev-parse", "HEAD")
+    status = git(crate_dir, "status", "--porcelain", "--", ".")
     return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
 
 

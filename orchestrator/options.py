@@ -8,7 +8,6 @@ Every resolved value remembers where it came from (`Options.sources`), so
 from __future__ import annotations
 
 import os
-import subprocess
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.errors import ConfigError
+from orchestrator.host import git
 
 CONFIG_FILENAME = "orchestrator.toml"
 # 1980-01-01: the earliest time zip and many archive formats can store.
@@ -327,17 +327,8 @@ def _read_cargo_package(crate_dir: Path) -> tuple[str, str | None]:
 
 
 def git_commit_time(directory: Path) -> int | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(directory), "log", "-1", "--format=%ct"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return int(out) if out.isdigit() else None
+    out = git(directory, "log", "-1", "--format=%ct")
+    return int(out) if out and out.isdigit() else None
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:

@@ -174,15 +174,19 @@ def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:
             "registry+https://github.com/rust-lang/crates.io-index",
         )
     ]
-    text = build_sbom(
-        name="demo",
-        version="1.0",
-        artifact="demo-1.0-linux-x86_64-cpu",
-        binary_sha256="ab" * 32,
-        crates=crates,
-        toolchain=[DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)],
-        timestamp=1700000000,
-    )
+
+    def sbom() -> str:
+        return build_sbom(
+            name="demo",
+            version="1.0",
+            artifact="demo-1.0-linux-x86_64-cpu",
+            binary_sha256="ab" * 32,
+            crates=crates,
+            toolchain=[DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)],
+            timestamp=1700000000,
+        )
+
+    text = sbom()
     data = json.loads(text)
     assert data["specVersion"] == "1.6"
     purls = {c["purl"]: c.get("scope") for c in data["components"]}
@@ -190,13 +194,5 @@ def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:
     assert purls["pkg:deb/debian/gcc@4:14.2.0-1?arch=amd64"] == "excluded"
     assert sbom_subject(text) == ("demo-1.0-linux-x86_64-cpu", "ab" * 32)
     # Same inputs, same bytes: serial number and timestamp are derived, not drawn.
-    again = build_sbom(
-        name="demo",
-        version="1.0",
-        artifact="demo-1.0-linux-x86_64-cpu",
-        binary_sha256="ab" * 32,
-        crates=crates,
-        toolchain=[DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)],
-        timestamp=1700000000,
-    )
+    again = sbom()
     assert again == text
