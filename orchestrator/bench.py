@@ -22,7 +22,9 @@ from pathlib import Path
 
 from orchestrator.engine import Container, ContainerSpec, Engine
 from orchestrator.errors import OrchestratorError, StepFailedError
+from orchestrator.flavors import get_flavor
 from orchestrator.layout import BUILDER_UID, artifact_dir_name, release_dir_name
+from orchestrator.options import Options
 
 ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
 LABELS = {
@@ -194,23 +196,25 @@ class BenchSetup:
     output_dir: Path
 
 
-def locate(
-    artifacts_dir: Path,
-    cache_dir: Path,
-    *,
-    name: str,
-    version: str,
-    arch: str,
-    flavor: str,
-) -> BenchSetup:
-    """Find the published build and the variants it kept."""
-    release = artifacts_dir / release_dir_name(name, version)
-    artifact = release / artifact_dir_name(name, version, arch, flavor)
+def bench_cpu(engine: Engine) -> str:
+    """The CPU benchmarks are pinned to: the last one, away from the Engine's own work."""
+    return str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
+
+
+def locate(options: Options, flavor_name: str) -> BenchSetup:
+    """Find the published build of `flavor_name` (at options.target_cpu) and its variants."""
+    flavor = get_flavor(flavor_name)
+    release = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    artifact = release / (
+        artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)
+        + flavor.artifact_suffix(options)
+    )
+    cache_dir = options.cache_dir
     manifest_path = artifact / "build.json"
     if not manifest_path.is_file():
         raise OrchestratorError(
-            f"no published {flavor} build at {artifact}",
-            hint=f"Build it first: orchestrator build --flavor {flavor}",
+            f"no published {flavor_name} build at {artifact}",
+            hint=f"Build it first: orchestrator build --flavor {flavor_name}",
         )
     manifest = json.loads(manifest_path.read_text())
     variants_dir = cache_dir / "variants" / str(manifest["artifact"]["sha256"])
@@ -218,7 +222,7 @@ def locate(
     if not description.is_file():
         raise OrchestratorError(
             f"the variant binaries of {artifact.name} are not in {cache_dir / 'variants'}",
-            hint=f"Rebuild to keep them: orchestrator build --flavor {flavor}",
+            hint=f"Rebuild to keep them: orchestrator build --flavor {flavor_name}",
         )
     data = json.loads(description.read_text())
     sizes = {k: int(v["size"]) for k, v in data["variants"].items()}

@@ -462,10 +462,7 @@ def _manifest(
             "features": list(options.settings_for(plan.flavor).features),
             "default_features": options.settings_for(plan.flavor).default_features,
             "variants": {
-                name: {
-                    "cargo": list(v.build.argv),
-                    "rustflags": v.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"),
-                }
+                name: {"cargo": list(v.build.argv), "rustflags": v.rustflags}
                 for name, v in plan.variants.items()
             },
             "cargo_test": list(plan.test.argv),

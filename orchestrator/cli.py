@@ -239,9 +239,8 @@ def bench(
 
     Example: orchestrator build && orchestrator bench --runs 20
     """
-    from orchestrator.bench import locate, measure, write_report
+    from orchestrator.bench import bench_cpu, locate, measure, write_report
     from orchestrator.engine import Engine
-    from orchestrator.flavors import get_flavor
 
     try:
         options = _resolve(
@@ -259,17 +258,9 @@ def bench(
                 "bench.command is empty: nothing to benchmark",
                 hint='Set [bench] command = ["bench"] (arguments for the binary).',
             )
-        target = get_flavor(flavor)
-        setup = locate(
-            options.artifacts_dir,
-            options.cache_dir,
-            name=options.binary,
-            version=options.version,
-            arch=target.arch,
-            flavor=flavor + target.artifact_suffix(options),
-        )
+        setup = locate(options, flavor)
         engine = Engine.connect()
-        cpu = str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
+        cpu = bench_cpu(engine)
         console.print(
             f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
             f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"

@@ -22,7 +22,7 @@ class Check:
     detail: str
 
 
-def _newest(images: list[ImageInfo], repository: str) -> ImageInfo | None:
+def _tagged(images: list[ImageInfo], repository: str) -> ImageInfo | None:
     matching = [i for i in images if any(t.startswith(repository + ":") for t in i.tags)]
     return matching[0] if matching else None
 
@@ -123,7 +123,7 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
     )
 
     images = engine.managed_images()
-    base = _newest(images, "orchestrator/base")
+    base = _tagged(images, "orchestrator/base")
     if base is None:
         checks.append(
             Check(
@@ -145,7 +145,7 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
                 else f"refused (…{output.strip()[-90:]}); perf uses capabilities",
             )
         )
-    toolchain = _newest(images, "orchestrator/cpu")
+    toolchain = _tagged(images, "orchestrator/cpu")
     if toolchain is None:
         checks.append(
             Check(

@@ -18,6 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 from docker.models.containers import Container as SdkContainer
+from docker.models.images import Image as SdkImage
 
 from orchestrator.errors import DockerUnavailableError, ImageBuildError, OrchestratorError
 from orchestrator.host import process_alive
@@ -171,19 +172,11 @@ class Engine:
             image = self._client.images.get(reference)
         except docker.errors.ImageNotFound:
             return None
-        return ImageInfo(
-            id=str(image.id),
-            tags=tuple(image.tags),
-            labels=dict(image.labels or {}),
-            size=int(image.attrs.get("Size", 0)),
-        )
+        return _image_info(image)
 
     def managed_images(self) -> list[ImageInfo]:
         images = self._client.images.list(filters={"label": f"{LABEL_MANAGED}=1"})
-        return [
-            ImageInfo(str(i.id), tuple(i.tags), dict(i.labels or {}), int(i.attrs.get("Size", 0)))
-            for i in images
-        ]
+        return [_image_info(image) for image in images]
 
     def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str:
         repository, tag = reference.rsplit(":", 1)
@@ -365,3 +358,12 @@ class Engine:
         except OrchestratorError as exc:
             return -1, str(exc)
         return code, "\n".join(output)
+
+
+def _image_info(image: SdkImage) -> ImageInfo:
+    return ImageInfo(
+        id=str(image.id),
+        tags=tuple(image.tags),
+        labels=dict(image.labels or {}),
+        size=int(image.attrs.get("Size", 0)),
+    )

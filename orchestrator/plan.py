@@ -65,6 +65,10 @@ class Variant:
     build: CargoCommand
     binary: str  # where cargo leaves it in the build container
 
+    @property
+    def rustflags(self) -> list[str]:
+        return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
 
 @dataclass(frozen=True)
 class Step:
@@ -144,10 +148,7 @@ class BuildPlan:
             "cargo_lock_sha256": self.source.cargo_lock_sha256,
             "rustflags": list(self.rustflags),
             "variants": {
-                name: {
-                    "argv": list(v.build.argv),
-                    "rustflags": v.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"),
-                }
+                name: {"argv": list(v.build.argv), "rustflags": v.rustflags}
                 for name, v in self.variants.items()
             },
             "test": list(self.test.argv),

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from orchestrator.archive import sha256_file
 from orchestrator.attest import Signer, update_release_index
-from orchestrator.bench import locate, measure
+from orchestrator.bench import bench_cpu, locate, measure
 from orchestrator.build import prepare_plan, run_build
 from orchestrator.engine import Engine
 from orchestrator.errors import ConfigError, OrchestratorError
@@ -25,6 +25,7 @@ from orchestrator.layout import release_dir_name
 from orchestrator.log import Reporter
 from orchestrator.options import Options
 from orchestrator.plan import BuildPlan
+from orchestrator.portability import version_tuple
 
 RELEASE_JSON = "release.json"
 
@@ -150,7 +151,7 @@ def run_release(
         portability = outcome.manifest.get("portability")
         if isinstance(portability, dict):
             glibc = portability.get("glibc_max")
-            if glibc and _newer(str(glibc), options.glibc_floor):
+            if glibc and version_tuple(str(glibc)) > version_tuple(options.glibc_floor):
                 result.warnings.append(
                     f"needs glibc {glibc}, newer than the floor {options.glibc_floor}"
                 )
@@ -162,28 +163,13 @@ def run_release(
     return results
 
 
-def _newer(version: str, floor: str) -> bool:
-    def parts(text: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in text.split("."))
-
-    return parts(version) > parts(floor)
-
-
 def _quick_speedup(target: Target, engine: Engine, runs: int) -> float | None:
     """Median speedup of the shipped binary over plain `cargo build --release`, same run."""
     options = target.options
     if not options.bench_command:
         return None
-    flavor = get_flavor(target.flavor)
-    setup = locate(
-        options.artifacts_dir,
-        options.cache_dir,
-        name=options.binary,
-        version=options.version,
-        arch=flavor.arch,
-        flavor=target.flavor + flavor.artifact_suffix(options),
-    )
-    cpu = str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
+    setup = locate(options, target.flavor)
+    cpu = bench_cpu(engine)
     stats = measure(
         engine, setup, options.bench_command, runs=runs, warmup=1, cpu=cpu, progress=lambda _: None
     )
