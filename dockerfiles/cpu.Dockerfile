@@ -12,7 +12,7 @@ RUN set -eu; \
     apt-get install --yes --no-install-recommends --allow-downgrades \
         /var/cache/orchestrator/packages/*.deb >/tmp/apt.log 2>&1 \
         || { tail -n 40 /tmp/apt.log; exit 1; }; \
-    printf '%s\n' \
+    for pin in \
         'bolt-22=1:22.1.8-1~deb13u4' \
         'ca-certificates=20250419' \
         'cargo-web=1.96.0+dfsg1-1~deb13u1+b1' \
@@ -23,20 +23,12 @@ RUN set -eu; \
         'llvm-22=1:22.1.8-1~deb13u4' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
-        | LC_ALL=C sort >/tmp/pins.expected; \
-    dpkg-query --show --showformat='${Package}=${Version}\n' \
-        bolt-22 \
-        ca-certificates \
-        cargo-web \
-        gcc \
-        libc6-dev \
-        linux-perf \
-        lld-22 \
-        llvm-22 \
-        rustc-web \
-        time \
-        | LC_ALL=C sort >/tmp/pins.installed; \
-    diff -u /tmp/pins.expected /tmp/pins.installed; \
+        ; do \
+        package="${pin%%=*}"; wanted="${pin#*=}"; \
+        installed="$(dpkg-query --show --showformat='${Version}' "$package")"; \
+        [ "$installed" = "$wanted" ] \
+            || { echo "pin $package: wanted $wanted, installed ${installed:-nothing}"; exit 1; }; \
+    done; \
     groupadd --gid 1000 builder; \
     useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash builder; \
     mkdir -p /build/src /build/vendor /build/target /build/cargo-home /build/out; \

@@ -204,6 +204,12 @@ def bench_cpu(engine: Engine) -> str:
 def locate(options: Options, flavor_name: str) -> BenchSetup:
     """Find the published build of `flavor_name` (at options.target_cpu) and its variants."""
     flavor = get_flavor(flavor_name)
+    if flavor.runner:
+        raise OrchestratorError(
+            f"the {flavor_name} binaries run under {flavor.runner[0]} on this machine: "
+            "timing an emulator says nothing about the binary",
+            hint=f"Run the bench on a {flavor.arch} machine, or bench an x86_64 flavor.",
+        )
     release = options.artifacts_dir / release_dir_name(options.binary, options.version)
     artifact = release / (
         artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)

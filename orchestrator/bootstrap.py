@@ -62,13 +62,19 @@ def _run(argv: Sequence[str], log: StepLog, env: Mapping[str, str]) -> None:
         )
 
 
-def _common_args(spec: BaseSpec) -> list[str]:
-    return [
+def _common_args(
+    spec: BaseSpec, components: Sequence[str] = (), architectures: Sequence[str] = ()
+) -> list[str]:
+    args = [
         f"--variant={spec.variant}",
         f"--mode={_mode()}",
-        f"--components={','.join(spec.components)}",
+        f"--components={','.join(dict.fromkeys([*spec.components, *components]))}",
         "--aptopt=Acquire::Retries=3",
     ]
+    if architectures:
+        # the first is the native one; the others become dpkg foreign architectures
+        args.append(f"--architectures={','.join(['amd64', *architectures])}")
+    return args
 
 
 def make_rootfs(spec: BaseSpec, dest: Path, log: StepLog) -> str:
@@ -105,8 +111,23 @@ class PackageSet:
         return hashlib.sha256(lines.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class AptSources:
+    """Where a flavor's packages come from beyond the base: components, foreign arches."""
+
+    components: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"components": list(self.components), "architectures": list(self.architectures)}
+
+
 def fetch_packages(
-    spec: BaseSpec, packages: Mapping[str, str], dest: Path, log: StepLog
+    spec: BaseSpec,
+    packages: Mapping[str, str],
+    dest: Path,
+    log: StepLog,
+    sources: AptSources = AptSources(),
 ) -> PackageSet:
     """Download every .deb that installing `packages` (exact versions) on the base needs."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +138,7 @@ def fetch_packages(
         _run(
             [
                 _mmdebstrap(),
-                *_common_args(spec),
+                *_common_args(spec, sources.components, sources.architectures),
                 f"--include={include}",
                 # keep what apt downloaded and copy it out, instead of a rootfs
                 "--skip=download/empty",

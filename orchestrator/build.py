@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.archive import sha256_file
 from orchestrator.attest import Signer, artifact_comment, update_release_index
+from orchestrator.device import check_device_code, check_gpu_targets
 from orchestrator.engine import Container, ContainerSpec, Engine
 from orchestrator.errors import (
     OrchestratorError,
@@ -51,6 +52,7 @@ from orchestrator.plan import (
     BuildPlan,
     make_plan,
 )
+from orchestrator.portability import Portability
 from orchestrator.publish import publish, staging_area, write_checksums, write_json
 from orchestrator.render import image_packages, render_dockerfile
 from orchestrator.sbom import SBOM_FILE, build_sbom
@@ -186,6 +188,7 @@ def run_build(
             plan=plan.image,
             dockerfile=plan.dockerfile,
             packages=plan.packages,
+            sources=plan.apt_sources,
             cache_dir=options.cache_dir,
             log=log,
         )
@@ -224,6 +227,10 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
     plan, options, box = pipeline.plan, pipeline.options, pipeline.box
     with pipeline.step("toolchain-check") as log:
         report = check_toolchain(box, plan, log)
+    gpu: dict[str, object] | None = None
+    if plan.device_code:
+        with pipeline.step("gpu-targets") as log:
+            gpu = check_gpu_targets(pipeline, plan.device_code, log)
     with pipeline.step("fetch-crates") as log:
         vendor = fetch_crates(
             pipeline.engine, plan, pipeline.image, options, log, keep=pipeline.keep
@@ -234,19 +241,7 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
     if plan.bolt:
         bolt = run_bolt(pipeline, plan.bolt, shipped)
         shipped = bolt.binary
-    with pipeline.step("validate") as log:
-        validation = validate_binary(pipeline, shipped, log, what="the optimized binary")
-        log.detail = (
-            "outputs identical"
-            if validation.get("identical")
-            else ("within tolerance" if validation["compared"] else "nothing to compare")
-        )
-
-    with pipeline.step("portability") as log:
-        report_portability = portability_report(pipeline, shipped, log)
-        log.detail = (
-            f"glibc {report_portability.glibc_max}, needs {', '.join(report_portability.needed)}"
-        )
+    validation, report_portability = _check_shipped(pipeline, shipped, gpu)
 
     with pipeline.step("sbom") as log:
         crates, packages = inventory(pipeline, log)
@@ -316,6 +311,7 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
         }
         manifest["source"] = source_identity(options.crate_dir)
         manifest["portability"] = report_portability.as_dict()
+        manifest["device_code"] = gpu
         manifest["started_at"], manifest["finished_at"] = pipeline.started, _now()
         write_json(artifact / "build.json", manifest)
         shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
@@ -335,6 +331,27 @@ def _execute(pipeline: Pipeline, base: ImageOutcome, staging: Path) -> BuildOutc
             log.line(f"release index: wrote {path.name}")
         log.detail = str(destination)
     return BuildOutcome(destination, destination / plan.binary, manifest)
+
+
+def _check_shipped(
+    pipeline: Pipeline, shipped: str, gpu: dict[str, object] | None
+) -> tuple[dict[str, object], Portability]:
+    """Device code (GPU flavors), unchanged outputs, and what the binary needs to run."""
+    plan = pipeline.plan
+    if plan.device_code and gpu is not None:
+        with pipeline.step("device-code") as log:
+            gpu["binary"] = check_device_code(pipeline, plan.device_code, shipped, log)
+    with pipeline.step("validate") as log:
+        validation = validate_binary(pipeline, shipped, log, what="the optimized binary")
+        log.detail = (
+            "outputs identical"
+            if validation.get("identical")
+            else ("within tolerance" if validation["compared"] else "nothing to compare")
+        )
+    with pipeline.step("portability") as log:
+        report = portability_report(pipeline, shipped, log)
+        log.detail = f"glibc {report.glibc_max}, needs {', '.join(report.needed)}"
+    return validation, report
 
 
 def _build_variants(
@@ -456,7 +473,7 @@ def _manifest(
         "toolchain": {"spec": plan.toolchain.as_dict(), "reported": report.as_dict()},
         "images": {"base": base.as_dict(), "toolchain": pipeline.image.as_dict()},
         "flags": {
-            "target_cpu": options.target_cpu,
+            "target_cpu": plan.target_cpu,
             "rustflags": list(plan.rustflags),
             "release_profile": RELEASE_PROFILE,
             "features": list(options.settings_for(plan.flavor).features),

@@ -191,7 +191,7 @@ def build(
         reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
         console.print(
             f"building {options.binary} {options.version} ({flavor}, "
-            f"{plan.toolchain.name}, target-cpu {options.target_cpu}); "
+            f"{plan.toolchain.name}, target-cpu {plan.target_cpu}); "
             f"logs: {reporter.log_dir}"
         )
         try:

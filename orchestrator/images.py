@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.archive import sha256_file
-from orchestrator.bootstrap import PackageSet, fetch_packages, load_package_set, make_rootfs
+from orchestrator.bootstrap import (
+    AptSources,
+    PackageSet,
+    fetch_packages,
+    load_package_set,
+    make_rootfs,
+)
 from orchestrator.engine import LABEL_INPUT_HASH, Engine
 from orchestrator.errors import CacheCorruptError, ImageBuildError
 from orchestrator.log import StepLog
@@ -97,16 +103,23 @@ def ensure_base_image(
     )
 
 
-def package_set_dir(base: BaseSpec, packages: Mapping[str, str], cache_dir: Path) -> Path:
-    return (
-        cache_dir / "packages" / content_hash({"base": base.as_dict(), "packages": dict(packages)})
-    )
+def package_set_dir(
+    base: BaseSpec, packages: Mapping[str, str], cache_dir: Path, sources: AptSources
+) -> Path:
+    key: dict[str, object] = {"base": base.as_dict(), "packages": dict(packages)}
+    if sources != AptSources():
+        key["sources"] = sources.as_dict()
+    return cache_dir / "packages" / content_hash(key)
 
 
 def _package_set(
-    base: BaseSpec, packages: Mapping[str, str], cache_dir: Path, log: StepLog
+    base: BaseSpec,
+    packages: Mapping[str, str],
+    cache_dir: Path,
+    log: StepLog,
+    sources: AptSources,
 ) -> PackageSet:
-    directory = package_set_dir(base, packages, cache_dir)
+    directory = package_set_dir(base, packages, cache_dir, sources)
     try:
         cached = load_package_set(directory)
     except CacheCorruptError as exc:
@@ -116,7 +129,7 @@ def _package_set(
     if cached is not None:
         log.line(f"using {len(cached.files)} cached packages from {directory}")
         return cached
-    return fetch_packages(base, packages, directory, log)
+    return fetch_packages(base, packages, directory, log, sources)
 
 
 def ensure_toolchain_image(
@@ -127,6 +140,7 @@ def ensure_toolchain_image(
     plan: ImagePlan,
     dockerfile: str,
     packages: Mapping[str, str],
+    sources: AptSources,
     cache_dir: Path,
     log: StepLog,
 ) -> ImageOutcome:
@@ -134,7 +148,7 @@ def ensure_toolchain_image(
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
-    package_set = _package_set(base, packages, cache_dir, log)
+    package_set = _package_set(base, packages, cache_dir, log, sources)
     staging = cache_dir / "contexts"
     staging.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=staging) as tmp:

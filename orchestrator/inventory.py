@@ -32,7 +32,7 @@ def portability_report(pipeline: Pipeline, binary: str, log: StepLog) -> Portabi
     codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
     return parse_portability(
         target=plan.rust_target,
-        target_cpu=pipeline.options.target_cpu,
+        target_cpu=plan.target_cpu,
         version_info=run(
             box,
             ["readelf", "--version-info", "--wide", binary],
@@ -101,7 +101,9 @@ def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPa
         keep_output=True,
     )
     hashes: dict[tuple[str, str, str], str] = {}
-    recorded = read_manifest(package_set_dir(plan.base, plan.packages, options.cache_dir))
+    recorded = read_manifest(
+        package_set_dir(plan.base, plan.packages, options.cache_dir, plan.apt_sources)
+    )
     for entry in recorded or ():
         hashes[deb_identity(entry.file)] = entry.sha256
     packages = [

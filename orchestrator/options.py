@@ -137,8 +137,11 @@ FLAVOR_KEYS: dict[str, Kind] = {
     "features": "list[str]",
     "default_features": "bool",
     "levels": "list[str]",  # CPU levels `release` builds, e.g. ["x86-64-v2", "x86-64-v3"]
+    "gpu_targets": "list[str]",  # cuda: ["sm_80", "sm_90"]; rocm: ["gfx90a", "gfx1100"]
 }
-KNOWN_FLAVORS = ("cpu",)
+# The flavor registry (orchestrator.flavors) imports this module, so the names live here;
+# a unit test keeps the two in step.
+KNOWN_FLAVORS = ("cpu", "cuda", "rocm", "aarch64")
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class FlavorSettings:
     features: tuple[str, ...] = ()
     default_features: bool = True
     levels: tuple[str, ...] = ()  # empty: just build.target_cpu
+    gpu_targets: tuple[str, ...] = ()  # empty: the flavor's default list
 
 
 @dataclass(frozen=True)
@@ -215,6 +219,7 @@ class Options:
             values[f"flavors.{name}.features"] = list(settings.features)
             values[f"flavors.{name}.default_features"] = settings.default_features
             values[f"flavors.{name}.levels"] = list(settings.levels)
+            values[f"flavors.{name}.gpu_targets"] = list(settings.gpu_targets)
         return [(k, str(v), self.sources.get(k, "default")) for k, v in values.items()]
 
 
@@ -500,6 +505,7 @@ def resolve(
             features=layers.strings(f"flavors.{name}.features"),
             default_features=layers.values.get(f"flavors.{name}.default_features", True) is True,
             levels=layers.strings(f"flavors.{name}.levels"),
+            gpu_targets=layers.strings(f"flavors.{name}.gpu_targets"),
         )
         for name in KNOWN_FLAVORS
     }

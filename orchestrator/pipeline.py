@@ -150,7 +150,8 @@ def run_workloads(
         )
     box = pipeline.profiler()
     for index, workload in enumerate(pipeline.plan.workloads):
-        argv = [part.replace("{index}", str(index)) for part in wrap] + [binary, *workload]
+        wrapper = [part.replace("{index}", str(index)) for part in wrap]
+        argv = [*wrapper, *pipeline.plan.runner, binary, *workload]
         run(box, argv, log, step, environment=environment)
 
 
@@ -162,8 +163,9 @@ def validate_binary(
         log.line("no validate.command configured: outputs not compared")
         return {"command": [], "compared": False}
     baseline = f"{BIN_DIR}/baseline"
-    expected = run(pipeline.box, [baseline, *command], log, "validate", keep_output=True)
-    got = run(pipeline.box, [binary, *command], log, "validate", keep_output=True)
+    runner = pipeline.plan.runner
+    expected = run(pipeline.box, [*runner, baseline, *command], log, "validate", keep_output=True)
+    got = run(pipeline.box, [*runner, binary, *command], log, "validate", keep_output=True)
     differences = compare_outputs(expected, got, pipeline.plan.validate_tolerance)
     if differences:
         diff = render_diff(expected, got, expected_name="baseline", got_name=what)

@@ -11,8 +11,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.bootstrap import AptSources
 from orchestrator.errors import ConfigError
-from orchestrator.flavors import Flavor
+from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.options import Options
 from orchestrator.toolchain import BaseSpec, ToolchainSpec
@@ -102,12 +103,14 @@ class BuildPlan:
     flavor: str
     arch: str
     rust_target: str
+    target_cpu: str
     toolchain: ToolchainSpec
     base: BaseSpec
     base_image: ImagePlan
     image: ImagePlan
     dockerfile: str
     packages: Mapping[str, str]
+    apt_sources: AptSources
     source: SourceSnapshot
     rustflags: tuple[str, ...]
     fetch: CargoCommand
@@ -119,6 +122,8 @@ class BuildPlan:
     validate_command: tuple[str, ...]
     validate_tolerance: float
     profiling_privileges: bool
+    runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
+    device_code: DeviceCode | None
     binary: str
     release_dir: str
     artifact_dir: str
@@ -138,6 +143,7 @@ class BuildPlan:
             "flavor": self.flavor,
             "arch": self.arch,
             "rust_target": self.rust_target,
+            "target_cpu": self.target_cpu,
             "toolchain": self.toolchain.name,
             "base_image": {
                 "reference": self.base_image.reference,
@@ -161,6 +167,8 @@ class BuildPlan:
             if self.bolt
             else None,
             "workloads": [list(w) for w in self.workloads],
+            "runner": list(self.runner),
+            "gpu_targets": list(self.device_code.targets) if self.device_code else [],
             "validate": list(self.validate_command),
             "artifact": f"{self.release_dir}/{self.artifact_dir}",
             "steps": [s.name for s in self.steps],
@@ -172,18 +180,26 @@ def base_image_plan(base: BaseSpec) -> ImagePlan:
     return ImagePlan(f"{IMAGE_REPOSITORY}/base:{base.suite}-{digest[:16]}", digest)
 
 
+def apt_sources(flavor: Flavor) -> AptSources:
+    return AptSources(
+        components=tuple(c for c in flavor.apt_components if c != "main"),
+        architectures=flavor.foreign_architectures,
+    )
+
+
 def toolchain_image_plan(
     flavor: Flavor, toolchain: ToolchainSpec, dockerfile: str, base_image: ImagePlan
 ) -> ImagePlan:
-    digest = content_hash(
-        {
-            "kind": "toolchain-image",
-            "flavor": flavor.name,
-            "toolchain": toolchain.as_dict(),
-            "dockerfile": dockerfile,
-            "base": base_image.input_hash,
-        }
-    )
+    key: dict[str, object] = {
+        "kind": "toolchain-image",
+        "flavor": flavor.name,
+        "toolchain": toolchain.as_dict(),
+        "dockerfile": dockerfile,
+        "base": base_image.input_hash,
+    }
+    if apt_sources(flavor) != AptSources():
+        key["apt_sources"] = apt_sources(flavor).as_dict()
+    digest = content_hash(key)
     return ImagePlan(f"{IMAGE_REPOSITORY}/{flavor.name}:{toolchain.name}-{digest[:16]}", digest)
 
 
@@ -200,6 +216,8 @@ def _steps(
     base_image: ImagePlan,
     image: ImagePlan,
     *,
+    target_cpu: str,
+    device_code: DeviceCode | None,
     pgo: bool,
     bolt: BoltPlan | None,
     optimized: bool,
@@ -208,9 +226,14 @@ def _steps(
         Step("base-image", f"base rootfs image {base_image.reference}"),
         Step("toolchain-image", f"toolchain image {image.reference}"),
         Step("toolchain-check", "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
+    ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step("gpu-targets", f"{device_code.kind} compiler supports {targets}"))
+    steps += [
         Step("fetch-crates", "vendor crates listed in Cargo.lock", network=True),
         Step("build-baseline", "plain cargo build --release (the yardstick)"),
-        Step("build-release", f"release profile, target-cpu {options.target_cpu}"),
+        Step("build-release", f"release profile, target-cpu {target_cpu}"),
     ]
     if pgo:
         steps += [
@@ -229,6 +252,9 @@ def _steps(
             Step("bolt-profile", f"profile the binary for BOLT (mode {bolt.mode})"),
             Step("bolt-optimize", "llvm-bolt " + " ".join(bolt.flags)),
         ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step("device-code", f"the binary embeds device code for {targets}"))
     steps += [
         Step("validate", "outputs of the shipped binary equal the baseline's"),
         Step("portability", "glibc symbol versions, shared libraries, CPU features"),
@@ -237,6 +263,18 @@ def _steps(
         Step("publish", "sign, checksums, build.json, atomic move; release provenance"),
     ]
     return tuple(steps)
+
+
+def _bolt_mode(requested: str, flavor: Flavor) -> str:
+    """auto stays auto where perf can help; a flavor that can only instrument says so."""
+    if requested == "auto":
+        return "auto" if len(flavor.bolt_modes) > 1 else flavor.bolt_modes[0]
+    if requested not in flavor.bolt_modes:
+        raise ConfigError(
+            f"bolt.mode {requested} cannot work for the {flavor.name} flavor",
+            hint=f"{flavor.name} supports: {', '.join(flavor.bolt_modes)} (or auto).",
+        )
+    return requested
 
 
 def make_plan(
@@ -250,6 +288,7 @@ def make_plan(
     source: SourceSnapshot,
 ) -> BuildPlan:
     flavor.validate(options)
+    target_cpu = flavor.target_cpu(options)
     if (options.pgo or options.bolt) and not options.workloads:
         raise ConfigError(
             f"{options.config_path}: PGO and BOLT train on workloads, but [train] workloads "
@@ -303,6 +342,7 @@ def make_plan(
             "CARGO_HOME": PATHS.cargo_home,
             "TZ": "UTC",
             "LC_ALL": "C.UTF-8",
+            **flavor.environment(options),
             # The cc crate forwards -Cprofile-generate/-use to clang (any LLVM major, whose
             # profiles llvm-profdata of ours may not read) but never to GCC: C code from
             # build scripts is compiled by GCC and stays out of the LLVM profile.
@@ -364,7 +404,7 @@ def make_plan(
         # BOLT rewrites the layout and needs the linker's relocations to do it.
         optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
         bolt = BoltPlan(
-            mode=options.bolt_mode,
+            mode=_bolt_mode(options.bolt_mode, flavor),
             policy=options.bolt_policy,
             flags=options.bolt_flags,
             work_dir=f"{PATHS.out}/bolt",
@@ -392,10 +432,13 @@ def make_plan(
         {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},
     )
 
+    device_code = flavor.device_code(options)
     steps = _steps(
         options,
         base_image,
         image,
+        target_cpu=target_cpu,
+        device_code=device_code,
         pgo=pgo is not None,
         bolt=bolt,
         optimized=final.name == "optimized",
@@ -404,12 +447,14 @@ def make_plan(
         flavor=flavor.name,
         arch=flavor.arch,
         rust_target=flavor.rust_target,
+        target_cpu=target_cpu,
         toolchain=toolchain,
         base=base,
         base_image=base_image,
         image=image,
         dockerfile=dockerfile,
         packages=dict(packages),
+        apt_sources=apt_sources(flavor),
         source=source,
         rustflags=tuple(rustflags),
         fetch=fetch,
@@ -421,6 +466,8 @@ def make_plan(
         validate_command=options.validate_command,
         validate_tolerance=options.validate_tolerance,
         profiling_privileges=options.profiling_privileges,
+        runner=flavor.runner,
+        device_code=device_code,
         binary=options.binary,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)
@@ -439,6 +486,7 @@ __all__ = [
     "SourceSnapshot",
     "Step",
     "Variant",
+    "apt_sources",
     "base_image_plan",
     "content_hash",
     "make_plan",

@@ -155,7 +155,7 @@ def run_release(
                 result.warnings.append(
                     f"needs glibc {glibc}, newer than the floor {options.glibc_floor}"
                 )
-        if bench_runs > 0:
+        if bench_runs > 0 and not get_flavor(target.flavor).runner:  # no timing of emulators
             result.speedup = _quick_speedup(target, engine, bench_runs)
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():

@@ -26,15 +26,7 @@ def _environment(templates: Path | None = None) -> jinja2.Environment:
 
 
 def image_packages(flavor: Flavor, toolchain: ToolchainSpec) -> dict[str, str]:
-    packages = dict(toolchain.packages)
-    for name, version in flavor.extra_packages().items():
-        if packages.get(name, version) != version:
-            raise ConfigError(
-                f"flavor {flavor.name} pins {name}={version} but toolchain {toolchain.name} "
-                f"pins {name}={packages[name]}"
-            )
-        packages[name] = version
-    return dict(sorted(packages.items()))
+    return toolchain.packages_for(flavor.name)
 
 
 def render_dockerfile(
@@ -45,6 +37,7 @@ def render_dockerfile(
         return template.render(
             template_name=flavor.template,
             flavor=flavor.name,
+            foreign_architectures=flavor.foreign_architectures,
             toolchain=toolchain,
             packages=list(image_packages(flavor, toolchain).items()),
             uid=BUILDER_UID,

@@ -5,15 +5,16 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 from orchestrator.resources import resource_dir
 
 TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merge_fdata")
-# A Debian package name and version as dpkg accepts them; keeps shell quoting trivial.
-_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+# A Debian package name (optionally with a foreign architecture, `libfoo:arm64`) and a
+# version as dpkg accepts them; keeps shell quoting trivial.
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9]+)?$")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:-]+$")
 _LLVM_VERSION_RE = re.compile(r"LLVM version:?\s+(\d+)\.(\d+)\.(\d+)")
 
@@ -25,9 +26,28 @@ class ToolchainSpec:
     llvm_major: int
     tools: Mapping[str, str]
     packages: Mapping[str, str]  # Debian package -> exact version
+    # per flavor, the packages it adds on top (CUDA, HIP, cross compiler, arm64 std)
+    flavor_packages: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def tool(self, name: str) -> str:
         return self.tools[name]
+
+    def packages_for(self, flavor: str) -> dict[str, str]:
+        """Every pin of the flavor's image: the toolchain's plus the flavor's own."""
+        if flavor not in self.flavor_packages:
+            raise ConfigError(
+                f"toolchain {self.name!r} has no pins for flavor {flavor!r}",
+                hint=f"Add a [flavors.{flavor}.packages] table to toolchains/{self.name}.toml, "
+                "or build this flavor with a toolchain that has one.",
+            )
+        extra = self.flavor_packages[flavor]
+        clash = sorted(p for p in extra if p in self.packages and self.packages[p] != extra[p])
+        if clash:
+            raise ConfigError(
+                f"toolchains/{self.name}.toml: flavor {flavor} re-pins {', '.join(clash)} "
+                "to another version than the toolchain's"
+            )
+        return dict(sorted({**self.packages, **extra}.items()))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -36,6 +56,10 @@ class ToolchainSpec:
             "llvm_major": self.llvm_major,
             "tools": dict(self.tools),
             "packages": dict(sorted(self.packages.items())),
+            "flavor_packages": {
+                name: dict(sorted(pins.items()))
+                for name, pins in sorted(self.flavor_packages.items())
+            },
         }
 
 
@@ -81,7 +105,7 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    allowed = {"description", "llvm_major", "tools", "packages"}
+    allowed = {"description", "llvm_major", "tools", "packages", "flavors"}
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(allowed)}")
@@ -92,22 +116,36 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
     missing = [t for t in TOOL_NAMES if not isinstance(tools.get(t), str)]
     if missing or set(tools) - set(TOOL_NAMES):
         raise ConfigError(f"{path}: [tools] must name exactly {list(TOOL_NAMES)} as strings")
-    packages = _table(data, "packages", path)
-    for package, version in packages.items():
-        if not _PACKAGE_RE.match(package):
-            raise ConfigError(f"{path}: packages: {package!r} is not a Debian package name")
-        if not isinstance(version, str) or not _VERSION_RE.match(version):
-            raise ConfigError(
-                f"{path}: packages.{package}: expected an exact Debian version string, "
-                f"got {version!r}"
-            )
+    packages = _pins(_table(data, "packages", path), "packages", path)
+    flavors = data.get("flavors", {})
+    if not isinstance(flavors, dict):
+        raise ConfigError(f"{path}: [flavors] must be a table of [flavors.<name>] tables")
+    flavor_packages: dict[str, dict[str, str]] = {}
+    for flavor, table in flavors.items():
+        if not isinstance(table, dict) or set(table) != {"packages"}:
+            raise ConfigError(f"{path}: [flavors.{flavor}] must hold exactly a packages table")
+        where = f"flavors.{flavor}.packages"
+        flavor_packages[flavor] = _pins(_table(table, "packages", path), where, path)
     return ToolchainSpec(
         name=name,
         description=str(data.get("description", name)),
         llvm_major=llvm_major,
         tools={k: str(v) for k, v in tools.items()},
-        packages={k: str(v) for k, v in packages.items()},
+        packages=packages,
+        flavor_packages=flavor_packages,
     )
+
+
+def _pins(table: Mapping[str, object], where: str, path: Path) -> dict[str, str]:
+    for package, version in table.items():
+        if not _PACKAGE_RE.match(package):
+            raise ConfigError(f"{path}: {where}: {package!r} is not a Debian package name")
+        if not isinstance(version, str) or not _VERSION_RE.match(version):
+            raise ConfigError(
+                f"{path}: {where}.{package}: expected an exact Debian version string, "
+                f"got {version!r}"
+            )
+    return {k: str(v) for k, v in table.items()}
 
 
 def load_base_spec(path: Path | None = None) -> BaseSpec:

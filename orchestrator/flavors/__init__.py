@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from orchestrator.errors import ConfigError
-from orchestrator.flavors.base import Flavor
+from orchestrator.flavors.aarch64 import Aarch64Flavor
+from orchestrator.flavors.base import DeviceCode, Flavor
 from orchestrator.flavors.cpu import CpuFlavor
+from orchestrator.flavors.cuda import CudaFlavor
+from orchestrator.flavors.rocm import RocmFlavor
 
-FLAVORS: dict[str, Flavor] = {"cpu": CpuFlavor()}
+FLAVORS: dict[str, Flavor] = {
+    "cpu": CpuFlavor(),
+    "cuda": CudaFlavor(),
+    "rocm": RocmFlavor(),
+    "aarch64": Aarch64Flavor(),
+}
 
 
 def get_flavor(name: str) -> Flavor:
@@ -18,4 +26,4 @@ def get_flavor(name: str) -> Flavor:
         ) from None
 
 
-__all__ = ["FLAVORS", "Flavor", "get_flavor"]
+__all__ = ["FLAVORS", "DeviceCode", "Flavor", "get_flavor"]

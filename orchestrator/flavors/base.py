@@ -1,10 +1,25 @@
-"""The one Protocol every flavor (cpu, cuda, rocm, aarch64) implements."""
+"""The one Protocol every flavor (cpu, cuda, rocm, aarch64) implements, and what they share."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.options import Options
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """The GPU side of a flavor: which targets to compile for and how to check them.
+
+    `list_argv` prints what the image's compiler supports; `parse_supported` reads that.
+    """
+
+    kind: str  # "cuda" | "rocm"
+    targets: tuple[str, ...]
+    list_argv: tuple[str, ...]
+    compiler_version_argv: tuple[str, ...]
 
 
 class Flavor(Protocol):
@@ -28,12 +43,36 @@ class Flavor(Protocol):
         """Dockerfile template under images/templates/."""
         ...
 
-    def extra_packages(self) -> dict[str, str]:
-        """Debian packages (name -> exact version) on top of the toolchain's."""
+    @property
+    def apt_components(self) -> tuple[str, ...]:
+        """Debian archive components the flavor's packages come from."""
+        ...
+
+    @property
+    def foreign_architectures(self) -> tuple[str, ...]:
+        """dpkg architectures besides amd64 whose packages the image installs."""
+        ...
+
+    @property
+    def runner(self) -> tuple[str, ...]:
+        """Prefix that runs a target binary in the build container; () when native."""
+        ...
+
+    @property
+    def bolt_modes(self) -> tuple[str, ...]:
+        """BOLT profile modes that can work for this target, best first."""
+        ...
+
+    def target_cpu(self, options: Options) -> str:
+        """The -Ctarget-cpu this build uses."""
         ...
 
     def rustflags(self, options: Options) -> list[str]:
         """Code-generation flags specific to this flavor (target CPU, linker...)."""
+        ...
+
+    def environment(self, options: Options) -> Mapping[str, str]:
+        """Build environment: cross linker and C compiler, runner, GPU target lists."""
         ...
 
     def artifact_suffix(self, options: Options) -> str:
@@ -41,7 +80,11 @@ class Flavor(Protocol):
         ...
 
     def levels(self, options: Options) -> tuple[str, ...]:
-        """The variants `release` builds for this flavor (CPU levels for cpu)."""
+        """The CPU levels `release` builds for this flavor."""
+        ...
+
+    def device_code(self, options: Options) -> DeviceCode | None:
+        """GPU targets and how to check them; None for CPU-only flavors."""
         ...
 
     def validate(self, options: Options) -> None:

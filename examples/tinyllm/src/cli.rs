@@ -1,5 +1,6 @@
 //! Hand-rolled argument parsing, to keep the dependency graph small.
 
+use crate::backend::Backend;
 use crate::model::Config;
 use crate::sampler::SamplerConfig;
 use crate::tokenizer::BYTE_TOKENS;
@@ -28,6 +29,9 @@ OPTIONS (generate default / bench default):
     --top-k K          sample among the K likeliest; 0 = all           (40 / 40)
     --top-p P          ... and the fewest whose probability reaches P  (0.95 / 0.95)
     --iters K          bench only: batches of 4 prompts, each longer   (- / 16)
+    --backend B        where matmuls run: cpu, cuda, rocm, or auto     (auto / auto)
+                       (auto: a GPU whose kernels this binary carries
+                       and whose driver is installed, else the CPU)
 
 The tokenizer is byte-level BPE, trained on text generated from the seed, with a
 vocabulary of V tokens; --prompt and bench need V >= 256, the byte tokens.
@@ -46,6 +50,7 @@ pub struct Run {
     pub iters: usize,
     pub sampling: SamplerConfig,
     pub config: Config,
+    pub backend: Backend,
 }
 
 #[derive(Debug, PartialEq)]
@@ -69,6 +74,7 @@ struct Options {
     temperature: f32,
     top_k: usize,
     top_p: f32,
+    backend: Backend,
 }
 
 const GENERATE_DEFAULTS: Options = Options {
@@ -84,6 +90,7 @@ const GENERATE_DEFAULTS: Options = Options {
     temperature: 0.0,
     top_k: 40,
     top_p: 0.95,
+    backend: Backend::Auto,
 };
 
 const BENCH_DEFAULTS: Options = Options {
@@ -99,6 +106,7 @@ const BENCH_DEFAULTS: Options = Options {
     temperature: 0.8,
     top_k: 40,
     top_p: 0.95,
+    backend: Backend::Auto,
 };
 
 const INTEGER: &str = "a non-negative integer";
@@ -125,6 +133,10 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
             "--seed" => o.seed = parse_value(flag, value, INTEGER)?,
             "--temperature" => o.temperature = parse_value(flag, value, NUMBER)?,
             "--top-p" => o.top_p = parse_value(flag, value, NUMBER)?,
+            "--backend" => {
+                let text = value.ok_or_else(|| format!("missing value for {flag}"))?;
+                o.backend = Backend::parse(text)?;
+            }
             "--prompt" if !bench => {
                 let text = value.ok_or_else(|| format!("missing value for {flag}"))?;
                 o.prompt = Some(text.clone());
@@ -198,6 +210,7 @@ pub fn parse_args(args: &[String]) -> Result<Command, String> {
             top_p: o.top_p,
         },
         config: Config::new(o.dim, o.layers, o.heads, o.vocab, seq_len)?,
+        backend: o.backend,
     };
     Ok(if bench {
         Command::Bench(run)

@@ -11,7 +11,10 @@
 //! between tokenizer training, encoding, matmul, the rest of the model, sampling and
 //! decoding.
 
+pub mod backend;
 pub mod cli;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod gpu;
 pub mod math;
 pub mod model;
 pub mod ops;

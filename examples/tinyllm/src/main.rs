@@ -2,6 +2,7 @@ use std::hash::Hasher;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use tinyllm::backend;
 use tinyllm::cli::{self, Command, Run};
 use tinyllm::model::{self, Model};
 use tinyllm::phases;
@@ -22,14 +23,15 @@ fn main() -> ExitCode {
             Ok(())
         }
         Ok(Command::Version) => {
-            println!("tinyllm {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "tinyllm {} (backends: {})",
+                env!("CARGO_PKG_VERSION"),
+                backend::compiled().join(", ")
+            );
             Ok(())
         }
-        Ok(Command::Generate(run)) => generate(&run),
-        Ok(Command::Bench(run)) => {
-            bench(&run);
-            Ok(())
-        }
+        Ok(Command::Generate(run)) => select_backend(&run).and_then(|()| generate(&run)),
+        Ok(Command::Bench(run)) => select_backend(&run).map(|()| bench(&run)),
         Err(message) => Err(message),
     };
     if let Err(message) = result {
@@ -38,6 +40,14 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     ExitCode::SUCCESS
+}
+
+/// Announces a GPU on stderr (stdout stays comparable between backends' runs).
+fn select_backend(run: &Run) -> Result<(), String> {
+    if let Some(device) = backend::select(run.backend)? {
+        eprintln!("tinyllm: matmuls on {device}");
+    }
+    Ok(())
 }
 
 fn generate(run: &Run) -> Result<(), String> {

@@ -41,6 +41,14 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// `out = W x`, with `W` stored as `out.len()` rows of `x.len()` columns.
 pub fn matmul(out: &mut [f32], w: &[f32], x: &[f32]) {
     timed(Phase::Matmul, || {
+        if let Some(device) = crate::backend::accelerator() {
+            if let Err(message) = device.matvec(out, w, x) {
+                // Falling back mid-run would mix two summation orders in one output.
+                eprintln!("tinyllm: error: GPU matmul failed: {message}");
+                std::process::exit(3);
+            }
+            return;
+        }
         #[cfg(feature = "parallel")]
         if out.len() * x.len() >= PARALLEL_MIN_WORK {
             return matmul_parallel(out, w, x);

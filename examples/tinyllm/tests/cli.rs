@@ -132,9 +132,30 @@ fn bad_flag_exits_with_2() {
 fn version_and_help() {
     let out = tinyllm(&["--version"]);
     assert!(out.status.success());
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "tinyllm 0.1.0\n");
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert!(version.starts_with("tinyllm 0.1.0 (backends: cpu"), "{version}");
     let out = tinyllm(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
     assert!(help.contains("USAGE") && help.contains("--temperature"));
+}
+
+#[test]
+fn backends_cpu_and_auto_agree_and_missing_gpus_are_explained() {
+    let args = ["generate", "--seed", "7", "--tokens", "12"];
+    let default = lines(&args);
+    let mut cpu_args = args.to_vec();
+    cpu_args.extend(["--backend", "cpu"]);
+    assert_eq!(lines(&cpu_args), default);
+    for (backend, why) in [("cuda", "CUDA"), ("rocm", "HIP")] {
+        let out = tinyllm(&["generate", "--backend", backend]);
+        if out.status.success() {
+            continue; // a GPU and its driver are really here
+        }
+        assert_eq!(out.status.code(), Some(2), "{backend}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{backend}");
+    }
+    let out = tinyllm(&["generate", "--backend", "tpu"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected cpu, cuda, rocm or auto"));
 }

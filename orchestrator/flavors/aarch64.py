@@ -1,0 +1,79 @@
+"""aarch64 cross build: GNU cross linker, the arm64 Rust std, and qemu-user to run the result.
+
+Tests, PGO training and validation run the aarch64 binary under qemu in the same
+container. BOLT can only be profiled by instrumentation here: perf samples of an
+emulated process would describe qemu, not the binary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from orchestrator.errors import ConfigError
+from orchestrator.flavors.base import DeviceCode
+from orchestrator.options import Options
+
+SYSROOT = "/usr/aarch64-linux-gnu"
+GENERIC = "generic"  # rustc's armv8-a baseline: runs on every 64-bit Arm Linux machine
+_AARCH64_CPU_RE = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
+
+
+class Aarch64Flavor:
+    name = "aarch64"
+    arch = "aarch64"
+    rust_target = "aarch64-unknown-linux-gnu"
+    template = "aarch64.Dockerfile.j2"
+    apt_components: tuple[str, ...] = ("main",)
+    foreign_architectures: tuple[str, ...] = ("arm64",)
+    runner: tuple[str, ...] = ("qemu-aarch64", "-L", SYSROOT)
+    bolt_modes: tuple[str, ...] = ("instrument",)
+
+    def target_cpu(self, options: Options) -> str:
+        # build.target_cpu is the x86_64 setting; an x86 level means nothing here.
+        cpu = options.target_cpu
+        if cpu.startswith("x86-64") or cpu == "native":
+            return self.levels(options)[0]
+        return cpu
+
+    def rustflags(self, options: Options) -> list[str]:
+        return [f"-Ctarget-cpu={self.target_cpu(options)}"]
+
+    def environment(self, options: Options) -> Mapping[str, str]:
+        target = self.rust_target.upper().replace("-", "_")
+        return {
+            f"CARGO_TARGET_{target}_LINKER": "aarch64-linux-gnu-gcc",
+            # `cargo test` runs the test binaries through qemu
+            f"CARGO_TARGET_{target}_RUNNER": " ".join(self.runner),
+            # C from build scripts (cc crate) is compiled for the target, not the host
+            f"CC_{self.rust_target.replace('-', '_')}": "aarch64-linux-gnu-gcc",
+            f"AR_{self.rust_target.replace('-', '_')}": "aarch64-linux-gnu-ar",
+        }
+
+    def artifact_suffix(self, options: Options) -> str:
+        cpu = self.target_cpu(options)
+        return "" if cpu == GENERIC else f"-{cpu}"
+
+    def levels(self, options: Options) -> tuple[str, ...]:
+        return options.settings_for(self.name).levels or (GENERIC,)
+
+    def device_code(self, options: Options) -> DeviceCode | None:
+        return None
+
+    def validate(self, options: Options) -> None:
+        source = options.sources.get("build.target_cpu", "default")
+        if options.target_cpu.startswith("x86-64") and not source.startswith(("default", "file")):
+            raise ConfigError(
+                f"target-cpu {options.target_cpu} is an x86_64 level; the aarch64 flavor "
+                "builds for Arm",
+                hint="Leave --target-cpu out (generic armv8-a) or name an Arm CPU such as "
+                "neoverse-n1; set [flavors.aarch64] levels for releases.",
+            )
+        cpu = self.target_cpu(options)
+        if not _AARCH64_CPU_RE.match(cpu):
+            raise ConfigError(f"target-cpu {cpu!r} is not a CPU name rustc accepts")
+        if options.settings_for(self.name).gpu_targets:
+            raise ConfigError(
+                "flavors.aarch64.gpu_targets is set, but aarch64 builds no GPU code",
+                hint="gpu_targets belongs under [flavors.cuda] or [flavors.rocm].",
+            )

@@ -1,0 +1,41 @@
+"""x86_64 host binary with HIP kernels compiled by Debian's hipcc (HIP 5.7, clang 17)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from orchestrator.flavors.base import DeviceCode
+from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, ROCM_TARGET_RE, check_target_names
+from orchestrator.flavors.x86 import X86Flavor
+from orchestrator.options import Options
+
+# The AMDGPU processors the image's LLVM 17 (the one hipcc drives) can generate code for.
+LIST_PROCESSORS = ("sh", "-c", "llc-17 -march=amdgcn -mcpu=help </dev/null 2>&1")
+
+
+class RocmFlavor(X86Flavor):
+    name = "rocm"
+    template = "rocm.Dockerfile.j2"
+
+    def gpu_targets(self, options: Options) -> tuple[str, ...]:
+        return options.settings_for(self.name).gpu_targets or DEFAULT_ROCM_TARGETS
+
+    def environment(self, options: Options) -> Mapping[str, str]:
+        targets = self.gpu_targets(options)
+        return {
+            # ROCm's CMake convention, `;`-separated
+            "AMDGPU_TARGETS": ";".join(targets),
+            "ORCHESTRATOR_GPU_TARGETS": ",".join(targets),
+        }
+
+    def device_code(self, options: Options) -> DeviceCode | None:
+        return DeviceCode(
+            kind="rocm",
+            targets=self.gpu_targets(options),
+            list_argv=LIST_PROCESSORS,
+            compiler_version_argv=("hipcc", "--version"),
+        )
+
+    def validate(self, options: Options) -> None:
+        super().validate(options)
+        check_target_names(self.name, self.gpu_targets(options), ROCM_TARGET_RE)

@@ -1,0 +1,66 @@
+"""What the x86_64 flavors (cpu, cuda, rocm) share: CPU levels and native execution."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from orchestrator.errors import ConfigError
+from orchestrator.flavors.base import DeviceCode
+from orchestrator.options import Options
+
+# rustc's x86-64 micro-architecture levels plus any named CPU rustc knows (znver4, ...).
+_CPU_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+PORTABLE_LEVEL = "x86-64-v2"
+
+
+def short_level(target_cpu: str) -> str:
+    """x86-64-v3 -> v3; CPU names stay as they are (znver4)."""
+    return target_cpu.removeprefix("x86-64-")
+
+
+class X86Flavor:
+    """An x86_64 host binary; GPU flavors add device code on top."""
+
+    name = "cpu"
+    arch = "x86_64"
+    rust_target = "x86_64-unknown-linux-gnu"
+    template = "cpu.Dockerfile.j2"
+    apt_components: tuple[str, ...] = ("main",)
+    foreign_architectures: tuple[str, ...] = ()
+    runner: tuple[str, ...] = ()
+    bolt_modes: tuple[str, ...] = ("lbr", "sample", "instrument")
+
+    def target_cpu(self, options: Options) -> str:
+        return options.target_cpu
+
+    def rustflags(self, options: Options) -> list[str]:
+        return [f"-Ctarget-cpu={self.target_cpu(options)}"]
+
+    def environment(self, options: Options) -> Mapping[str, str]:
+        return {}
+
+    def artifact_suffix(self, options: Options) -> str:
+        cpu = self.target_cpu(options)
+        return "" if cpu == PORTABLE_LEVEL else f"-{short_level(cpu)}"
+
+    def levels(self, options: Options) -> tuple[str, ...]:
+        return options.settings_for(self.name).levels or (options.target_cpu,)
+
+    def device_code(self, options: Options) -> DeviceCode | None:
+        return None
+
+    def validate(self, options: Options) -> None:
+        cpu = self.target_cpu(options)
+        if not _CPU_NAME_RE.match(cpu):
+            raise ConfigError(
+                f"target-cpu {cpu!r} is not a CPU name rustc accepts",
+                hint="Use x86-64-v2 (portable), x86-64-v3, x86-64-v4, a CPU name such as "
+                "znver4, or native for local builds.",
+            )
+        if options.settings_for(self.name).gpu_targets and self.device_code(options) is None:
+            raise ConfigError(
+                f"flavors.{self.name}.gpu_targets is set, but {self.name} builds no GPU code",
+                hint="gpu_targets belongs under [flavors.cuda] or [flavors.rocm].",
+            )
