@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from orchestrator.flavors import DeviceCode
 from orchestrator.flavors.gpu import (
+    compiler_release,
     cuda_embedded,
     cuda_supported,
     offload_bundle_targets,
@@ -30,7 +31,7 @@ def check_gpu_targets(pipeline: Pipeline, device: DeviceCode, log: StepLog) -> d
     return {
         "kind": device.kind,
         "requested": list(device.targets),
-        "compiler": version.strip().splitlines()[-1] if version.strip() else "",
+        "compiler": compiler_release(version),
         "supported": sorted(supported),
     }
 

@@ -323,7 +323,13 @@ class Engine:
         return removed
 
     def managed_containers(self) -> list[SdkContainer]:
-        return list(self._client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}))
+        # By kind, not just "managed": the builder's RUN containers inherit the labels of
+        # the image they start from (ours), and belong to whichever build is running them.
+        return list(
+            self._client.containers.list(
+                all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}=container"]}
+            )
+        )
 
     def remove_stale_containers(self) -> int:
         """Remove containers left by runs on this host whose process is gone."""
@@ -336,8 +342,9 @@ class Engine:
             pid = labels.get(LABEL_PID, "")
             if pid.isdigit() and process_alive(int(pid)):
                 continue
-            self._force_remove(sdk)
-            removed += 1
+            with suppress(docker.errors.APIError):  # e.g. its removal is already under way
+                self._force_remove(sdk)
+                removed += 1
         return removed
 
     def probe(

@@ -12,6 +12,9 @@ const DEFAULT_AMDGPU_TARGETS: &str = "gfx90a;gfx1030;gfx1100";
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // The CLI tests spawn the binary; a cross build's tests must do it through the runner.
+    let target = env::var("TARGET").expect("cargo sets TARGET");
+    println!("cargo:rustc-env=TINYLLM_TARGET={target}");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     if env::var_os("CARGO_FEATURE_CUDA").is_some() {

@@ -72,7 +72,7 @@ def cuda_embedded(list_elf: str) -> set[str]:
 
 def rocm_supported(cpu_help: str) -> set[str]:
     """gfx processors from `llc -march=amdgcn -mcpu=help` (lines like `  gfx90a - ...`)."""
-    return set(re.findall(r"^\s*(gfx[0-9]{2,4}[a-z]?)\b", cpu_help, re.MULTILINE))
+    return set(re.findall(r"^\s*(gfx[0-9]{2,4}[a-z]?)\s+- Select", cpu_help, re.MULTILINE))
 
 
 def offload_bundle_targets(data: bytes) -> set[str]:
@@ -100,6 +100,14 @@ def offload_bundle_targets(data: bytes) -> set[str]:
             pass  # a stray copy of the magic string, not a bundle
         start = data.find(_OFFLOAD_BUNDLE_MAGIC, start + 1)
     return found
+
+
+def compiler_release(version_output: str) -> str:
+    """The line of `nvcc --version` / `hipcc --version` that names the release."""
+    for line in version_output.splitlines():
+        if re.search(r"HIP version|release \d", line):
+            return line.strip()
+    return version_output.strip().splitlines()[0] if version_output.strip() else ""
 
 
 def require_supported(

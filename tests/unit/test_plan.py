@@ -185,5 +185,5 @@ def test_image_tags_follow_their_inputs_only(options: Options) -> None:
 
 
 def test_bad_target_cpu_is_refused(options: Options) -> None:
-    with pytest.raises(ConfigError, match="target-cpu .* is not a CPU name"):
+    with pytest.raises(ConfigError, match=r"target-cpu .* is not a CPU name"):
         _plan(replace(options, target_cpu="x86-64 v3; rm -rf"))

@@ -1,10 +1,20 @@
 use std::process::{Command, Output};
 
+/// Runs the binary, through cargo's runner for this target when one is set (a cross
+/// build's tests run under qemu, and so must the binary they start).
 fn tinyllm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tinyllm"))
-        .args(args)
-        .output()
-        .expect("failed to run tinyllm")
+    let target = env!("TINYLLM_TARGET").to_uppercase().replace('-', "_");
+    let runner = std::env::var(format!("CARGO_TARGET_{target}_RUNNER")).unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(env!("CARGO_BIN_EXE_tinyllm"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_tinyllm")),
+    };
+    command.args(args).output().expect("failed to run tinyllm")
 }
 
 /// Runs a command that must succeed and returns its stdout lines.

@@ -1,0 +1,166 @@
+"""Every flavor of tinyllm, built for real: aarch64 cross (run under qemu), cuda, rocm.
+
+GPU flavors build without PGO/BOLT here (the cpu tests cover those paths); what they
+add is device code, checked by the build and again here with the vendors' own tools.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from orchestrator.flavors.gpu import offload_bundle_targets
+from tests.integration.conftest import REPO, Release, managed_containers, orchestrator
+
+pytestmark = pytest.mark.integration
+
+RELEASE = "tinyllm-0.1.0"
+VALIDATE = ["generate", "--seed", "42", "--tokens", "96", "--layers", "3", "--dim", "96"]
+EM_AARCH64, EM_X86_64 = 183, 62
+
+
+def _build(flavor: str, artifacts: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
+    run = orchestrator(["build", "--flavor", flavor, "--artifacts-dir", str(artifacts), *extra])
+    assert run.returncode == 0, run.output
+    suffix = "aarch64-aarch64" if flavor == "aarch64" else f"x86_64-{flavor}"
+    directory = artifacts / RELEASE / f"{RELEASE}-linux-{suffix}"
+    return directory, json.loads((directory / "build.json").read_text())
+
+
+def _elf_machine(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF"
+    (machine,) = struct.unpack_from("<H", header, 18)
+    return header[4], machine  # EI_CLASS (2 = 64-bit), e_machine
+
+
+def _in_image(
+    client: docker.DockerClient, manifest: dict[str, Any], directory: Path, command: list[str]
+) -> tuple[int, str]:
+    """Run `command` in the build's own image, offline, with the artifact at /artifact."""
+    image = manifest["images"]["toolchain"]["reference"]
+    container = client.containers.run(
+        image,
+        command,
+        volumes={str(directory): {"bind": "/artifact", "mode": "ro"}},
+        network_disabled=True,
+        detach=True,
+    )
+    try:
+        code = int(container.wait(timeout=600)["StatusCode"])
+        return code, container.logs().decode()
+    finally:
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("flavors")
+
+
+def test_aarch64_cross_build_runs_under_qemu(
+    artifacts: Path, release: Release, docker_client: docker.DockerClient
+) -> None:
+    directory, manifest = _build("aarch64", artifacts)
+    binary = directory / "tinyllm"
+    assert _elf_machine(binary) == (2, EM_AARCH64)
+    assert manifest["artifact"]["target"] == "aarch64-unknown-linux-gnu"
+    assert manifest["portability"]["target"] == "aarch64-unknown-linux-gnu"
+    assert "ld-linux-aarch64.so.1" in manifest["portability"]["needed"]
+    # PGO was trained under qemu, and validation compared outputs under qemu
+    assert "pgo" in manifest["artifact"]["optimizations"]
+    assert manifest["pgo"]["profile"]["size"] > 0
+    assert manifest["validation"]["identical"] is True
+    # BOLT either really applied, or the manifest says why not: never claimed blindly
+    bolt = manifest["bolt"]
+    assert bolt["mode"] == "instrument"
+    assert ("bolt" in manifest["artifact"]["optimizations"]) == bolt["applied"]
+    if not bolt["applied"]:
+        assert bolt["fallback_reason"]
+
+    code, output = _in_image(
+        docker_client,
+        manifest,
+        directory,
+        ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "/artifact/tinyllm", *VALIDATE],
+    )
+    assert code == 0, output
+    # Same IEEE arithmetic in the same order: the Arm build prints what the x86_64 one does.
+    code, x86_output = _in_image(
+        docker_client, release.manifest, release.directory, ["/artifact/tinyllm", *VALIDATE]
+    )
+    assert code == 0, x86_output
+    assert output == x86_output
+    assert managed_containers(docker_client) == []
+
+
+def test_cuda_binary_embeds_every_requested_sm(
+    artifacts: Path, docker_client: docker.DockerClient
+) -> None:
+    directory, manifest = _build("cuda", artifacts, "--no-pgo", "--no-bolt")
+    wanted = ["sm_80", "sm_86", "sm_89", "sm_90"]
+    device = manifest["device_code"]
+    assert device["requested"] == wanted
+    assert set(wanted) <= set(device["supported"])
+    assert set(device["binary"]["embedded"]) == set(wanted)
+    assert "release 12.4" in device["compiler"]
+    assert _elf_machine(directory / "tinyllm") == (2, EM_X86_64)
+    # The driver is loaded at run time: nothing CUDA in DT_NEEDED, so it starts anywhere.
+    assert not [lib for lib in manifest["portability"]["needed"] if "cuda" in lib]
+
+    # Checked again here with NVIDIA's own tool, on the published file.
+    code, listing = _in_image(
+        docker_client, manifest, directory, ["cuobjdump", "--list-elf", "/artifact/tinyllm"]
+    )
+    assert code == 0, listing
+    for sm in wanted:
+        assert f".{sm}.cubin" in listing, listing
+    code, output = _in_image(
+        docker_client, manifest, directory, ["/artifact/tinyllm", "generate", "--backend", "cuda"]
+    )
+    assert code == 2 and "no CUDA driver" in output  # no GPU here: a clear refusal
+    code, output = _in_image(docker_client, manifest, directory, ["/artifact/tinyllm", *VALIDATE])
+    assert code == 0 and "checksum:" in output  # auto: the CPU path
+
+
+def test_rocm_binary_embeds_every_requested_gfx_target(
+    artifacts: Path, docker_client: docker.DockerClient
+) -> None:
+    directory, manifest = _build("rocm", artifacts, "--no-pgo", "--no-bolt")
+    wanted = ["gfx90a", "gfx1030", "gfx1100"]
+    device = manifest["device_code"]
+    assert device["requested"] == wanted
+    assert set(device["binary"]["embedded"]) == set(wanted)
+    assert device["compiler"].startswith("HIP version: 5.7")
+    assert offload_bundle_targets((directory / "tinyllm").read_bytes()) == set(wanted)
+    assert not [lib for lib in manifest["portability"]["needed"] if "amdhip" in lib]
+    # AMD's roc-obj-ls reads the same bundle out of the published binary.
+    code, listing = _in_image(
+        docker_client, manifest, directory, ["roc-obj-ls", "/artifact/tinyllm"]
+    )
+    assert code == 0, listing
+    for target in wanted:
+        assert target in listing, listing
+
+
+def test_unsupported_gpu_target_fails_before_building(tmp_path: Path) -> None:
+    config = (REPO / "orchestrator.toml").read_text()
+    config = config.replace('crate = "examples/tinyllm"', f'crate = "{REPO}/examples/tinyllm"')
+    config = config.replace(
+        'gpu_targets = ["sm_80", "sm_86", "sm_89", "sm_90"]', 'gpu_targets = ["sm_80", "sm_30"]'
+    )
+    path = tmp_path / "orchestrator.toml"
+    path.write_text(config)
+    run = orchestrator(
+        ["build", "--flavor", "cuda", "--config", str(path), "--artifacts-dir", str(tmp_path / "a")]
+    )
+    assert run.returncode == 31, run.output
+    assert "cannot compile for sm_30" in run.output
+    assert "sm_90" in run.output  # the error lists what is supported
+    assert "build-baseline" not in run.output
+    assert not (tmp_path / "a" / RELEASE).exists()
