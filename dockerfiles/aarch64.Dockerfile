@@ -34,6 +34,16 @@ RUN set -eu; \
         [ "$installed" = "$wanted" ] \
             || { echo "pin $package: wanted $wanted, installed ${installed:-nothing}"; exit 1; }; \
     done; \
+    mkdir -p /opt/orchestrator/unpack; \
+    for pin in \
+        'libbolt-22-dev:arm64=1:22.1.8-1~deb13u4' \
+        ; do \
+        name="${pin%%=*}"; wanted="${pin#*=}"; \
+        deb="$(ls /var/cache/orchestrator/packages/unpack/"${name%%:*}"_*_"${name#*:}".deb)"; \
+        [ "$(dpkg-deb --field "$deb" Version)" = "$wanted" ] \
+            || { echo "unpack $name: $deb is not version $wanted"; exit 1; }; \
+        dpkg-deb --extract "$deb" /opt/orchestrator/unpack; \
+    done; \
     aarch64-linux-gnu-gcc --version | head -n 1; \
     qemu-aarch64 -L /usr/aarch64-linux-gnu /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 --version | head -n 1; \
     groupadd --gid 1000 builder; \

@@ -212,7 +212,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         )
     release = options.artifacts_dir / release_dir_name(options.binary, options.version)
     artifact = release / (
-        artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)
+        artifact_dir_name(options.binary, options.version, flavor.arch, flavor.artifact_flavor)
         + flavor.artifact_suffix(options)
     )
     cache_dir = options.cache_dir

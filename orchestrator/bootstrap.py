@@ -122,19 +122,34 @@ class AptSources:
         return {"components": list(self.components), "architectures": list(self.architectures)}
 
 
+UNPACK_DIR = "unpack"  # package-set subfolder of .debs to unpack, not install
+
+
 def fetch_packages(
     spec: BaseSpec,
     packages: Mapping[str, str],
     dest: Path,
     log: StepLog,
+    *,
     sources: AptSources = AptSources(),
+    unpack: Mapping[str, str] | None = None,
 ) -> PackageSet:
-    """Download every .deb that installing `packages` (exact versions) on the base needs."""
+    """Download every .deb that installing `packages` (exact versions) on the base needs,
+    plus the single .debs of `unpack` (without dependencies) into an unpack/ subfolder."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     include = ",".join(f"{name}={version}" for name, version in sorted(packages.items()))
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".packages-") as tmp:
         debs = Path(tmp) / "debs"
-        debs.mkdir()
+        (debs / UNPACK_DIR).mkdir(parents=True)
+        hooks = [f"--customize-hook=sync-out /var/cache/apt/archives {debs}"]
+        if unpack:
+            wanted = " ".join(f"{name}={version}" for name, version in sorted(unpack.items()))
+            inside = f"/var/cache/orchestrator-{UNPACK_DIR}"
+            hooks += [
+                f'--customize-hook=mkdir -p "$1{inside}"',
+                f'--customize-hook=chroot "$1" sh -c "cd {inside} && apt-get download {wanted}"',
+                f"--customize-hook=sync-out {inside} {debs / UNPACK_DIR}",
+            ]
         _run(
             [
                 _mmdebstrap(),
@@ -142,7 +157,7 @@ def fetch_packages(
                 f"--include={include}",
                 # keep what apt downloaded and copy it out, instead of a rootfs
                 "--skip=download/empty",
-                f"--customize-hook=sync-out /var/cache/apt/archives {debs}",
+                *hooks,
                 spec.suite,
                 "/dev/null",
                 spec.mirror,
@@ -150,14 +165,19 @@ def fetch_packages(
             log,
             {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},
         )
+        found = [*sorted(debs.glob("*.deb")), *sorted((debs / UNPACK_DIR).glob("*.deb"))]
         files = tuple(
-            PackageFile(p.name, sha256_file(p), p.stat().st_size)
-            for p in sorted(debs.glob("*.deb"))
+            PackageFile(p.relative_to(debs).as_posix(), sha256_file(p), p.stat().st_size)
+            for p in found
         )
         if not files:
             raise BootstrapError("mmdebstrap downloaded no packages")
+        if len(list((debs / UNPACK_DIR).glob("*.deb"))) != len(unpack or {}):
+            raise BootstrapError(
+                f"apt-get download fetched other files than {sorted(unpack or {})}"
+            )
         for stray in debs.iterdir():
-            if stray.suffix != ".deb":
+            if stray.suffix != ".deb" and stray.name != UNPACK_DIR:
                 _remove(stray)
         (debs / MANIFEST).write_text(json.dumps([f.__dict__ for f in files], indent=1) + "\n")
         if dest.exists():
@@ -169,7 +189,7 @@ def fetch_packages(
 
 def deb_identity(file_name: str) -> tuple[str, str, str]:
     """(name, version, arch) from a Debian archive file name, e.g. gcc_4%3a14.2.0-1_amd64.deb."""
-    stem = file_name.removesuffix(".deb")
+    stem = Path(file_name).name.removesuffix(".deb")
     name, version, arch = stem.split("_")
     return name, unquote(version), arch
 

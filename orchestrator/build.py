@@ -189,6 +189,7 @@ def run_build(
             dockerfile=plan.dockerfile,
             packages=plan.packages,
             sources=plan.apt_sources,
+            unpack=plan.unpack,
             cache_dir=options.cache_dir,
             log=log,
         )

@@ -104,11 +104,17 @@ def ensure_base_image(
 
 
 def package_set_dir(
-    base: BaseSpec, packages: Mapping[str, str], cache_dir: Path, sources: AptSources
+    base: BaseSpec,
+    packages: Mapping[str, str],
+    cache_dir: Path,
+    sources: AptSources,
+    unpack: Mapping[str, str],
 ) -> Path:
     key: dict[str, object] = {"base": base.as_dict(), "packages": dict(packages)}
     if sources != AptSources():
         key["sources"] = sources.as_dict()
+    if unpack:
+        key["unpack"] = dict(unpack)
     return cache_dir / "packages" / content_hash(key)
 
 
@@ -117,9 +123,11 @@ def _package_set(
     packages: Mapping[str, str],
     cache_dir: Path,
     log: StepLog,
+    *,
     sources: AptSources,
+    unpack: Mapping[str, str],
 ) -> PackageSet:
-    directory = package_set_dir(base, packages, cache_dir, sources)
+    directory = package_set_dir(base, packages, cache_dir, sources, unpack)
     try:
         cached = load_package_set(directory)
     except CacheCorruptError as exc:
@@ -129,7 +137,7 @@ def _package_set(
     if cached is not None:
         log.line(f"using {len(cached.files)} cached packages from {directory}")
         return cached
-    return fetch_packages(base, packages, directory, log, sources)
+    return fetch_packages(base, packages, directory, log, sources=sources, unpack=unpack)
 
 
 def ensure_toolchain_image(
@@ -141,6 +149,7 @@ def ensure_toolchain_image(
     dockerfile: str,
     packages: Mapping[str, str],
     sources: AptSources,
+    unpack: Mapping[str, str],
     cache_dir: Path,
     log: StepLog,
 ) -> ImageOutcome:
@@ -148,7 +157,7 @@ def ensure_toolchain_image(
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
-    package_set = _package_set(base, packages, cache_dir, log, sources)
+    package_set = _package_set(base, packages, cache_dir, log, sources=sources, unpack=unpack)
     staging = cache_dir / "contexts"
     staging.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=staging) as tmp:
@@ -158,6 +167,7 @@ def ensure_toolchain_image(
         debs.mkdir()
         for entry in package_set.files:
             source = package_set.directory / entry.file
+            (debs / entry.file).parent.mkdir(exist_ok=True)
             try:
                 (debs / entry.file).hardlink_to(source)  # no copy of ~250 MB when possible
             except OSError:

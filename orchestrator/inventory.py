@@ -102,7 +102,7 @@ def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPa
     )
     hashes: dict[tuple[str, str, str], str] = {}
     recorded = read_manifest(
-        package_set_dir(plan.base, plan.packages, options.cache_dir, plan.apt_sources)
+        package_set_dir(plan.base, plan.packages, options.cache_dir, plan.apt_sources, plan.unpack)
     )
     for entry in recorded or ():
         hashes[deb_identity(entry.file)] = entry.sha256

@@ -23,6 +23,10 @@ class ContainerPaths:
 
 PATHS = ContainerPaths()
 
+# Where toolchain images unpack (dpkg-deb -x) packages they must not install, such as
+# another architecture's copy of a package the image already has.
+UNPACK_ROOT = "/opt/orchestrator/unpack"
+
 
 def release_dir_name(name: str, version: str) -> str:
     return f"{name}-{version}"

@@ -221,6 +221,7 @@ def _collect_bolt_profile(
                 "-instrument",
                 f"-instrumentation-file={raw}/profile",
                 "-instrumentation-file-append-pid",
+                *bolt.instrument_args,
                 "-o",
                 instrumented,
             ],

@@ -94,6 +94,7 @@ class BoltPlan:
     mode: str  # auto | lbr | sample | instrument
     policy: str  # fallback | require
     flags: tuple[str, ...]
+    instrument_args: tuple[str, ...]  # e.g. the runtime library for a cross target
     work_dir: str
     tools: Mapping[str, str]
 
@@ -110,6 +111,7 @@ class BuildPlan:
     image: ImagePlan
     dockerfile: str
     packages: Mapping[str, str]
+    unpack: Mapping[str, str]  # .debs unpacked into the image, not installed
     apt_sources: AptSources
     source: SourceSnapshot
     rustflags: tuple[str, ...]
@@ -405,6 +407,7 @@ def make_plan(
         optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
         bolt = BoltPlan(
             mode=_bolt_mode(options.bolt_mode, flavor),
+            instrument_args=flavor.bolt_instrument_args(toolchain),
             policy=options.bolt_policy,
             flags=options.bolt_flags,
             work_dir=f"{PATHS.out}/bolt",
@@ -454,6 +457,7 @@ def make_plan(
         image=image,
         dockerfile=dockerfile,
         packages=dict(packages),
+        unpack=toolchain.unpack_for(flavor.name),
         apt_sources=apt_sources(flavor),
         source=source,
         rustflags=tuple(rustflags),
@@ -470,7 +474,9 @@ def make_plan(
         device_code=device_code,
         binary=options.binary,
         release_dir=release_dir,
-        artifact_dir=artifact_dir_name(options.binary, options.version, flavor.arch, flavor.name)
+        artifact_dir=artifact_dir_name(
+            options.binary, options.version, flavor.arch, flavor.artifact_flavor
+        )
         + flavor.artifact_suffix(options),
         steps=steps,
     )

@@ -9,7 +9,7 @@ import jinja2
 
 from orchestrator.errors import ConfigError, StaleRenderError
 from orchestrator.flavors import FLAVORS, Flavor
-from orchestrator.layout import BUILDER_UID, PATHS
+from orchestrator.layout import BUILDER_UID, PATHS, UNPACK_ROOT
 from orchestrator.resources import repository_root, resource_dir
 from orchestrator.toolchain import ToolchainSpec, load_toolchain
 
@@ -40,6 +40,8 @@ def render_dockerfile(
             foreign_architectures=flavor.foreign_architectures,
             toolchain=toolchain,
             packages=list(image_packages(flavor, toolchain).items()),
+            unpack=list(toolchain.unpack_for(flavor.name).items()),
+            unpack_root=UNPACK_ROOT,
             uid=BUILDER_UID,
             paths=PATHS,
         )

@@ -28,6 +28,8 @@ class ToolchainSpec:
     packages: Mapping[str, str]  # Debian package -> exact version
     # per flavor, the packages it adds on top (CUDA, HIP, cross compiler, arm64 std)
     flavor_packages: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # per flavor, packages whose files are unpacked under layout.UNPACK_ROOT, not installed
+    flavor_unpack: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def tool(self, name: str) -> str:
         return self.tools[name]
@@ -49,6 +51,9 @@ class ToolchainSpec:
             )
         return dict(sorted({**self.packages, **extra}.items()))
 
+    def unpack_for(self, flavor: str) -> dict[str, str]:
+        return dict(sorted(self.flavor_unpack.get(flavor, {}).items()))
+
     def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
@@ -59,6 +64,10 @@ class ToolchainSpec:
             "flavor_packages": {
                 name: dict(sorted(pins.items()))
                 for name, pins in sorted(self.flavor_packages.items())
+            },
+            "flavor_unpack": {
+                name: dict(sorted(pins.items()))
+                for name, pins in sorted(self.flavor_unpack.items())
             },
         }
 
@@ -121,11 +130,30 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
     if not isinstance(flavors, dict):
         raise ConfigError(f"{path}: [flavors] must be a table of [flavors.<name>] tables")
     flavor_packages: dict[str, dict[str, str]] = {}
+    flavor_unpack: dict[str, dict[str, str]] = {}
     for flavor, table in flavors.items():
-        if not isinstance(table, dict) or set(table) != {"packages"}:
-            raise ConfigError(f"{path}: [flavors.{flavor}] must hold exactly a packages table")
-        where = f"flavors.{flavor}.packages"
-        flavor_packages[flavor] = _pins(_table(table, "packages", path), where, path)
+        if (
+            not isinstance(table, dict)
+            or "packages" not in table
+            or set(table)
+            - {
+                "packages",
+                "unpack",
+            }
+        ):
+            raise ConfigError(
+                f"{path}: [flavors.{flavor}] must hold a packages table (and may hold unpack)"
+            )
+        where = f"flavors.{flavor}"
+        flavor_packages[flavor] = _pins(_table(table, "packages", path), f"{where}.packages", path)
+        if "unpack" in table:
+            unpack = _pins(_table(table, "unpack", path), f"{where}.unpack", path)
+            if any(":" not in name for name in unpack):
+                raise ConfigError(
+                    f"{path}: {where}.unpack names packages with their architecture "
+                    '(e.g. "libbolt-22-dev:arm64")'
+                )
+            flavor_unpack[flavor] = unpack
     return ToolchainSpec(
         name=name,
         description=str(data.get("description", name)),
@@ -133,6 +161,7 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
         tools={k: str(v) for k, v in tools.items()},
         packages=packages,
         flavor_packages=flavor_packages,
+        flavor_unpack=flavor_unpack,
     )
 
 

@@ -1,8 +1,8 @@
 """aarch64 cross build: GNU cross linker, the arm64 Rust std, and qemu-user to run the result.
 
 Tests, PGO training and validation run the aarch64 binary under qemu in the same
-container. BOLT can only be profiled by instrumentation here: perf samples of an
-emulated process would describe qemu, not the binary.
+container. BOLT can only profile by instrumentation here (perf samples of an emulated
+process would describe qemu, not the binary), with the AArch64 instrumentation runtime.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from collections.abc import Mapping
 
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
+from orchestrator.layout import UNPACK_ROOT
 from orchestrator.options import Options
+from orchestrator.toolchain import ToolchainSpec
 
 SYSROOT = "/usr/aarch64-linux-gnu"
 GENERIC = "generic"  # rustc's armv8-a baseline: runs on every 64-bit Arm Linux machine
@@ -22,12 +24,19 @@ _AARCH64_CPU_RE = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
 class Aarch64Flavor:
     name = "aarch64"
     arch = "aarch64"
+    artifact_flavor = "cpu"  # tinyllm-0.1.0-linux-aarch64-cpu, as the seeds name it
     rust_target = "aarch64-unknown-linux-gnu"
     template = "aarch64.Dockerfile.j2"
     apt_components: tuple[str, ...] = ("main",)
     foreign_architectures: tuple[str, ...] = ("arm64",)
     runner: tuple[str, ...] = ("qemu-aarch64", "-L", SYSROOT)
     bolt_modes: tuple[str, ...] = ("instrument",)
+
+    def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
+        # llvm-bolt links its own (x86_64) runtime otherwise; the image unpacks the arm64
+        # libbolt-<major>-dev next to it (toolchains/*.toml, [flavors.aarch64.unpack]).
+        library = f"{UNPACK_ROOT}/usr/lib/llvm-{toolchain.llvm_major}/lib/libbolt_rt_instr.a"
+        return (f"-runtime-instrumentation-lib={library}",)
 
     def target_cpu(self, options: Options) -> str:
         # build.target_cpu is the x86_64 setting; an x86 level means nothing here.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.options import Options
+from orchestrator.toolchain import ToolchainSpec
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,12 @@ class Flavor(Protocol):
     @property
     def arch(self) -> str:
         """Architecture in artifact names (x86_64, aarch64)."""
+        ...
+
+    @property
+    def artifact_flavor(self) -> str:
+        """The last part of the seeds' artifact name: what the binary runs on (cpu, cuda,
+        rocm); `…-linux-aarch64-cpu` for the aarch64 flavor."""
         ...
 
     @property
@@ -61,6 +68,10 @@ class Flavor(Protocol):
     @property
     def bolt_modes(self) -> tuple[str, ...]:
         """BOLT profile modes that can work for this target, best first."""
+        ...
+
+    def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
+        """Extra llvm-bolt arguments for `-instrument` (a cross target's runtime library)."""
         ...
 
     def target_cpu(self, options: Options) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
 from orchestrator.options import Options
+from orchestrator.toolchain import ToolchainSpec
 
 # rustc's x86-64 micro-architecture levels plus any named CPU rustc knows (znver4, ...).
 _CPU_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -25,12 +26,20 @@ class X86Flavor:
 
     name = "cpu"
     arch = "x86_64"
+
+    @property
+    def artifact_flavor(self) -> str:
+        return self.name
+
     rust_target = "x86_64-unknown-linux-gnu"
     template = "cpu.Dockerfile.j2"
     apt_components: tuple[str, ...] = ("main",)
     foreign_architectures: tuple[str, ...] = ()
     runner: tuple[str, ...] = ()
     bolt_modes: tuple[str, ...] = ("lbr", "sample", "instrument")
+
+    def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
+        return ()  # the runtime library that comes with llvm-bolt is x86_64's
 
     def target_cpu(self, options: Options) -> str:
         return options.target_cpu

@@ -27,7 +27,7 @@ EM_AARCH64, EM_X86_64 = 183, 62
 def _build(flavor: str, artifacts: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
     run = orchestrator(["build", "--flavor", flavor, "--artifacts-dir", str(artifacts), *extra])
     assert run.returncode == 0, run.output
-    suffix = "aarch64-aarch64" if flavor == "aarch64" else f"x86_64-{flavor}"
+    suffix = "aarch64-cpu" if flavor == "aarch64" else f"x86_64-{flavor}"
     directory = artifacts / RELEASE / f"{RELEASE}-linux-{suffix}"
     return directory, json.loads((directory / "build.json").read_text())
 

@@ -104,7 +104,7 @@ def test_aarch64_plan_cross_compiles_and_runs_under_qemu(options: Options) -> No
     assert plan.final.binary.endswith("/aarch64-unknown-linux-gnu/release/demo")
     assert plan.apt_sources.architectures == ("arm64",)
     assert plan.bolt is not None and plan.bolt.mode == "instrument"  # no perf under qemu
-    assert plan.artifact_dir == "demo-1.2.3-linux-aarch64-aarch64"
+    assert plan.artifact_dir == "demo-1.2.3-linux-aarch64-cpu"
     assert "dpkg --add-architecture arm64" in plan.dockerfile
     assert "'libstd-rust-web-dev:arm64=" in plan.dockerfile
 
