@@ -129,13 +129,19 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
             path = release_dir / folder / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
-    listing = release_dir / "release.json"
-    if listing.is_file():
-        lines.append(f"{sha256_file(listing)}  {listing.name}\n")
+    for listing in (release_dir / "release.json", release_dir / "release.lock"):
+        if listing.is_file():
+            lines.append(f"{sha256_file(listing)}  {listing.name}\n")
     checksums = release_dir / CHECKSUMS
     _atomic_write(checksums, "".join(lines))
     release = release_dir.name
-    inputs = content_hash([m.get("inputs", {}) for _, m in artifacts])[:16]
+    # The lockfile pins every input; without one, the hash of the recorded build inputs.
+    lockfile = release_dir / "release.lock"
+    inputs = (
+        "lock:" + sha256_file(lockfile)[:16]
+        if lockfile.is_file()
+        else content_hash([m.get("inputs", {}) for _, m in artifacts])[:16]
+    )
     payload = json.dumps(
         statement(release=release, artifacts=artifacts), sort_keys=True, separators=(",", ":")
     ).encode()

@@ -58,6 +58,7 @@ from orchestrator.render import image_packages, render_dockerfile
 from orchestrator.sbom import SBOM_FILE, build_sbom
 from orchestrator.source import snapshot, verify_vendor_archive
 from orchestrator.toolchain import ToolchainReport, check_coherence, load_base_spec, load_toolchain
+from orchestrator.vault import VaultError
 
 MANIFEST_SCHEMA = "orchestrator/build@1"
 HOST_CA_PATH = f"{PATHS.root}/host-ca.crt"
@@ -135,6 +136,12 @@ def fetch_crates(
         else:
             log.mark_cached(f"{count} crates from cache")
             return cache
+    if options.offline:
+        raise VaultError(
+            f"offline: the vendored crates for Cargo.lock {plan.source.cargo_lock_sha256[:12]} "
+            "are not in the cache",
+            hint="Import the release's vault first (orchestrator vault import).",
+        )
     cache.parent.mkdir(parents=True, exist_ok=True)
     fetch = plan.fetch
     with engine.container(
@@ -179,7 +186,9 @@ def run_build(
     steps = {s.name: s for s in plan.steps}
     started = _now()
     with reporter.step("base-image", steps["base-image"].title) as log:
-        base = ensure_base_image(engine, plan.base, plan.base_image, options.cache_dir, log)
+        base = ensure_base_image(
+            engine, plan.base, plan.base_image, options.cache_dir, log, offline=options.offline
+        )
     with reporter.step("toolchain-image", steps["toolchain-image"].title) as log:
         image = ensure_toolchain_image(
             engine,
@@ -192,6 +201,7 @@ def run_build(
             unpack=plan.unpack,
             cache_dir=options.cache_dir,
             log=log,
+            offline=options.offline,
         )
     with ExitStack() as stack:
         staging = stack.enter_context(staging_area(options.artifacts_dir, engine.session))
@@ -471,7 +481,10 @@ def _manifest(
                 if on
             ],
         },
-        "toolchain": {"spec": plan.toolchain.as_dict(), "reported": report.as_dict()},
+        "toolchain": {
+            "spec": plan.toolchain.flavor_view(plan.flavor),
+            "reported": report.as_dict(),
+        },
         "images": {"base": base.as_dict(), "toolchain": pipeline.image.as_dict()},
         "flags": {
             "target_cpu": plan.target_cpu,

@@ -52,7 +52,17 @@ ConfigOption = Annotated[
         dir_okay=False,
     ),
 ]
-FlavorOption = Annotated[str, typer.Option("--flavor", "-f", help="Flavor to build: cpu.")]
+FlavorOption = Annotated[
+    str, typer.Option("--flavor", "-f", help="Flavor to build: cpu, cuda, rocm or aarch64.")
+]
+AllowDirtyOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-dirty",
+        help="Release from a crate with uncommitted changes (recorded in release.lock; "
+        "reproduce then needs --source).",
+    ),
+]
 ToolchainOption = Annotated[
     str | None,
     typer.Option(
@@ -351,20 +361,26 @@ def release(
         ),
     ] = 3,
     retrain: Annotated[bool, typer.Option("--retrain", help="Profile again everywhere.")] = False,
+    allow_dirty: AllowDirtyOption = False,
 ) -> None:
     """Build every flavor and CPU level of the release, then one summary.
 
     Targets come from build.flavors and each flavor's levels (e.g. [flavors.cpu] levels =
     ["x86-64-v2", "x86-64-v3"]). A failed target does not stop the others; the exit code
-    is 0 only if all succeeded. Writes release.json next to the artifacts.
+    is 0 only if all succeeded. Writes release.json next to the artifacts, and
+    release.lock, which pins every input (their files go into the vault) so that
+    `orchestrator reproduce` can rebuild the same bytes.
 
     Examples:
       orchestrator release --dry-run
       orchestrator release --flavors cpu --bench-runs 0
     """
+    from orchestrator.attest import update_release_index
     from orchestrator.engine import Engine
+    from orchestrator.layout import release_dir_name
     from orchestrator.release import ReleaseIncompleteError, run_release, targets
     from orchestrator.release import dry_run as plan_release
+    from orchestrator.reproduce import record_release, vault_for
 
     try:
         options = _resolve(
@@ -396,6 +412,8 @@ def release(
                 )
             console.print(table)
             return
+        _refuse_dirty(options, allow_dirty=allow_dirty)
+        release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
         engine = Engine.connect()
         signer = _signer(options)
         results = run_release(
@@ -408,6 +426,10 @@ def release(
             bench_runs=bench_runs,
             announce=console.print,
         )
+        if any(r.status == "ok" for r in results):
+            lock = record_release(options, chosen, release_dir, vault_for(options))
+            update_release_index(release_dir, signer)  # SHA256SUMS now covers the lock
+            console.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
     except KeyboardInterrupt:
         raise _fail(BuildInterruptedError("interrupted")) from None
     except OrchestratorError as error:
@@ -442,6 +464,227 @@ def release(
                 f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
             )
         )
+
+
+def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
+    from orchestrator.errors import SourceError
+    from orchestrator.inventory import source_identity
+
+    if source_identity(options.crate_dir).get("dirty") and not allow_dirty:
+        raise SourceError(
+            f"{options.crate_dir} has uncommitted changes: the release could not be "
+            "reproduced from its git commit",
+            hint="Commit them, or pass --allow-dirty (release.lock records it).",
+        )
+
+
+@app.command()
+def lock(
+    config: ConfigOption = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Only compare release.lock with the config and sources (exit 54)."
+        ),
+    ] = False,
+    allow_dirty: AllowDirtyOption = False,
+) -> None:
+    """Pin every input of the published release into release.lock and the vault.
+
+    `orchestrator release` does this itself; run `lock` to re-pin a release built target
+    by target with `orchestrator build`. The lockfile (JSON, schema orchestrator/lock@1)
+    records the rootfs, every Debian package of every image (name, version, architecture,
+    sha256), toolchain versions as the tools reported them, the git commit, Cargo.lock and
+    vendored crates, every flag and environment variable, and the profiles by sha256.
+
+    Examples:
+      orchestrator lock
+      orchestrator lock --check      # in CI: has anything drifted from the lock?
+    """
+    from orchestrator.attest import update_release_index
+    from orchestrator.layout import release_dir_name
+    from orchestrator.lockfile import LOCK_FILE, LockDriftError, read_lock
+    from orchestrator.release import targets
+    from orchestrator.reproduce import check_lock, record_release, vault_for
+
+    try:
+        options = _resolve(
+            config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
+        )
+        release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+        chosen = targets(options, list(options.flavors))
+        if check:
+            changes = check_lock(options, read_lock(release_dir / LOCK_FILE), chosen)
+            if changes:
+                for change in changes:
+                    console.print(f"  {change}")
+                raise LockDriftError(
+                    f"{release_dir / LOCK_FILE} no longer matches: {len(changes)} difference(s)"
+                )
+            console.print(f"{release_dir / LOCK_FILE} matches the config and the sources")
+            return
+        _refuse_dirty(options, allow_dirty=allow_dirty)
+        path = record_release(options, chosen, release_dir, vault_for(options))
+        update_release_index(release_dir, _signer(options))
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    console.print(f"wrote {path}")
+
+
+vault_app = typer.Typer(
+    help="The package vault: every .deb, rootfs, crate archive and profile of a release, "
+    "by sha256, under <cache>/vault.",
+    no_args_is_help=True,
+)
+app.add_typer(vault_app, name="vault")
+
+
+@vault_app.command("export")
+def vault_export(
+    release_dir: Annotated[Path, typer.Argument(help="The release folder (has release.lock).")],
+    archive: Annotated[Path, typer.Argument(help="The .tar to write.")],
+    cache_dir: CacheOption = None,
+) -> None:
+    """Write one archive with a release's lockfile and every input it names.
+
+    Example: orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar
+    """
+    from orchestrator.lockfile import LOCK_FILE, blobs, read_lock
+    from orchestrator.vault import Vault, VaultError
+
+    try:
+        document = read_lock(release_dir / LOCK_FILE)
+        vault = Vault(_cache_root(cache_dir) / "vault")
+        missing = [what for digest, what in blobs(document).items() if not vault.has(digest)]
+        if missing:
+            raise VaultError(f"the vault lacks {len(missing)} input(s): {', '.join(missing[:5])}")
+        count = vault.export(blobs(document), archive, lockfile=release_dir / LOCK_FILE)
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    console.print(f"wrote {archive}: {count} files, {archive.stat().st_size / 1e6:.0f} MB")
+
+
+@vault_app.command("import")
+def vault_import(
+    archive: Annotated[Path, typer.Argument(help="An archive from `orchestrator vault export`.")],
+    cache_dir: CacheOption = None,
+    lockfile: Annotated[
+        Path | None, typer.Option("--lockfile", help="Also write the archive's lockfile here.")
+    ] = None,
+) -> None:
+    """Take a release's inputs into this machine's vault, each checked against its sha256.
+
+    Example: orchestrator vault import tinyllm-0.1.0-vault.tar --lockfile release.lock
+    """
+    from orchestrator.vault import Vault
+
+    try:
+        vault = Vault(_cache_root(cache_dir) / "vault")
+        imported = vault.import_archive(archive, lockfile)
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    console.print(f"imported {len(imported)} files into {vault.root}")
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    from orchestrator.options import default_cache_dir
+
+    return (cache_dir or default_cache_dir(os.environ)).expanduser().resolve()
+
+
+@app.command()
+def reproduce(
+    release: Annotated[
+        Path, typer.Argument(help="A release folder (with release.lock) or a lockfile.")
+    ],
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            help="The crate's sources (default: `git archive` of the locked commit).",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir", help="Where to rebuild (default: <release>.reproduce next to it)."
+        ),
+    ] = None,
+    cache_dir: CacheOption = None,
+    reuse_images: Annotated[
+        bool,
+        typer.Option("--reuse-images", help="Use existing images of the same input hash (faster)."),
+    ] = False,
+) -> None:
+    """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
+
+    The sources go to a fresh folder, the cache is seeded from the vault only, images are
+    rebuilt from the vaulted .debs, and no step may download anything. Prints expected and
+    actual sha256 per artifact; on a difference, writes a diffoscope report next to the
+    rebuilt binary and names the recorded inputs that differ. Exit 0 only if every
+    artifact is bit-identical (55 otherwise).
+
+    Example: orchestrator reproduce artifacts/tinyllm-0.1.0
+    """
+    from orchestrator.attest import resolve_signer
+    from orchestrator.engine import Engine
+    from orchestrator.reproduce import ReproduceMismatchError
+    from orchestrator.reproduce import reproduce as run_reproduce
+    from orchestrator.vault import Vault
+
+    release = release.resolve()
+    folder = release if release.is_dir() else release.parent
+    workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
+    cache_root = _cache_root(cache_dir)
+    try:
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        engine = Engine.connect()
+        signer = resolve_signer(None, project_dir=workdir, cache_dir=cache_root, env={})
+        results = run_reproduce(
+            release,
+            engine=engine,
+            vault=Vault(cache_root / "vault"),
+            console=console,
+            signer=signer,
+            workdir=workdir,
+            source_dir=source.resolve() if source else None,
+            fresh_images=not reuse_images,
+            announce=console.print,
+        )
+    except KeyboardInterrupt:
+        raise _fail(BuildInterruptedError("interrupted")) from None
+    except OrchestratorError as error:
+        raise _fail(error) from None
+    table = Table("artifact", "expected", "got", "identical", "time", title="reproduction")
+    for result in results:
+        table.add_row(
+            result.artifact,
+            result.expected[:16],
+            result.got[:16] or "-",
+            "[green]yes[/]" if result.identical else "[red]NO[/]",
+            f"{result.seconds:.0f}s",
+        )
+    console.print(table)
+    (workdir / "reproduce.json").write_text(
+        json.dumps([r.as_dict() for r in results], indent=2) + "\n"
+    )
+    for result in results:
+        for line in [result.error, *result.inputs_differing]:
+            if line:
+                err_console.print(f"[yellow]{result.artifact}:[/] {line}")
+        if result.report:
+            err_console.print(f"[yellow]{result.artifact}:[/] diffoscope report: {result.report}")
+    different = [r.artifact for r in results if not r.identical]
+    if different:
+        raise _fail(
+            ReproduceMismatchError(
+                f"{len(different)} of {len(results)} artifacts differ: " + ", ".join(different)
+            )
+        )
+    console.print(f"all {len(results)} artifacts are bit-identical")
 
 
 @app.command()
@@ -613,7 +856,10 @@ def clean(
     ] = False,
     cache: Annotated[
         bool,
-        typer.Option("--cache", help="Also empty the host cache (rootfs, .debs, crates, logs)."),
+        typer.Option(
+            "--cache",
+            help="Also empty the host cache (rootfs, .debs, crates, logs); the vault stays.",
+        ),
     ] = False,
 ) -> None:
     """Remove leftover containers and staging folders; optionally images and the cache.
@@ -645,8 +891,11 @@ def clean(
             f"removed {len(managed)} image(s), {sum(i.size for i in managed) / 1e9:.1f} GB"
         )
     if cache and options.cache_dir.exists():
-        shutil.rmtree(options.cache_dir)
-        console.print(f"removed {options.cache_dir}")
+        # The vault holds what past releases need to be reproduced: not a cache to empty.
+        for entry in options.cache_dir.iterdir():
+            if entry.name != "vault":
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        console.print(f"emptied {options.cache_dir} (kept vault/)")
 
 
 def _version_callback(value: bool) -> None:

@@ -25,6 +25,7 @@ from orchestrator.errors import CacheCorruptError, ImageBuildError
 from orchestrator.log import StepLog
 from orchestrator.plan import ImagePlan, content_hash
 from orchestrator.toolchain import BaseSpec
+from orchestrator.vault import VaultError
 
 LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"
 LABEL_PACKAGES_SHA = "org.orchestrator.packages-sha256"
@@ -84,14 +85,29 @@ def _existing(engine: Engine, plan: ImagePlan) -> ImageOutcome | None:
 
 
 def ensure_base_image(
-    engine: Engine, base: BaseSpec, plan: ImagePlan, cache_dir: Path, log: StepLog
+    engine: Engine,
+    base: BaseSpec,
+    plan: ImagePlan,
+    cache_dir: Path,
+    log: StepLog,
+    *,
+    offline: bool = False,
 ) -> ImageOutcome:
     existing = _existing(engine, plan)
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
     tarball = cache_dir / "rootfs" / f"{plan.input_hash}.tar"
-    digest = make_rootfs(base, tarball, log)
+    if tarball.is_file():  # written atomically: present means complete
+        digest = sha256_file(tarball)
+        log.line(f"reusing rootfs {tarball} (sha256 {digest})")
+    elif offline:
+        raise VaultError(
+            f"offline: the base rootfs {tarball.name} is not in the cache",
+            hint="Import the release's vault first (orchestrator vault import).",
+        )
+    else:
+        digest = make_rootfs(base, tarball, log)
     log.line(f"rootfs {tarball}: sha256 {digest}")
     labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: digest}
     log.line(f"+ docker import {tarball} {plan.reference}")
@@ -126,6 +142,7 @@ def _package_set(
     *,
     sources: AptSources,
     unpack: Mapping[str, str],
+    offline: bool,
 ) -> PackageSet:
     directory = package_set_dir(base, packages, cache_dir, sources, unpack)
     try:
@@ -137,6 +154,11 @@ def _package_set(
     if cached is not None:
         log.line(f"using {len(cached.files)} cached packages from {directory}")
         return cached
+    if offline:
+        raise VaultError(
+            f"offline: the package set {directory.name} is not in the cache",
+            hint="Import the release's vault first (orchestrator vault import).",
+        )
     return fetch_packages(base, packages, directory, log, sources=sources, unpack=unpack)
 
 
@@ -152,12 +174,15 @@ def ensure_toolchain_image(
     unpack: Mapping[str, str],
     cache_dir: Path,
     log: StepLog,
+    offline: bool = False,
 ) -> ImageOutcome:
     existing = _existing(engine, plan)
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
-    package_set = _package_set(base, packages, cache_dir, log, sources=sources, unpack=unpack)
+    package_set = _package_set(
+        base, packages, cache_dir, log, sources=sources, unpack=unpack, offline=offline
+    )
     staging = cache_dir / "contexts"
     staging.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=staging) as tmp:

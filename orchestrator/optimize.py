@@ -169,7 +169,7 @@ def run_bolt(pipeline: Pipeline, bolt: BoltPlan, optimized: str) -> BoltOutcome:
                     pipeline, bolt, mode=choice.mode, binary=optimized, profile=profile, log=log
                 )
                 fetched = fetch_file(pipeline.box, profile, pipeline.scratch)
-                stored = store_profile(fetched, cache, {"mode": choice.mode})
+                stored = store_profile(fetched, cache, {"mode": choice.mode, "cache_key": key})
             else:
                 put_file(pipeline.box, profile, stored.path.read_bytes())
                 log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")

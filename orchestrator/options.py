@@ -183,6 +183,8 @@ class Options:
     signing_key: Path | None = None
     glibc_floor: str = "2.34"
     sources: Mapping[str, str] = field(default_factory=dict)
+    # reproduce: every input must come from the cache/vault; nothing may be downloaded
+    offline: bool = False
 
     def settings_for(self, flavor: str) -> FlavorSettings:
         return self.flavor_settings.get(flavor, FlavorSettings())

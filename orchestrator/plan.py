@@ -195,7 +195,7 @@ def toolchain_image_plan(
     key: dict[str, object] = {
         "kind": "toolchain-image",
         "flavor": flavor.name,
-        "toolchain": toolchain.as_dict(),
+        "toolchain": toolchain.flavor_view(flavor.name),
         "dockerfile": dockerfile,
         "base": base_image.input_hash,
     }
@@ -377,7 +377,7 @@ def make_plan(
                     "kind": "pgo-profile",
                     "source": source.archive_sha256,
                     "cargo_lock": source.cargo_lock_sha256,
-                    "toolchain": toolchain.as_dict(),
+                    "toolchain": toolchain.flavor_view(flavor.name),
                     "image": image.input_hash,
                     "build": [generate.build.argv, dict(generate.build.environment)],
                     "workloads": [list(w) for w in options.workloads],

@@ -54,6 +54,18 @@ class ToolchainSpec:
     def unpack_for(self, flavor: str) -> dict[str, str]:
         return dict(sorted(self.flavor_unpack.get(flavor, {}).items()))
 
+    def flavor_view(self, flavor: str) -> dict[str, object]:
+        """What one flavor's image is made of: a change to another flavor's pins must
+        not change this flavor's image hash (and rebuild a 6 GB CUDA image)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "llvm_major": self.llvm_major,
+            "tools": dict(self.tools),
+            "packages": self.packages_for(flavor),
+            "unpack": self.unpack_for(flavor),
+        }
+
     def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,

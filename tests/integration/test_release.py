@@ -1,4 +1,4 @@
-"""`orchestrator release` over CPU levels: plans, partial failure, release.json."""
+"""`orchestrator release` over flavors and CPU levels: plans, partial failure, release.json."""
 
 from __future__ import annotations
 
@@ -43,24 +43,27 @@ def test_portability_report_in_manifest(release: Release) -> None:
     assert "avx2" not in portability["cpu_features"]  # x86-64-v2 stays portable
 
 
-def test_one_failing_level_does_not_hide_the_other(
+def test_failing_level_and_flavor_do_not_hide_the_others(
     tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
     run = orchestrator(
         ["release", "--config", str(LEVELS), "--bench-runs", "0", "--artifacts-dir", str(tmp_path)]
     )
     assert run.returncode == 49, run.output
-    assert "1 of 2 targets failed" in run.output
+    assert "2 of 3 targets failed" in run.output
     assert "refuses AVX2 builds" in run.output
+    assert "refuses Arm builds" in run.output  # its tests ran under qemu, and failed
     release_dir = tmp_path / "level-sensitive-0.0.1"
     listing = json.loads((release_dir / "release.json").read_text())
     statuses = {a["artifact"]: a["status"] for a in listing["artifacts"]}
     assert statuses == {
         "level-sensitive-0.0.1-linux-x86_64-cpu": "ok",
         "level-sensitive-0.0.1-linux-x86_64-cpu-v3": "failed",
+        "level-sensitive-0.0.1-linux-aarch64-cpu": "failed",
     }
     assert (release_dir / "level-sensitive-0.0.1-linux-x86_64-cpu" / "level-sensitive").is_file()
     assert not (release_dir / "level-sensitive-0.0.1-linux-x86_64-cpu-v3").exists()
+    assert not (release_dir / "level-sensitive-0.0.1-linux-aarch64-cpu").exists()
     assert "release.json" in (release_dir / "SHA256SUMS").read_text()
     verified = orchestrator(["verify", str(release_dir)])
     assert verified.returncode == 0, verified.output

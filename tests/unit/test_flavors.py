@@ -22,7 +22,13 @@ from orchestrator.flavors.gpu import (
     rocm_supported,
 )
 from orchestrator.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
-from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
+from orchestrator.plan import (
+    BuildPlan,
+    SourceSnapshot,
+    base_image_plan,
+    make_plan,
+    toolchain_image_plan,
+)
 from orchestrator.release import targets
 from orchestrator.render import image_packages, render_dockerfile
 from orchestrator.toolchain import load_base_spec, load_toolchain
@@ -255,3 +261,20 @@ def test_compiler_release_line() -> None:
     assert compiler_release(nvcc) == "Cuda compilation tools, release 12.4, V12.4.131"
     hipcc = "HIP version: 5.7.31921-0\nDebian clang version 17.0.6 (22+b2)\n"
     assert compiler_release(hipcc) == "HIP version: 5.7.31921-0"
+
+
+def test_one_flavors_pins_do_not_change_another_flavors_image(options: Options) -> None:
+    toolchain = load_toolchain("rustc-web-1.96")
+    changed = replace(
+        toolchain,
+        flavor_packages={**toolchain.flavor_packages, "aarch64": {"qemu-user": "1:11"}},
+    )
+    cuda = get_flavor("cuda")
+    dockerfile = render_dockerfile(cuda, toolchain)
+    base = base_image_plan(load_base_spec())
+    before = toolchain_image_plan(cuda, toolchain, dockerfile, base)
+    assert toolchain_image_plan(cuda, changed, dockerfile, base) == before
+    aarch64 = get_flavor("aarch64")
+    assert toolchain_image_plan(aarch64, changed, dockerfile, base) != toolchain_image_plan(
+        aarch64, toolchain, dockerfile, base
+    )

@@ -1,0 +1,189 @@
+"""release.lock: every input of a release, pinned, in a versioned JSON document.
+
+The lock has one entry per target. Each entry separates what the plan decided before
+anything ran (`inputs`: recomputed and compared by `orchestrator lock --check`), what
+the build resolved (Debian package closure with sha256s, toolchain versions as the tools
+reported them, profiles), and what came out (`output`). Every blob it names by sha256
+lives in the vault, so `orchestrator reproduce` needs the lockfile and the vault only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.errors import OrchestratorError
+from orchestrator.plan import BuildPlan
+
+LOCK_FILE = "release.lock"
+SCHEMA = "orchestrator/lock"
+SCHEMA_VERSION = 1
+
+
+class LockfileError(OrchestratorError):
+    exit_code = 53
+    default_hint = "Write a new one with `orchestrator release` (or `orchestrator lock`)."
+
+
+class LockDriftError(OrchestratorError):
+    exit_code = 54
+    default_hint = (
+        "The configuration or sources changed since the lockfile was written. Release "
+        "again to pin the new inputs, or restore the old ones."
+    )
+
+
+def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
+    """What the plan fixes before anything runs: recomputable from the config alone."""
+    final = plan.final.build
+    return {
+        "artifact": plan.artifact_dir,
+        "flavor": plan.flavor,
+        "rust_target": plan.rust_target,
+        "target_cpu": plan.target_cpu,
+        "toolchain": plan.toolchain.name,
+        "base_image_input_hash": plan.base_image.input_hash,
+        "image_input_hash": plan.image.input_hash,
+        "apt": plan.apt_sources.as_dict(),
+        "packages": dict(plan.packages),
+        "unpack": dict(plan.unpack),
+        "source_archive_sha256": plan.source.archive_sha256,
+        "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+        "rustflags": list(plan.rustflags),
+        "cargo": list(final.argv),
+        "environment": {
+            k: v for k, v in sorted(final.environment.items()) if k != "CARGO_ENCODED_RUSTFLAGS"
+        },
+        "encoded_rustflags": {name: variant.rustflags for name, variant in plan.variants.items()},
+        "cargo_test": list(plan.test.argv),
+        "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
+        "workloads": [list(w) for w in plan.workloads],
+        "validate": list(plan.validate_command),
+        "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
+        "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
+    }
+
+
+@dataclass(frozen=True)
+class LockedTarget:
+    """One target's entry, from its plan and the build.json of its published artifact."""
+
+    level: str
+    inputs: dict[str, Any]
+    resolved: dict[str, Any]
+    output: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "inputs": self.inputs,
+            "resolved": self.resolved,
+            "output": self.output,
+        }
+
+
+def lock_document(
+    *,
+    name: str,
+    version: str,
+    config: Mapping[str, Any],
+    source: Mapping[str, Any],
+    base: Mapping[str, Any],
+    targets: Sequence[LockedTarget],
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "written_by": f"orchestrator {__version__}",
+        "release": {"name": name, "version": version},
+        "config": dict(config),
+        "source": dict(source),
+        "base": dict(base),
+        "targets": [t.as_dict() for t in sorted(targets, key=lambda t: t.inputs["artifact"])],
+    }
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """Stable text: sorted keys, two-space indent, a final newline (diffs stay readable)."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(path: Path, document: Mapping[str, Any]) -> Path:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(dumps(document))
+    partial.replace(path)
+    return path
+
+
+def read_lock(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        path = path / LOCK_FILE
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LockfileError(f"no lockfile at {path}") from None
+    except (OSError, ValueError) as exc:
+        raise LockfileError(f"{path} is not a readable lockfile: {exc}") from exc
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise LockfileError(f"{path} is not an orchestrator lockfile (schema {SCHEMA!r})")
+    version = document.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise LockfileError(
+            f"{path} has lockfile schema version {version!r}; this orchestrator reads up "
+            f"to {SCHEMA_VERSION}",
+            hint="Use the orchestrator version that wrote it (see written_by), or a newer one.",
+        )
+    for key in ("release", "config", "source", "base", "targets"):
+        if key not in document:
+            raise LockfileError(f"{path}: lockfile schema {version} needs a {key!r} entry")
+    return document
+
+
+def blobs(document: Mapping[str, Any]) -> dict[str, str]:
+    """Every vault blob the lock names: sha256 -> what it is (for messages and export)."""
+    found: dict[str, str] = {}
+    base = document["base"]
+    if base.get("rootfs_sha256"):
+        found[base["rootfs_sha256"]] = f"rootfs {base['suite']}"
+    vendor = document["source"].get("vendor_sha256")
+    if vendor:
+        found[vendor] = "vendored crates"
+    for target in document["targets"]:
+        resolved = target["resolved"]
+        for package in resolved.get("packages", []):
+            found[package["sha256"]] = package["file"]
+        for name, profile in resolved.get("profiles", {}).items():
+            found[profile["sha256"]] = f"{target['inputs']['artifact']}/{name}"
+    return found
+
+
+def drift(document: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Human-readable differences between the locked inputs and the current plans.
+
+    `current` maps artifact names to `plan_inputs` of what the config builds now.
+    """
+    locked = {t["inputs"]["artifact"]: t["inputs"] for t in document["targets"]}
+    changes = [
+        f"target {name} is new (not in the lock)" for name in sorted(set(current) - set(locked))
+    ]
+    changes += [
+        f"target {name} is locked but no longer configured"
+        for name in sorted(set(locked) - set(current))
+    ]
+    for name in sorted(set(locked) & set(current)):
+        before, after = locked[name], current[name]
+        for key in sorted(set(before) | set(after)):
+            if before.get(key) != after.get(key):
+                changes.append(
+                    f"{name}: {key} changed: {_short(before.get(key))} -> {_short(after.get(key))}"
+                )
+    return changes
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
