@@ -1,0 +1,203 @@
+"""release.lock round-trip, schema versions, drift detection; the vault's hash checks."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.flavors import get_flavor
+from orchestrator.lockfile import (
+    SCHEMA_VERSION,
+    LockedTarget,
+    LockfileError,
+    blobs,
+    drift,
+    dumps,
+    lock_document,
+    plan_inputs,
+    read_lock,
+    write_lock,
+)
+from orchestrator.options import Options, resolve
+from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
+from orchestrator.render import image_packages, render_dockerfile
+from orchestrator.toolchain import load_base_spec, load_toolchain
+from orchestrator.vault import Vault, VaultCorruptError, VaultError
+
+SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+
+
+@pytest.fixture
+def options(project: Path) -> Options:
+    return resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+
+
+def _plan(options: Options, flavor_name: str = "cpu") -> BuildPlan:
+    flavor = get_flavor(flavor_name)
+    toolchain = load_toolchain("rustc-web-1.96")
+    return make_plan(
+        options,
+        flavor,
+        toolchain=toolchain,
+        base=load_base_spec(),
+        dockerfile=render_dockerfile(flavor, toolchain),
+        packages=image_packages(flavor, toolchain),
+        source=SOURCE,
+    )
+
+
+def _document(plan: BuildPlan) -> dict[str, Any]:
+    target = LockedTarget(
+        level=plan.target_cpu,
+        inputs=plan_inputs(plan),
+        resolved={
+            "packages": [
+                {
+                    "name": "gcc",
+                    "version": "4:14.2.0-1",
+                    "arch": "amd64",
+                    "file": "gcc_4%3a14.2.0-1_amd64.deb",
+                    "sha256": "c" * 64,
+                    "size": 1,
+                },
+            ],
+            "profiles": {
+                "pgo.profdata": {"sha256": "d" * 64, "size": 2, "cache_file": "pgo/k.profdata"}
+            },
+        },
+        output={"file": "demo", "sha256": "e" * 64, "size": 3},
+    )
+    return lock_document(
+        name="demo",
+        version="1.2.3",
+        config={"file": "orchestrator.toml", "sha256": "f" * 64, "text": ""},
+        source={"git_commit": "0" * 40, "dirty": False, "vendor_sha256": "1" * 64},
+        base={**plan.base.as_dict(), "rootfs_sha256": "2" * 64},
+        targets=[target],
+    )
+
+
+def test_round_trip_is_stable_text(options: Options, tmp_path: Path) -> None:
+    document = _document(_plan(options))
+    path = write_lock(tmp_path / "release.lock", document)
+    assert read_lock(path) == document
+    assert read_lock(tmp_path) == document  # a release folder works too
+    assert path.read_text() == dumps(read_lock(path))  # sorted keys: rewriting is a no-op
+    assert document["schema_version"] == SCHEMA_VERSION
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_blobs_names_every_vaulted_input(options: Options) -> None:
+    found = blobs(_document(_plan(options)))
+    assert set(found) == {"c" * 64, "d" * 64, "1" * 64, "2" * 64}
+    assert found["c" * 64] == "gcc_4%3a14.2.0-1_amd64.deb"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schema_version": SCHEMA_VERSION + 1}, "reads up to"),
+        ({"schema": "something/else"}, "not an orchestrator lockfile"),
+        ({"targets": None}, None),
+    ],
+)
+def test_schema_versioning(
+    options: Options, tmp_path: Path, change: dict[str, Any], message: str | None
+) -> None:
+    document = {**_document(_plan(options)), **change}
+    if change == {"targets": None}:
+        del document["targets"]
+        message = "needs a 'targets' entry"
+    (tmp_path / "release.lock").write_text(json.dumps(document))
+    with pytest.raises(LockfileError, match=message):
+        read_lock(tmp_path / "release.lock")
+    assert LockfileError("x").exit_code == 53
+
+
+def test_check_detects_drift(options: Options) -> None:
+    plan = _plan(options)
+    document = _document(plan)
+    assert drift(document, {plan.artifact_dir: plan_inputs(plan)}) == []
+    # a flag changed: the same target, other rustflags
+    v3 = _plan(replace(options, target_cpu="x86-64-v3"))
+    changes = drift(document, {plan.artifact_dir: plan_inputs(v3)})
+    assert any("rustflags changed" in c and "x86-64-v3" in c for c in changes)
+    # a target added, one dropped
+    changes = drift(document, {"other": plan_inputs(plan)})
+    assert f"target {plan.artifact_dir} is locked but no longer configured" in changes
+    assert "target other is new (not in the lock)" in changes
+
+
+def test_gpu_targets_and_packages_are_locked_inputs(options: Options) -> None:
+    cuda = plan_inputs(_plan(options, "cuda"))
+    assert cuda["gpu_targets"] == ["sm_80", "sm_86", "sm_89", "sm_90"]
+    assert cuda["packages"]["nvidia-cuda-toolkit"] == "12.4.131~12.4.1-2"
+    assert cuda["environment"]["SOURCE_DATE_EPOCH"] == "1700000000"
+    assert cuda["environment"]["CUDAARCHS"] == "80;86;89;90"
+
+
+def test_vault_stores_by_content_and_refuses_tampered_blobs(tmp_path: Path) -> None:
+    vault = Vault(tmp_path / "vault")
+    source = tmp_path / "pkg.deb"
+    source.write_bytes(b"debian package")
+    digest = vault.put(source)
+    assert vault.path(digest).read_bytes() == b"debian package"
+    assert vault.put(source) == digest  # idempotent
+    out = tmp_path / "out" / "pkg.deb"
+    vault.materialize(digest, out)
+    assert out.read_bytes() == b"debian package"
+    with pytest.raises(VaultCorruptError, match="was recorded"):
+        vault.put(source, expected="0" * 64)
+    # tamper with the stored blob: it is refused, never handed out
+    blob = vault.path(digest)
+    blob.chmod(0o644)
+    blob.write_bytes(b"debian packagf")
+    with pytest.raises(VaultCorruptError, match="not to its name"):
+        vault.materialize(digest, tmp_path / "other.deb")
+    assert not (tmp_path / "other.deb").exists()
+    with pytest.raises(VaultError, match="no blob"):
+        vault.verify("9" * 64)
+    with pytest.raises(VaultError, match="not a sha256"):
+        vault.path("../../etc/passwd")
+    assert isinstance(VaultCorruptError("x"), OrchestratorError)
+
+
+def test_vault_export_import_round_trip(tmp_path: Path) -> None:
+    source_vault = Vault(tmp_path / "a")
+    files = []
+    for index in range(3):
+        path = tmp_path / f"f{index}"
+        path.write_bytes(f"blob {index}".encode())
+        files.append(source_vault.put(path))
+    lock = tmp_path / "release.lock"
+    lock.write_text("{}\n")
+    archive = tmp_path / "export.tar"
+    assert source_vault.export(files, archive, lockfile=lock) == 3
+    target = Vault(tmp_path / "b")
+    imported = target.import_archive(archive, tmp_path / "copy" / "release.lock")
+    assert sorted(imported) == sorted(files)
+    assert (tmp_path / "copy" / "release.lock").read_text() == "{}\n"
+    for digest in files:
+        target.verify(digest)
+
+
+def test_vault_import_refuses_an_altered_archive(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        data = b"not what the name says"
+        info = tarfile.TarInfo(f"sha256/{'3' * 64}")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    archive = tmp_path / "bad.tar"
+    archive.write_bytes(buffer.getvalue())
+    vault = Vault(tmp_path / "vault")
+    with pytest.raises(VaultCorruptError, match="archive was altered"):
+        vault.import_archive(archive)
+    assert not vault.has("3" * 64)
