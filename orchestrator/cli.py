@@ -617,6 +617,10 @@ def reproduce(
         bool,
         typer.Option("--reuse-images", help="Use existing images of the same input hash (faster)."),
     ] = False,
+    artifact: Annotated[
+        list[str] | None,
+        typer.Option("--artifact", help="Only this artifact (repeatable); default: all."),
+    ] = None,
 ) -> None:
     """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
 
@@ -653,6 +657,7 @@ def reproduce(
             source_dir=source.resolve() if source else None,
             fresh_images=not reuse_images,
             announce=console.print,
+            only=artifact or (),
         )
     except KeyboardInterrupt:
         raise _fail(BuildInterruptedError("interrupted")) from None

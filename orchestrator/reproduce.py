@@ -148,6 +148,12 @@ def record_release(
     if not vendor.is_file():
         raise LockfileError(f"the vendored crates {vendor} are no longer in the cache")
     identity = source_identity(options.crate_dir)
+    if not options.crate_dir.is_relative_to(options.project_dir):
+        raise LockfileError(
+            f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "
+            "records it relative to the config file",
+            hint="Keep orchestrator.toml in the crate's repository, at or above the crate.",
+        )
     cargo_lock = (options.crate_dir / "Cargo.lock").read_text()
     document = lock_document(
         name=options.binary,
@@ -379,8 +385,21 @@ def reproduce(
     source_dir: Path | None,
     fresh_images: bool,
     announce: Callable[[str], None],
+    only: Sequence[str] = (),
 ) -> list[Reproduced]:
     document = read_lock(lock_path)
+    known = {t["inputs"]["artifact"] for t in document["targets"]}
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise LockfileError(
+            f"not in the lockfile: {', '.join(unknown)}",
+            hint="It locks: " + ", ".join(sorted(known)),
+        )
+    if only:
+        document = {
+            **document,
+            "targets": [t for t in document["targets"] if t["inputs"]["artifact"] in only],
+        }
     missing = [
         f"{what} ({digest[:12]})"
         for digest, what in blobs(document).items()

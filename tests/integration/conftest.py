@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,3 +118,56 @@ def release(
     directory = artifacts / ARTIFACT
     manifest = json.loads((directory / "build.json").read_text())
     return Release(run, artifacts, directory, manifest, engine_was_clean)
+
+
+@dataclass(frozen=True)
+class CrossRelease:
+    """`orchestrator release` of tinyllm for cpu (x86-64-v2) and aarch64, in a copy of
+    the project outside git (so it is released with --allow-dirty and reproduced with
+    --source)."""
+
+    run: Run
+    project: Path
+    crate: Path
+    config: Path
+    artifacts: Path
+    directory: Path  # the release folder
+    lock: dict[str, Any]
+
+    def manifest(self, artifact: str) -> dict[str, Any]:
+        return dict(json.loads((self.directory / artifact / "build.json").read_text()))
+
+
+CPU_ARTIFACT = "tinyllm-0.1.0-linux-x86_64-cpu"
+AARCH64_ARTIFACT = "tinyllm-0.1.0-linux-aarch64-cpu"
+
+
+def copy_project(destination: Path) -> tuple[Path, Path]:
+    """orchestrator.toml and examples/tinyllm (without target/) under `destination`."""
+    crate = destination / "examples" / "tinyllm"
+    shutil.copytree(REPO / "examples" / "tinyllm", crate, ignore=shutil.ignore_patterns("target"))
+    text = (REPO / "orchestrator.toml").read_text()
+    text = text.replace(
+        'flavors = ["cpu", "cuda", "rocm", "aarch64"]', 'flavors = ["cpu", "aarch64"]'
+    )
+    text = text.replace('levels = ["x86-64-v2", "x86-64-v3"]', 'levels = ["x86-64-v2"]')
+    config = destination / "orchestrator.toml"
+    config.write_text(text)
+    return config, crate
+
+
+@pytest.fixture(scope="session")
+def cross_release(
+    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> CrossRelease:
+    project = tmp_path_factory.mktemp("project")
+    config, crate = copy_project(project)
+    artifacts = project / "artifacts"
+    run = orchestrator(
+        ["release", "--config", str(config), "--bench-runs", "0", "--allow-dirty"],
+        env={"SOURCE_DATE_EPOCH": "1700000000"},
+    )
+    assert run.returncode == 0, run.output
+    directory = artifacts / "tinyllm-0.1.0"
+    lock = json.loads((directory / "release.lock").read_text())
+    return CrossRelease(run, project, crate, config, artifacts, directory, lock)

@@ -1,5 +1,8 @@
 """Every flavor of tinyllm, built for real: aarch64 cross (run under qemu), cuda, rocm.
 
+The aarch64 artifact comes from the session's cpu+aarch64 release (conftest), which the
+reproduction tests rebuild.
+
 GPU flavors build without PGO/BOLT here (the cpu tests cover those paths); what they
 add is device code, checked by the build and again here with the vendors' own tools.
 """
@@ -15,7 +18,14 @@ import docker
 import pytest
 
 from orchestrator.flavors.gpu import offload_bundle_targets
-from tests.integration.conftest import REPO, Release, managed_containers, orchestrator
+from tests.integration.conftest import (
+    AARCH64_ARTIFACT,
+    REPO,
+    CrossRelease,
+    Release,
+    managed_containers,
+    orchestrator,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +37,7 @@ EM_AARCH64, EM_X86_64 = 183, 62
 def _build(flavor: str, artifacts: Path, *extra: str) -> tuple[Path, dict[str, Any]]:
     run = orchestrator(["build", "--flavor", flavor, "--artifacts-dir", str(artifacts), *extra])
     assert run.returncode == 0, run.output
-    suffix = "aarch64-cpu" if flavor == "aarch64" else f"x86_64-{flavor}"
-    directory = artifacts / RELEASE / f"{RELEASE}-linux-{suffix}"
+    directory = artifacts / RELEASE / f"{RELEASE}-linux-x86_64-{flavor}"
     return directory, json.loads((directory / "build.json").read_text())
 
 
@@ -64,9 +73,10 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_aarch64_cross_build_runs_under_qemu(
-    artifacts: Path, release: Release, docker_client: docker.DockerClient
+    cross_release: CrossRelease, release: Release, docker_client: docker.DockerClient
 ) -> None:
-    directory, manifest = _build("aarch64", artifacts)
+    directory = cross_release.directory / AARCH64_ARTIFACT
+    manifest = cross_release.manifest(AARCH64_ARTIFACT)
     binary = directory / "tinyllm"
     assert _elf_machine(binary) == (2, EM_AARCH64)
     assert manifest["artifact"]["target"] == "aarch64-unknown-linux-gnu"
