@@ -6,7 +6,9 @@
 # build context, fetched on the host by mmdebstrap for exactly these pins.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE} AS install
-LABEL org.orchestrator.stage="install"
+# Which build made this stage: so a build removes its own leftovers, not a concurrent one's.
+ARG ORCHESTRATOR_BUILD_ID
+LABEL org.orchestrator.stage="install" org.orchestrator.build-id="${ORCHESTRATOR_BUILD_ID}"
 COPY packages/ /var/cache/orchestrator/packages/
 RUN set -eu; \
     dpkg --add-architecture arm64; \

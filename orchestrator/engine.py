@@ -30,6 +30,8 @@ LABEL_HOST = "org.orchestrator.host"
 LABEL_INPUT_HASH = "org.orchestrator.input-hash"
 LABEL_KIND = "org.orchestrator.kind"
 LABEL_STAGE = "org.orchestrator.stage"
+LABEL_BUILD_ID = "org.orchestrator.build-id"  # set on intermediate stages: <pid>-<session>
+BUILD_ID_ARG = "ORCHESTRATOR_BUILD_ID"
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
 # timeout would abort them.
@@ -203,11 +205,12 @@ class Engine:
     ) -> str:
         """Classic-builder build over the Engine API, with no network for RUN steps."""
         image_id: str | None = None
+        build_id = f"{os.getpid()}-{self.session}"
         try:
             stream = self._client.api.build(
                 path=str(context),
                 tag=reference,
-                buildargs=dict(buildargs),
+                buildargs={**buildargs, BUILD_ID_ARG: build_id},
                 labels={**self._labels("image"), **labels},
                 network_mode="none",
                 rm=True,
@@ -230,18 +233,22 @@ class Engine:
         except docker.errors.APIError as exc:
             raise ImageBuildError(f"building {reference} failed: {exc}") from exc
         finally:
-            self._remove_intermediate_stages()
+            self._remove_intermediate_stages(build_id)
         info = self.image(reference)
         if info is None or (image_id is not None and info.id != image_id):
             raise ImageBuildError(f"build of {reference} finished without the tagged image")
         return info.id
 
-    def _remove_intermediate_stages(self) -> None:
-        # Multi-stage builds leave the untagged install stage behind (gigabytes of .debs).
+    def _remove_intermediate_stages(self, build_id: str) -> None:
+        """Drop the untagged install stage (gigabytes of .debs) of this build, and those of
+        builds whose process is gone; never a stage a concurrent build still needs."""
         for image in self._client.images.list(
             filters={"label": f"{LABEL_STAGE}=install", "dangling": True}
         ):
-            # still in use by a concurrent build: the next run removes it
+            owner = str((image.labels or {}).get(LABEL_BUILD_ID, ""))
+            pid = owner.split("-", 1)[0]
+            if owner != build_id and pid.isdigit() and process_alive(int(pid)):
+                continue
             with suppress(docker.errors.APIError):
                 self._client.images.remove(str(image.id), force=True)
 

@@ -133,7 +133,9 @@ def test_cuda_binary_embeds_every_requested_sm(
     code, output = _in_image(
         docker_client, manifest, directory, ["/artifact/tinyllm", "generate", "--backend", "cuda"]
     )
-    assert code == 2 and "no CUDA driver" in output  # no GPU here: a clear refusal
+    # No GPU here. The image's toolkit brings a libcuda, so the driver loads and says so.
+    assert code == 2, output
+    assert "no CUDA driver" in output or "CUDA_ERROR_NO_DEVICE" in output, output
     code, output = _in_image(docker_client, manifest, directory, ["/artifact/tinyllm", *VALIDATE])
     assert code == 0 and "checksum:" in output  # auto: the CPU path
 

@@ -37,14 +37,15 @@ from .conftest import write_config
 
 SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
 
-# The shape of `nvcc --list-gpu-code`, `cuobjdump --list-elf` and `llc -mcpu=help` output.
+# Output seen in the cuda and rocm images: `nvcc --list-gpu-code` (nvcc 12.4.131),
+# `cuobjdump --list-elf` on a cuda build of tinyllm, `llc-17 -march=amdgcn -mcpu=help`.
 NVCC_LIST = "\n".join(
-    f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, "90a")
+    f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
 )
 CUOBJDUMP = (
-    "ELF file    1: tinyllm.1.sm_80.cubin\n"
-    "ELF file    2: tinyllm.2.sm_86.cubin\n"
-    "ELF file    3: tinyllm.3.sm_90.cubin\n"
+    "ELF file    1: release.1.sm_80.cubin\n"
+    "ELF file    2: release.2.sm_86.cubin\n"
+    "ELF file    3: release.3.sm_90.cubin\n"
 )
 LLC_HELP = (
     "Available CPUs for this target:\n\n"
@@ -188,7 +189,7 @@ def test_gpu_targets_on_a_cpu_flavor_are_refused(options: Options) -> None:
 
 
 def test_supported_targets_from_the_compilers() -> None:
-    assert {"sm_80", "sm_90", "sm_90a"} <= cuda_supported(NVCC_LIST)
+    assert {"sm_80", "sm_90"} <= cuda_supported(NVCC_LIST)
     assert "sm_100" not in cuda_supported(NVCC_LIST)
     assert rocm_supported(LLC_HELP) == {"gfx1030", "gfx1100", "gfx90a", "gfx940"}
     require_supported("cuda", "nvcc", ["sm_80", "sm_90"], cuda_supported(NVCC_LIST))

@@ -143,7 +143,10 @@ fn version_and_help() {
     let out = tinyllm(&["--version"]);
     assert!(out.status.success());
     let version = String::from_utf8(out.stdout).unwrap();
-    assert!(version.starts_with("tinyllm 0.1.0 (backends: cpu"), "{version}");
+    assert!(
+        version.starts_with("tinyllm 0.1.0 (backends: cpu"),
+        "{version}"
+    );
     let out = tinyllm(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
@@ -163,7 +166,10 @@ fn backends_cpu_and_auto_agree_and_missing_gpus_are_explained() {
             continue; // a GPU and its driver are really here
         }
         assert_eq!(out.status.code(), Some(2), "{backend}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{backend}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(why),
+            "{backend}"
+        );
     }
     let out = tinyllm(&["generate", "--backend", "tpu"]);
     assert_eq!(out.status.code(), Some(2));

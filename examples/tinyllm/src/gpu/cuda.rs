@@ -62,11 +62,21 @@ pub struct Cuda {
 }
 
 fn check(result: CuResult, what: &str) -> Result<(), String> {
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(format!("CUDA {what} failed with error {result}"))
-    }
+    // The driver's codes a user can act on; the rest by number (see cuda.h).
+    let name = match result {
+        0 => return Ok(()),
+        2 => "CUDA_ERROR_OUT_OF_MEMORY",
+        34 => "CUDA_ERROR_STUB_LIBRARY: libcuda.so.1 is the toolkit's stub, not a driver",
+        35 => "CUDA_ERROR_INSUFFICIENT_DRIVER: the driver is older than this code needs",
+        100 => "CUDA_ERROR_NO_DEVICE: no CUDA-capable GPU is visible",
+        200 => "CUDA_ERROR_INVALID_IMAGE",
+        209 => "CUDA_ERROR_NO_BINARY_FOR_GPU: the binary carries no code for this GPU",
+        222 => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the driver is older than the embedded PTX",
+        _ => "",
+    };
+    Err(format!("CUDA {what} failed with error {result} {name}")
+        .trim_end()
+        .to_string())
 }
 
 impl Cuda {

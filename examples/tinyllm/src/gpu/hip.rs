@@ -60,11 +60,18 @@ pub struct Hip {
 }
 
 fn check(result: HipError, what: &str) -> Result<(), String> {
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(format!("HIP {what} failed with error {result}"))
-    }
+    // The runtime's codes a user can act on; the rest by number (see hip_runtime_api.h).
+    let name = match result {
+        0 => return Ok(()),
+        2 => "hipErrorOutOfMemory",
+        35 => "hipErrorInsufficientDriver",
+        100 => "hipErrorNoDevice: no AMD GPU is visible",
+        209 => "hipErrorNoBinaryForGpu: the binary carries no code object for this GPU",
+        _ => "",
+    };
+    Err(format!("HIP {what} failed with error {result} {name}")
+        .trim_end()
+        .to_string())
 }
 
 impl Hip {
