@@ -175,13 +175,21 @@ def drift(document: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]])
         for name in sorted(set(locked) - set(current))
     ]
     for name in sorted(set(locked) & set(current)):
-        before, after = locked[name], current[name]
-        for key in sorted(set(before) | set(after)):
-            if before.get(key) != after.get(key):
-                changes.append(
-                    f"{name}: {key} changed: {_short(before.get(key))} -> {_short(after.get(key))}"
-                )
+        changes += [f"{name}: {line}" for line in _differences(locked[name], current[name])]
     return changes
+
+
+def _differences(before: object, after: object, path: str = "") -> list[str]:
+    """`key changed: old -> new` lines, descending into tables so the key is exact."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        lines: list[str] = []
+        for key in sorted(set(before) | set(after), key=str):
+            where = f"{path}.{key}" if path else str(key)
+            lines += _differences(before.get(key), after.get(key), where)
+        return lines
+    if before == after:
+        return []
+    return [f"{path} changed: {_short(before)} -> {_short(after)}"]
 
 
 def _short(value: object) -> str:

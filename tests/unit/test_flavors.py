@@ -39,9 +39,7 @@ SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha2
 
 # Output seen in the cuda and rocm images: `nvcc --list-gpu-code` (nvcc 12.4.131),
 # `cuobjdump --list-elf` on a cuda build of tinyllm, `llc-17 -march=amdgcn -mcpu=help`.
-NVCC_LIST = "\n".join(
-    f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
-)
+NVCC_LIST = "\n".join(f"sm_{n}" for n in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90))
 CUOBJDUMP = (
     "ELF file    1: release.1.sm_80.cubin\n"
     "ELF file    2: release.2.sm_86.cubin\n"

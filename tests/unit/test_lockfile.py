@@ -129,6 +129,13 @@ def test_check_detects_drift(options: Options) -> None:
     v3 = _plan(replace(options, target_cpu="x86-64-v3"))
     changes = drift(document, {plan.artifact_dir: plan_inputs(v3)})
     assert any("rustflags changed" in c and "x86-64-v3" in c for c in changes)
+    # a table entry: the exact key is named
+    later = _plan(replace(options, source_date_epoch=1700000001))
+    changes = drift(document, {plan.artifact_dir: plan_inputs(later)})
+    assert (
+        f'{plan.artifact_dir}: environment.SOURCE_DATE_EPOCH changed: "1700000000" -> '
+        '"1700000001"' in changes
+    )
     # a target added, one dropped
     changes = drift(document, {"other": plan_inputs(plan)})
     assert f"target {plan.artifact_dir} is locked but no longer configured" in changes
