@@ -68,6 +68,18 @@ def _locked_target(
     target: Target, plan: BuildPlan, manifest: dict[str, Any], artifact: Path, vault: Vault
 ) -> LockedTarget:
     options = target.options
+    built = {
+        "toolchain image": manifest["images"]["toolchain"]["input_hash"],
+        "sources": manifest["inputs"]["source_archive_sha256"],
+    }
+    planned = {"toolchain image": plan.image.input_hash, "sources": plan.source.archive_sha256}
+    stale = [what for what in built if built[what] != planned[what]]
+    if stale:
+        raise LockfileError(
+            f"{plan.artifact_dir} was built from other {' and '.join(stale)} than the config "
+            "gives now: a lock of it would pin inputs it was not built from",
+            hint="Build it again (orchestrator release), then lock.",
+        )
     set_dir = package_set_dir(
         plan.base, plan.packages, options.cache_dir, plan.apt_sources, plan.unpack
     )
@@ -92,15 +104,24 @@ def _locked_target(
             }
         )
     profiles: dict[str, dict[str, Any]] = {}
+    bolt = manifest.get("bolt") or {}
     for name, record in (manifest.get("profiles") or {}).items():
         digest = vault.put(artifact / "profiles" / name, expected=record["sha256"])
-        key = (
-            f"pgo/{plan.pgo.profile_key}.profdata"
-            if name == "pgo.profdata" and plan.pgo
-            else f"bolt/{(manifest.get('bolt') or {}).get('profile', {}).get('cache_key')}.fdata"
-        )
-        profiles[name] = {"sha256": digest, "size": record["size"], "cache_file": key}
-    bolt = manifest.get("bolt") or {}
+        if name == "pgo.profdata" and plan.pgo:
+            stored = (manifest.get("pgo") or {}).get("profile", {})
+            key = f"pgo/{plan.pgo.profile_key}.profdata"
+        else:
+            stored = bolt.get("profile", {})
+            key = f"bolt/{stored.get('cache_key')}.fdata"
+        profiles[name] = {
+            "sha256": digest,
+            "size": record["size"],
+            "cache_file": key,
+            # what the build knew about it (function counts, BOLT mode), as the cache has it
+            "details": {
+                k: v for k, v in stored.items() if k not in ("sha256", "size", "reused_from_cache")
+            },
+        }
     device = manifest.get("device_code") or {}
     resolved = {
         "packages": packages,
@@ -295,10 +316,14 @@ def seed_cache(
             {"file": package["file"], "sha256": package["sha256"], "size": package["size"]}
         )
     (set_dir / MANIFEST).write_text(json.dumps(entries, indent=1) + "\n")
-    for name, profile in resolved.get("profiles", {}).items():
+    for profile in resolved.get("profiles", {}).values():
         path = cache / "profiles" / profile["cache_file"]
         vault.materialize(profile["sha256"], path)
-        meta = {"sha256": profile["sha256"], "size": profile["size"], "from_lock": name}
+        meta = {
+            "sha256": profile["sha256"],
+            "size": profile["size"],
+            **profile.get("details", {}),
+        }
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
