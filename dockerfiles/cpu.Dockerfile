@@ -48,6 +48,14 @@ RUN set -eu; \
 # Flatten: the final image is one layer without the .debs copied in above.
 FROM scratch
 COPY --from=install / /
+# Check the copy: every file dpkg installed and every alternatives link must be here.
+# (Files have been seen to go missing when copying on fuse-overlayfs; the build then
+# fails with this message and is retried, instead of shipping a broken toolchain.)
+RUN lost="$(dpkg --verify 2>/dev/null | awk '$1 == "missing" && $2 !~ /^\/var\/(lib\/apt\/lists|log)\//')"; \
+    for group in /var/lib/dpkg/alternatives/*; do \
+        link="$(sed -n 2p "$group")"; [ -L "$link" ] || lost="$lost missing-link $link"; \
+    done; \
+    [ -z "$lost" ] || { echo "FLATTEN-LOST-FILES: $lost"; exit 1; }
 ENV LANG=C.UTF-8 \
     LC_ALL=C.UTF-8 \
     TZ=UTC \

@@ -29,6 +29,8 @@ from orchestrator.vault import VaultError
 
 LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"
 LABEL_PACKAGES_SHA = "org.orchestrator.packages-sha256"
+FLATTEN_LOST = "FLATTEN-LOST-FILES"  # printed by the check in toolchain.Dockerfile.j2
+FLATTEN_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -204,13 +206,28 @@ def ensure_toolchain_image(
             f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
             f"-t {plan.reference} {context}"
         )
-        image_id = engine.build_image(
-            context,
-            plan.reference,
-            buildargs={"BASE_IMAGE": base_image.reference},
-            labels=labels,
-            on_output=log.line,
-        )
+        for attempt in range(1, FLATTEN_ATTEMPTS + 1):
+            lost: list[str] = []
+
+            def output(line: str, lost: list[str] = lost) -> None:
+                if FLATTEN_LOST in line:
+                    lost.append(line)
+                log.line(line)
+
+            try:
+                image_id = engine.build_image(
+                    context,
+                    plan.reference,
+                    buildargs={"BASE_IMAGE": base_image.reference},
+                    labels=labels,
+                    on_output=output,
+                )
+                break
+            except ImageBuildError:
+                # The image's own check found files lost while flattening: build again.
+                if not lost or attempt == FLATTEN_ATTEMPTS:
+                    raise
+                log.line(f"attempt {attempt}: the flattened image lost files; building again")
     _remove_superseded(engine, plan, log)
     info = engine.image(plan.reference)
     if info is None:

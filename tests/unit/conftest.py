@@ -4,6 +4,37 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.flavors import get_flavor
+from orchestrator.options import Options
+from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
+from orchestrator.render import image_packages, render_dockerfile
+from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+
+# Stands in for the crate's source tar: plans only hash it.
+FAKE_SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+
+
+def plan_for(
+    options: Options,
+    flavor_name: str = "cpu",
+    *,
+    toolchain: ToolchainSpec | None = None,
+    base: BaseSpec | None = None,
+) -> BuildPlan:
+    """What `build.prepare_plan` makes, with a fixed stand-in for the sources."""
+    flavor = get_flavor(flavor_name)
+    toolchain = toolchain or load_toolchain("rustc-web-1.96")
+    return make_plan(
+        options,
+        flavor,
+        toolchain=toolchain,
+        base=base or load_base_spec(),
+        dockerfile=render_dockerfile(flavor, toolchain),
+        packages=image_packages(flavor, toolchain),
+        source=FAKE_SOURCE,
+    )
+
+
 CARGO_TOML = """\
 [package]
 name = "demo"

@@ -24,18 +24,14 @@ from orchestrator.flavors.gpu import (
 from orchestrator.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
 from orchestrator.plan import (
     BuildPlan,
-    SourceSnapshot,
     base_image_plan,
-    make_plan,
     toolchain_image_plan,
 )
 from orchestrator.release import targets
-from orchestrator.render import image_packages, render_dockerfile
+from orchestrator.render import render_dockerfile
 from orchestrator.toolchain import load_base_spec, load_toolchain
 
-from .conftest import write_config
-
-SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+from .conftest import plan_for, write_config
 
 # Output seen in the cuda and rocm images: `nvcc --list-gpu-code` (nvcc 12.4.131),
 # `cuobjdump --list-elf` on a cuda build of tinyllm, `llc-17 -march=amdgcn -mcpu=help`.
@@ -61,18 +57,8 @@ def options(project: Path) -> Options:
     return resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
 
 
-def _plan(options: Options, name: str) -> BuildPlan:
-    flavor = get_flavor(name)
-    toolchain = load_toolchain("rustc-web-1.96")
-    return make_plan(
-        options,
-        flavor,
-        toolchain=toolchain,
-        base=load_base_spec(),
-        dockerfile=render_dockerfile(flavor, toolchain),
-        packages=image_packages(flavor, toolchain),
-        source=SOURCE,
-    )
+def _plan(options: Options, flavor_name: str = "cpu") -> BuildPlan:
+    return plan_for(options, flavor_name)
 
 
 def test_registry_matches_the_config_schema() -> None:

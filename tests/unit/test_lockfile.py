@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.flavors import get_flavor
 from orchestrator.lockfile import (
     SCHEMA_VERSION,
     LockedTarget,
@@ -26,12 +25,10 @@ from orchestrator.lockfile import (
     write_lock,
 )
 from orchestrator.options import Options, resolve
-from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
-from orchestrator.render import image_packages, render_dockerfile
-from orchestrator.toolchain import load_base_spec, load_toolchain
+from orchestrator.plan import BuildPlan
 from orchestrator.vault import Vault, VaultCorruptError, VaultError
 
-SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+from .conftest import plan_for
 
 
 @pytest.fixture
@@ -40,17 +37,7 @@ def options(project: Path) -> Options:
 
 
 def _plan(options: Options, flavor_name: str = "cpu") -> BuildPlan:
-    flavor = get_flavor(flavor_name)
-    toolchain = load_toolchain("rustc-web-1.96")
-    return make_plan(
-        options,
-        flavor,
-        toolchain=toolchain,
-        base=load_base_spec(),
-        dockerfile=render_dockerfile(flavor, toolchain),
-        packages=image_packages(flavor, toolchain),
-        source=SOURCE,
-    )
+    return plan_for(options, flavor_name)
 
 
 def _document(plan: BuildPlan) -> dict[str, Any]:

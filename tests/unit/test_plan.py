@@ -6,13 +6,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.flavors import get_flavor
 from orchestrator.options import Options, resolve
-from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
-from orchestrator.render import image_packages, render_dockerfile
+from orchestrator.plan import BuildPlan
 from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 
-SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+from .conftest import plan_for
 
 
 def _flags(plan: BuildPlan, variant: str) -> list[str]:
@@ -22,17 +20,7 @@ def _flags(plan: BuildPlan, variant: str) -> list[str]:
 def _plan(
     options: Options, toolchain: ToolchainSpec | None = None, base: BaseSpec | None = None
 ) -> BuildPlan:
-    flavor = get_flavor("cpu")
-    toolchain = toolchain or load_toolchain("rustc-web-1.96")
-    return make_plan(
-        options,
-        flavor,
-        toolchain=toolchain,
-        base=base or load_base_spec(),
-        dockerfile=render_dockerfile(flavor, toolchain),
-        packages=image_packages(flavor, toolchain),
-        source=SOURCE,
-    )
+    return plan_for(options, toolchain=toolchain, base=base)
 
 
 @pytest.fixture

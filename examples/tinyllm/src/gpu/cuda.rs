@@ -1,11 +1,10 @@
-//! CUDA through the driver API (libcuda.so.1, installed with the NVIDIA driver): load the
-//! embedded fatbin, keep the weights on the device, run `matvec` per matmul.
+//! CUDA through the driver API (libcuda.so.1, installed with the NVIDIA driver): find a
+//! device, make its primary context current, load the embedded fatbin.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CString};
-use std::sync::Mutex;
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
-use super::{DeviceState, Embedded, Library, THREADS_PER_BLOCK};
+use super::{c_name, Device, Embedded, KernelCalls, Library, Status};
 use crate::backend::Accelerator;
 
 const FATBIN_BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/matvec.fatbin"));
@@ -16,52 +15,15 @@ const FATBIN_BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/matvec.fat
 static FATBIN: Embedded<[u8; FATBIN_BYTES.len()]> =
     Embedded(*include_bytes!(concat!(env!("OUT_DIR"), "/matvec.fatbin")));
 
-type CuResult = c_int;
-type Device = c_int;
 type Context = *mut c_void;
-type Module = *mut c_void;
-type Function = *mut c_void;
-type DevicePtr = u64;
-
-#[derive(Clone, Copy)]
-struct Api {
-    init: unsafe extern "C" fn(c_uint) -> CuResult,
-    device_get: unsafe extern "C" fn(*mut Device, c_int) -> CuResult,
-    device_get_name: unsafe extern "C" fn(*mut c_char, c_int, Device) -> CuResult,
-    primary_ctx_retain: unsafe extern "C" fn(*mut Context, Device) -> CuResult,
-    ctx_set_current: unsafe extern "C" fn(Context) -> CuResult,
-    module_load_data: unsafe extern "C" fn(*mut Module, *const c_void) -> CuResult,
-    module_get_function: unsafe extern "C" fn(*mut Function, Module, *const c_char) -> CuResult,
-    mem_alloc: unsafe extern "C" fn(*mut DevicePtr, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(DevicePtr) -> CuResult,
-    memcpy_htod: unsafe extern "C" fn(DevicePtr, *const c_void, usize) -> CuResult,
-    memcpy_dtoh: unsafe extern "C" fn(*mut c_void, DevicePtr, usize) -> CuResult,
-    #[allow(clippy::type_complexity)]
-    launch_kernel: unsafe extern "C" fn(
-        Function,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        *mut c_void,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CuResult,
-}
 
 pub struct Cuda {
     _library: Library,
-    api: Api,
-    context: usize,
-    function: usize,
     name: String,
-    state: Mutex<DeviceState>,
+    device: Device,
 }
 
-fn check(result: CuResult, what: &str) -> Result<(), String> {
+fn check(result: Status, what: &str) -> Result<(), String> {
     // The driver's codes a user can act on; the rest by number (see cuda.h).
     let name = match result {
         0 => return Ok(()),
@@ -83,75 +45,50 @@ impl Cuda {
     pub fn open() -> Result<Self, String> {
         let library = Library::open_first(&["libcuda.so.1", "libcuda.so"])
             .map_err(|e| format!("no CUDA driver: {e}"))?;
-        // SAFETY: each type below is the driver API's documented signature.
-        let api = unsafe {
-            Api {
-                init: library.symbol("cuInit")?,
-                device_get: library.symbol("cuDeviceGet")?,
-                device_get_name: library.symbol("cuDeviceGetName")?,
-                primary_ctx_retain: library.symbol("cuDevicePrimaryCtxRetain")?,
-                ctx_set_current: library.symbol("cuCtxSetCurrent")?,
-                module_load_data: library.symbol("cuModuleLoadData")?,
-                module_get_function: library.symbol("cuModuleGetFunction")?,
-                mem_alloc: library.symbol("cuMemAlloc_v2")?,
-                mem_free: library.symbol("cuMemFree_v2")?,
-                memcpy_htod: library.symbol("cuMemcpyHtoD_v2")?,
-                memcpy_dtoh: library.symbol("cuMemcpyDtoH_v2")?,
-                launch_kernel: library.symbol("cuLaunchKernel")?,
-            }
-        };
+        // SAFETY: each type is the driver API's documented signature for that symbol.
         unsafe {
-            check((api.init)(0), "cuInit")?;
-            let mut device: Device = 0;
-            check((api.device_get)(&mut device, 0), "cuDeviceGet")?;
+            let init: unsafe extern "C" fn(c_uint) -> Status = library.symbol("cuInit")?;
+            let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> Status =
+                library.symbol("cuDeviceGet")?;
+            let device_get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Status =
+                library.symbol("cuDeviceGetName")?;
+            let retain: unsafe extern "C" fn(*mut Context, c_int) -> Status =
+                library.symbol("cuDevicePrimaryCtxRetain")?;
+            let set_current: unsafe extern "C" fn(Context) -> Status =
+                library.symbol("cuCtxSetCurrent")?;
+            let calls = KernelCalls::load(
+                &library,
+                [
+                    "cuModuleLoadData",
+                    "cuModuleGetFunction",
+                    "cuMemAlloc_v2",
+                    "cuMemFree_v2",
+                    "cuMemcpyHtoD_v2",
+                    "cuMemcpyDtoH_v2",
+                    "cuLaunchKernel",
+                ],
+            )?;
+            check(init(0), "cuInit")?;
+            let mut ordinal: c_int = 0;
+            check(device_get(&mut ordinal, 0), "cuDeviceGet")?;
             let mut raw_name = [0 as c_char; 256];
             check(
-                (api.device_get_name)(raw_name.as_mut_ptr(), 256, device),
+                device_get_name(raw_name.as_mut_ptr(), 256, ordinal),
                 "cuDeviceGetName",
             )?;
-            let name = std::ffi::CStr::from_ptr(raw_name.as_ptr())
-                .to_string_lossy()
-                .into_owned();
             let mut context: Context = std::ptr::null_mut();
-            check(
-                (api.primary_ctx_retain)(&mut context, device),
-                "cuDevicePrimaryCtxRetain",
-            )?;
-            check((api.ctx_set_current)(context), "cuCtxSetCurrent")?;
-            let mut module: Module = std::ptr::null_mut();
-            let image = FATBIN.0.as_ptr().cast::<c_void>();
-            check(
-                (api.module_load_data)(&mut module, image),
-                "loading the embedded fatbin",
-            )?;
-            let mut function: Function = std::ptr::null_mut();
-            let symbol = CString::new("matvec").expect("no NUL");
-            check(
-                (api.module_get_function)(&mut function, module, symbol.as_ptr()),
-                "cuModuleGetFunction",
-            )?;
+            check(retain(&mut context, ordinal), "cuDevicePrimaryCtxRetain")?;
+            let context = context as usize; // a handle valid in every thread
+            let make_current =
+                Box::new(move || check(set_current(context as Context), "cuCtxSetCurrent"));
+            make_current()?;
+            let device = Device::load(calls, check, make_current, &FATBIN.0)?;
             Ok(Self {
                 _library: library,
-                api,
-                context: context as usize,
-                function: function as usize,
-                name,
-                state: Mutex::new(DeviceState::default()),
+                name: c_name(&raw_name),
+                device,
             })
         }
-    }
-
-    /// A device buffer of at least `bytes`, reusing `slot` when it is large enough.
-    unsafe fn buffer(&self, slot: &mut (u64, usize), bytes: usize) -> Result<u64, String> {
-        if slot.1 < bytes {
-            if slot.1 > 0 {
-                check((self.api.mem_free)(slot.0), "cuMemFree")?;
-            }
-            let mut pointer: DevicePtr = 0;
-            check((self.api.mem_alloc)(&mut pointer, bytes), "cuMemAlloc")?;
-            *slot = (pointer, bytes);
-        }
-        Ok(slot.0)
     }
 }
 
@@ -165,80 +102,6 @@ impl Accelerator for Cuda {
     }
 
     fn matvec(&self, out: &mut [f32], w: &[f32], x: &[f32]) -> Result<(), String> {
-        let mut state = self.state.lock().map_err(|_| "CUDA state poisoned")?;
-        let state = &mut *state;
-        unsafe {
-            check(
-                (self.api.ctx_set_current)(self.context as Context),
-                "cuCtxSetCurrent",
-            )?;
-            let key = (w.as_ptr() as usize, w.len());
-            let weights = match state.weights.get(&key) {
-                Some(&pointer) => pointer,
-                None => {
-                    let mut pointer: DevicePtr = 0;
-                    check(
-                        (self.api.mem_alloc)(&mut pointer, std::mem::size_of_val(w)),
-                        "cuMemAlloc",
-                    )?;
-                    check(
-                        (self.api.memcpy_htod)(
-                            pointer,
-                            w.as_ptr().cast(),
-                            std::mem::size_of_val(w),
-                        ),
-                        "uploading weights",
-                    )?;
-                    state.weights.insert(key, pointer);
-                    pointer
-                }
-            };
-            let mut x_slot = state.x;
-            let mut out_slot = state.out;
-            let mut x_device = self.buffer(&mut x_slot, std::mem::size_of_val(x))?;
-            let mut out_device = self.buffer(&mut out_slot, std::mem::size_of_val(out))?;
-            state.x = x_slot;
-            state.out = out_slot;
-            check(
-                (self.api.memcpy_htod)(x_device, x.as_ptr().cast(), std::mem::size_of_val(x)),
-                "uploading x",
-            )?;
-            let mut weights_arg = weights;
-            let mut rows = out.len() as c_uint;
-            let mut cols = x.len() as c_uint;
-            let mut params: [*mut c_void; 5] = [
-                (&mut out_device as *mut u64).cast(),
-                (&mut weights_arg as *mut u64).cast(),
-                (&mut x_device as *mut u64).cast(),
-                (&mut rows as *mut c_uint).cast(),
-                (&mut cols as *mut c_uint).cast(),
-            ];
-            check(
-                (self.api.launch_kernel)(
-                    self.function as Function,
-                    rows,
-                    1,
-                    1,
-                    THREADS_PER_BLOCK,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "launching matvec",
-            )?;
-            // synchronous copy: also waits for the kernel
-            check(
-                (self.api.memcpy_dtoh)(
-                    out.as_mut_ptr().cast(),
-                    out_device,
-                    std::mem::size_of_val(out),
-                ),
-                "downloading out",
-            )?;
-        }
-        Ok(())
+        self.device.matvec(out, w, x)
     }
 }
