@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.archive import sha256_file
-from orchestrator.bolt import choose_mode, parse_report
+from orchestrator.bolt import ModeChoice, choose_mode, parse_report
 from orchestrator.errors import (
     BoltError,
     OrchestratorError,
@@ -153,23 +153,35 @@ def run_bolt(pipeline: Pipeline, bolt: BoltPlan, optimized: str) -> BoltOutcome:
     stored: ProfileRecord | None = None
     try:
         with pipeline.step("bolt-profile") as log:
-            pipeline.profiler()  # probes perf access first
-            choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
-            report |= {"mode": choice.mode, "mode_reason": choice.reason}
-            log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
             binary_sha = run(
                 pipeline.box, ["sha256sum", optimized], log, "bolt-profile", keep_output=True
             ).split()[0]
-            key = f"{binary_sha}-{choice.mode}"
-            cache = options.cache_dir / "profiles" / "bolt" / f"{key}.fdata"
             profile = f"{bolt.work_dir}/profile.fdata"
-            stored = None if pipeline.retrain else load_profile(cache, "BOLT")
+
+            def cache_for(mode: str) -> Path:
+                return options.cache_dir / "profiles" / "bolt" / f"{binary_sha}-{mode}.fdata"
+
+            choice: ModeChoice | None = None
+            if bolt.mode != "auto" and not pipeline.retrain:
+                # A forced mode whose profile is stored needs no perf at all (reproductions
+                # force the locked mode; the machine may not sample like the releasing one).
+                stored = load_profile(cache_for(bolt.mode), "BOLT")
+                if stored is not None:
+                    choice = ModeChoice(bolt.mode, "forced; profile stored for this binary")
+            if choice is None:
+                pipeline.profiler()  # probes perf access first
+                choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
+                stored = None if pipeline.retrain else load_profile(cache_for(choice.mode), "BOLT")
+            report |= {"mode": choice.mode, "mode_reason": choice.reason}
+            log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
+            key = f"{binary_sha}-{choice.mode}"
             if stored is None:
                 _collect_bolt_profile(
                     pipeline, bolt, mode=choice.mode, binary=optimized, profile=profile, log=log
                 )
                 fetched = fetch_file(pipeline.box, profile, pipeline.scratch)
-                stored = store_profile(fetched, cache, {"mode": choice.mode, "cache_key": key})
+                details: dict[str, object] = {"mode": choice.mode, "cache_key": key}
+                stored = store_profile(fetched, cache_for(choice.mode), details)
             else:
                 put_file(pipeline.box, profile, stored.path.read_bytes())
                 log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")

@@ -475,6 +475,12 @@ def _reproduce_one(
     run: ReproduceRun, entry: dict[str, Any], target: Target, plan: BuildPlan, result: Reproduced
 ) -> None:
     result.inputs_differing = differing_inputs(run.document, entry, plan)
+    locked_mode = (entry["resolved"].get("bolt") or {}).get("mode")
+    if plan.bolt is not None and locked_mode and plan.bolt.mode != locked_mode:
+        # `auto` picks a BOLT mode from what perf can do on this machine; the release's
+        # choice is a resolved input, and its profile is keyed by it.
+        target = replace(target, options=replace(target.options, bolt_mode=locked_mode))
+        plan = prepare_plan(target.options, target.flavor)
     seed_cache(run.document, plan, entry, run.cache, run.vault)
     if run.fresh_images:
         for reference in (plan.base_image.reference, plan.image.reference):
