@@ -81,10 +81,9 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 
 def managed_containers(client: docker.DockerClient) -> list[str]:
-    return [
-        str(c.name)
-        for c in client.containers.list(all=True, filters={"label": "org.orchestrator.managed=1"})
-    ]
+    """Containers orchestrator started (not ones someone ran by hand from its images)."""
+    labels = ["org.orchestrator.managed=1", "org.orchestrator.kind=container"]
+    return [str(c.name) for c in client.containers.list(all=True, filters={"label": labels})]
 
 
 ARTIFACT = Path("tinyllm-0.1.0") / "tinyllm-0.1.0-linux-x86_64-cpu"
