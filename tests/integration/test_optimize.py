@@ -78,7 +78,12 @@ def test_corrupted_profile_fails_and_publishes_nothing(
     original = stored.read_bytes()
     try:
         stored.write_bytes(original[:100] + b"\xff" * 64 + original[164:])
-        run = orchestrator(["build", "--artifacts-dir", str(tmp_path / "artifacts")])
+        # the same epoch as the release fixture: a commit since then must not change the key
+        epoch = str(release.manifest["inputs"]["source_date_epoch"])
+        run = orchestrator(
+            ["build", "--artifacts-dir", str(tmp_path / "artifacts")],
+            env={"SOURCE_DATE_EPOCH": epoch},
+        )
     finally:
         stored.write_bytes(original)
     assert run.returncode == 44, run.output
