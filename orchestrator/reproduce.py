@@ -361,7 +361,7 @@ def _install_diffoscope(log: Callable[[str], None]) -> str | None:
     if apt is None:
         return None
     log("installing diffoscope-minimal (apt-get) for the difference report")
-    sudo = [] if _is_root() else ["sudo", "-n"]
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     for argv in (
         [*sudo, apt, "update", "-qq"],
         [*sudo, apt, "install", "-y", "-qq", "diffoscope-minimal"],
@@ -377,10 +377,6 @@ def _install_diffoscope(log: Callable[[str], None]) -> str | None:
         ):
             return None
     return shutil.which("diffoscope")
-
-
-def _is_root() -> bool:
-    return os.geteuid() == 0
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,10 @@ class Vault:
         """The blob's path, after checking its bytes still hash to `digest`."""
         path = self.path(digest)
         if not path.is_file():
-            raise VaultError(f"the vault has no blob {digest}", hint=self.hint_missing())
+            raise VaultError(
+                f"the vault has no blob {digest}",
+                hint=f"The vault at {self.root} lacks it: import the release's vault archive.",
+            )
         actual = sha256_file(path)
         if actual != digest:
             raise VaultCorruptError(
@@ -101,12 +104,6 @@ class Vault:
         except OSError:
             shutil.copyfile(source, partial)
         partial.replace(dest)
-
-    def hint_missing(self) -> str:
-        return f"The vault at {self.root} lacks it: import the release's vault archive."
-
-    def size(self, digests: Iterable[str]) -> int:
-        return sum(self.path(d).stat().st_size for d in set(digests) if self.has(d))
 
     # -- moving a release's inputs between machines ---------------------------------
     def export(self, digests: Iterable[str], archive: Path, *, lockfile: Path) -> int:
