@@ -77,17 +77,42 @@ def _common_args(
     return args
 
 
+def rootfs_recipe(spec: BaseSpec, output: str = "<rootfs.tar>") -> list[str]:
+    """The mmdebstrap command line (without the program) that makes the base rootfs."""
+    return [*_common_args(spec), spec.suite, output, spec.mirror]
+
+
+def recipe_file(tarball: Path) -> Path:
+    """Where make_rootfs records how a tarball was made (mmdebstrap version, command)."""
+    return tarball.with_suffix(".json")
+
+
 def make_rootfs(spec: BaseSpec, dest: Path, log: StepLog) -> str:
-    """Write the base rootfs tarball to `dest` atomically; return its sha256."""
+    """Write the base rootfs tarball to `dest` atomically; return its sha256.
+
+    Next to it goes a small JSON record of the mmdebstrap version and command line, which
+    release.lock carries (the tarball itself is pinned by sha256).
+    """
     dest.parent.mkdir(parents=True, exist_ok=True)
+    program = _mmdebstrap()
+    version = subprocess.run(
+        [program, "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".rootfs-") as tmp:
         partial = Path(tmp) / "rootfs.tar"
         _run(
-            [_mmdebstrap(), *_common_args(spec), spec.suite, str(partial), spec.mirror],
+            [program, *rootfs_recipe(spec, str(partial))],
             log,
             {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},
         )
         digest = sha256_file(partial)
+        record = {
+            "mmdebstrap_version": version,
+            "command": ["mmdebstrap", *rootfs_recipe(spec)],
+            "sha256": digest,
+        }
+        (Path(tmp) / "recipe.json").write_text(json.dumps(record, indent=1) + "\n")
+        (Path(tmp) / "recipe.json").replace(recipe_file(dest))
         partial.replace(dest)
     return digest
 

@@ -25,7 +25,13 @@ from rich.console import Console
 
 from orchestrator.archive import sha256_file
 from orchestrator.attest import Signer
-from orchestrator.bootstrap import MANIFEST, deb_identity, read_manifest
+from orchestrator.bootstrap import (
+    MANIFEST,
+    deb_identity,
+    read_manifest,
+    recipe_file,
+    rootfs_recipe,
+)
 from orchestrator.build import prepare_plan, run_build
 from orchestrator.engine import Engine
 from orchestrator.errors import OrchestratorError, SourceError
@@ -196,12 +202,22 @@ def record_release(
         },
         base={
             **plan.base.as_dict(),
-            "mmdebstrap": ["--variant=" + plan.base.variant, "--mode=root|unshare"],
+            "mmdebstrap": _rootfs_recipe(plan, rootfs),
             "rootfs_sha256": vault.put(rootfs),
         },
         targets=locked,
     )
     return write_lock(release_dir / LOCK_FILE, document)
+
+
+def _rootfs_recipe(plan: BuildPlan, tarball: Path) -> dict[str, Any]:
+    """How the rootfs was made: the command, and mmdebstrap's version where it was recorded."""
+    record = recipe_file(tarball)
+    made = json.loads(record.read_text()) if record.is_file() else {}
+    return {
+        "command": made.get("command") or ["mmdebstrap", *rootfs_recipe(plan.base)],
+        "version": made.get("mmdebstrap_version"),
+    }
 
 
 def _repository_path(options: Options) -> str | None:

@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.bootstrap import rootfs_recipe
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 from orchestrator.toolchain import (
     available_toolchains,
     check_coherence,
     llvm_version,
+    load_base_spec,
     load_toolchain,
     parse_rustc_vv,
 )
@@ -86,3 +88,13 @@ def test_unparseable_version_is_a_mismatch() -> None:
         check_coherence(
             load_toolchain("rustc-web-1.96"), RUSTC_VV, "cargo", PROFDATA_22, "command not found"
         )
+
+
+def test_rootfs_recipe_names_everything_that_shapes_the_rootfs() -> None:
+    base = load_base_spec()
+    recipe = rootfs_recipe(base)
+    assert recipe[-3:] == [base.suite, "<rootfs.tar>", base.mirror]
+    assert f"--variant={base.variant}" in recipe
+    assert f"--components={','.join(base.components)}" in recipe
+    # the base rootfs is never multi-arch: foreign architectures belong to a flavor's set
+    assert not any(arg.startswith("--architectures") for arg in recipe)
