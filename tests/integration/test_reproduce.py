@@ -32,6 +32,8 @@ def test_lock_pins_every_input_and_checks_drift(cross_release: CrossRelease) -> 
     lock = cross_release.lock
     assert lock["schema"] == "orchestrator/lock" and lock["schema_version"] == 1
     assert lock["base"]["rootfs_sha256"] and lock["source"]["vendor_sha256"]
+    made_with = lock["base"]["mmdebstrap"]["command"]
+    assert made_with[0] == "mmdebstrap" and lock["base"]["suite"] in made_with
     assert {c["name"] for c in lock["source"]["crates"]} >= {"rayon", "rayon-core"}
     targets = {t["inputs"]["artifact"]: t for t in lock["targets"]}
     assert set(targets) == {CPU_ARTIFACT, AARCH64_ARTIFACT}
