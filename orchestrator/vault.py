@@ -97,13 +97,18 @@ class Vault:
     def materialize(self, digest: str, dest: Path) -> None:
         """Write the verified blob to `dest` (via a temporary name)."""
         source = self.verify(digest)
+        if dest.is_file() and source.samefile(dest):
+            return  # a link to this very blob, put there by an earlier target
         dest.parent.mkdir(parents=True, exist_ok=True)
-        partial = dest.with_name(f".{dest.name}.partial")
-        try:
-            os.link(source, partial)
-        except OSError:
-            shutil.copyfile(source, partial)
-        partial.replace(dest)
+        # A private folder, not a fixed partial name: rename() between two links of one
+        # inode does nothing and would leave the partial behind for the next call.
+        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".out-") as tmp:
+            partial = Path(tmp) / dest.name
+            try:
+                os.link(source, partial)
+            except OSError:
+                shutil.copyfile(source, partial)
+            partial.replace(dest)
 
     # -- moving a release's inputs between machines ---------------------------------
     def export(self, digests: Iterable[str], archive: Path, *, lockfile: Path) -> int:

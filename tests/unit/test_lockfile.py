@@ -137,6 +137,26 @@ def test_gpu_targets_and_packages_are_locked_inputs(options: Options) -> None:
     assert cuda["environment"]["CUDAARCHS"] == "80;86;89;90"
 
 
+def test_materializing_one_blob_for_many_targets_leaves_nothing_behind(tmp_path: Path) -> None:
+    # reproduce seeds the same rootfs for every target; the third call once failed on a
+    # partial file left by the second, because rename() between links of one inode is a no-op
+    vault = Vault(tmp_path / "vault")
+    source = tmp_path / "rootfs.tar"
+    source.write_bytes(b"rootfs")
+    digest = vault.put(source)
+    out = tmp_path / "cache" / "rootfs" / "base.tar"
+    for _ in range(3):
+        vault.materialize(digest, out)
+    assert out.read_bytes() == b"rootfs"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["base.tar"]
+    # a different file at the destination is replaced by the blob
+    out.unlink()
+    out.write_bytes(b"stale")
+    vault.materialize(digest, out)
+    assert out.read_bytes() == b"rootfs"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["base.tar"]
+
+
 def test_vault_stores_by_content_and_refuses_tampered_blobs(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "vault")
     source = tmp_path / "pkg.deb"
