@@ -689,7 +689,11 @@ def reproduce(
                 f"{len(different)} of {len(results)} artifacts differ: " + ", ".join(different)
             )
         )
-    console.print(f"all {len(results)} artifacts are bit-identical")
+    console.print(
+        "the artifact is bit-identical"
+        if len(results) == 1
+        else f"all {len(results)} artifacts are bit-identical"
+    )
 
 
 @app.command()
