@@ -174,6 +174,7 @@ def record_release(
     vendor = options.cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
     if not vendor.is_file():
         raise LockfileError(f"the vendored crates {vendor} are no longer in the cache")
+    rootfs_sha256 = vault.put(rootfs)
     identity = source_identity(options.crate_dir)
     if not options.crate_dir.is_relative_to(options.project_dir):
         raise LockfileError(
@@ -202,18 +203,24 @@ def record_release(
         },
         base={
             **plan.base.as_dict(),
-            "mmdebstrap": _rootfs_recipe(plan, rootfs),
-            "rootfs_sha256": vault.put(rootfs),
+            "mmdebstrap": _rootfs_recipe(plan, rootfs, rootfs_sha256),
+            "rootfs_sha256": rootfs_sha256,
         },
         targets=locked,
     )
     return write_lock(release_dir / LOCK_FILE, document)
 
 
-def _rootfs_recipe(plan: BuildPlan, tarball: Path) -> dict[str, Any]:
-    """How the rootfs was made: the command, and mmdebstrap's version where it was recorded."""
+def _rootfs_recipe(plan: BuildPlan, tarball: Path, digest: str) -> dict[str, Any]:
+    """How the rootfs was made: the command, and mmdebstrap's version where it was recorded.
+
+    A record that names another sha256 belongs to an earlier tarball (this one came from a
+    vault), so it says nothing about this one.
+    """
     record = recipe_file(tarball)
     made = json.loads(record.read_text()) if record.is_file() else {}
+    if made.get("sha256") != digest:
+        made = {}
     return {
         "command": made.get("command") or ["mmdebstrap", *rootfs_recipe(plan.base)],
         "version": made.get("mmdebstrap_version"),
