@@ -171,17 +171,18 @@ def run_bolt(pipeline: Pipeline, bolt: BoltPlan, optimized: str) -> BoltOutcome:
             if choice is None:
                 pipeline.profiler()  # probes perf access first
                 choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
-                stored = None if pipeline.retrain else load_profile(cache_for(choice.mode), "BOLT")
+                if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
+                    stored = load_profile(cache_for(choice.mode), "BOLT")
             report |= {"mode": choice.mode, "mode_reason": choice.reason}
             log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
-            key = f"{binary_sha}-{choice.mode}"
+            cache = cache_for(choice.mode)
             if stored is None:
                 _collect_bolt_profile(
                     pipeline, bolt, mode=choice.mode, binary=optimized, profile=profile, log=log
                 )
                 fetched = fetch_file(pipeline.box, profile, pipeline.scratch)
-                details: dict[str, object] = {"mode": choice.mode, "cache_key": key}
-                stored = store_profile(fetched, cache_for(choice.mode), details)
+                details: dict[str, object] = {"mode": choice.mode, "cache_key": cache.stem}
+                stored = store_profile(fetched, cache, details)
             else:
                 put_file(pipeline.box, profile, stored.path.read_bytes())
                 log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")
