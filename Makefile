@@ -40,6 +40,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests
 	$(BIN)/ruff format --check orchestrator tests
 	$(BIN)/mypy
+	$(BIN)/python -m orchestrator.tools.layers
 	$(BIN)/orchestrator render --check
 
 unit: $(STAMP)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.layout import UNPACK_ROOT
-from orchestrator.options import Options
-from orchestrator.toolchain import ToolchainSpec
+from orchestrator.model.layout import UNPACK_ROOT
 
 SYSROOT = "/usr/aarch64-linux-gnu"
 GENERIC = "generic"  # rustc's armv8-a baseline: runs on every 64-bit Arm Linux machine

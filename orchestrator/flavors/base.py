@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from orchestrator.options import Options
-from orchestrator.toolchain import ToolchainSpec
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import ToolchainSpec
 
 
 @dataclass(frozen=True)

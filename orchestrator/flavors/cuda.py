@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
 from orchestrator.flavors.gpu import CUDA_TARGET_RE, DEFAULT_CUDA_TARGETS, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
-from orchestrator.options import Options
 
 
 class CudaFlavor(X86Flavor):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
 from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, ROCM_TARGET_RE, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
-from orchestrator.options import Options
 
 # The AMDGPU processors the image's LLVM 17 (the one hipcc drives) can generate code for.
 LIST_PROCESSORS = ("sh", "-c", "llc-17 -march=amdgcn -mcpu=help </dev/null 2>&1")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.options import Options
-from orchestrator.toolchain import ToolchainSpec
 
 # rustc's x86-64 micro-architecture levels plus any named CPU rustc knows (znver4, ...).
 _CPU_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

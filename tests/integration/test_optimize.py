@@ -9,7 +9,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.options import resolve
+from orchestrator.config.options import resolve
 from tests.integration.conftest import ARTIFACT, REPO, Release, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration

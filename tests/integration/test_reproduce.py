@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.vault import Vault
+from orchestrator.host.vault import Vault
 from tests.integration.conftest import (
     AARCH64_ARTIFACT,
     CPU_ARTIFACT,

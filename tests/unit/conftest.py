@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 from orchestrator.flavors import get_flavor
-from orchestrator.options import Options
-from orchestrator.plan import BuildPlan, SourceSnapshot, make_plan
-from orchestrator.render import image_packages, render_dockerfile
-from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+from orchestrator.plan.build_plan import BuildPlan, SourceSnapshot, make_plan
+from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 
 # Stands in for the crate's source tar: plans only hash it.
 FAKE_SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)

@@ -7,8 +7,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from orchestrator.archive import ChunkReader, pack_tree, safe_extract
 from orchestrator.errors import UnsafeArchiveError
+from orchestrator.host.archive import ChunkReader, pack_tree, safe_extract
 
 
 def _tar(build: Callable[[tarfile.TarFile], None]) -> io.BytesIO:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
+from orchestrator.config.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import FLAVORS, get_flavor
 from orchestrator.flavors.gpu import (
@@ -21,15 +23,13 @@ from orchestrator.flavors.gpu import (
     require_supported,
     rocm_supported,
 )
-from orchestrator.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
-from orchestrator.plan import (
+from orchestrator.plan.build_plan import (
     BuildPlan,
     base_image_plan,
     toolchain_image_plan,
 )
-from orchestrator.release import targets
-from orchestrator.render import render_dockerfile
-from orchestrator.toolchain import load_base_spec, load_toolchain
+from orchestrator.plan.dockerfiles import render_dockerfile
+from orchestrator.release.run import targets
 
 from .conftest import plan_for, write_config
 

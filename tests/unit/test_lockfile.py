@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config.options import Options, resolve
 from orchestrator.errors import OrchestratorError
-from orchestrator.lockfile import (
+from orchestrator.host.vault import Vault, VaultCorruptError, VaultError
+from orchestrator.model.lockfile import (
     SCHEMA_VERSION,
     LockedTarget,
     LockfileError,
@@ -20,13 +22,11 @@ from orchestrator.lockfile import (
     drift,
     dumps,
     lock_document,
-    plan_inputs,
     read_lock,
     write_lock,
 )
-from orchestrator.options import Options, resolve
-from orchestrator.plan import BuildPlan
-from orchestrator.vault import Vault, VaultCorruptError, VaultError
+from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.serialize import plan_inputs
 
 from .conftest import plan_for
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import FALLBACK_SOURCE_DATE_EPOCH, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.options import FALLBACK_SOURCE_DATE_EPOCH, resolve
 from tests.unit.conftest import write_config
 
 

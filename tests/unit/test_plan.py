@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import Options, resolve
+from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
-from orchestrator.options import Options, resolve
-from orchestrator.plan import BuildPlan
-from orchestrator.toolchain import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+from orchestrator.plan.build_plan import BuildPlan
 
 from .conftest import plan_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.publish import publish, staging_area, staging_root, write_checksums
+from orchestrator.host.staging import publish, staging_area, staging_root, write_checksums
 
 
 def test_checksums_pass_sha256sum_check(tmp_path: Path) -> None:

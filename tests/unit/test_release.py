@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.cpu import CpuFlavor
-from orchestrator.options import FlavorSettings, Options, resolve
-from orchestrator.portability import parse
-from orchestrator.release import targets
+from orchestrator.model.portability import parse
+from orchestrator.release.run import targets
 
 VERSION_INFO = """Version needs section '.gnu.version_r' contains 2 entries:
  Addr: 0x0000000000000d58  Offset: 0x000d58  Link: 7 (.dynstr)

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.resources import repository_root
+from orchestrator.config.toolchains import load_toolchain
 from orchestrator.errors import ConfigError, StaleRenderError
 from orchestrator.flavors import FLAVORS, get_flavor
 from orchestrator.flavors.cpu import CpuFlavor
-from orchestrator.render import DEFAULT_TOOLCHAIN, render_all, render_dockerfile
-from orchestrator.resources import repository_root
-from orchestrator.toolchain import load_toolchain
+from orchestrator.plan.dockerfiles import DEFAULT_TOOLCHAIN, render_all, render_dockerfile
 
 
 @pytest.mark.parametrize("flavor", sorted(FLAVORS))

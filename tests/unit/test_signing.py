@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.attest import refuse_inside_repository
-from orchestrator.provenance import PREDICATE_TYPE, STATEMENT_TYPE, statement
-from orchestrator.sbom import Crate, DebPackage, build_sbom, crates_from_metadata, sbom_subject
-from orchestrator.sign import (
+from orchestrator.supply.attest import refuse_inside_repository
+from orchestrator.supply.minisign import (
     PublicKey,
     SecretKey,
     SigningError,
@@ -20,6 +18,14 @@ from orchestrator.sign import (
     pae,
     verify_file,
     write_key_pair,
+)
+from orchestrator.supply.provenance import PREDICATE_TYPE, STATEMENT_TYPE, statement
+from orchestrator.supply.sbom import (
+    Crate,
+    DebPackage,
+    build_sbom,
+    crates_from_metadata,
+    sbom_subject,
 )
 
 KAT = Path(__file__).resolve().parents[1] / "fixtures" / "minisign-kat"

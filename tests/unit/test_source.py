@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SourceError
-from orchestrator.source import registry_crates, snapshot, verify_vendor_archive
+from orchestrator.host.source import registry_crates, snapshot, verify_vendor_archive
 
 LOCK = """version = 4
 

@@ -4,9 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bootstrap import rootfs_recipe
-from orchestrator.errors import ConfigError, ToolchainMismatchError
-from orchestrator.toolchain import (
+from orchestrator.config.toolchains import (
     available_toolchains,
     check_coherence,
     llvm_version,
@@ -14,6 +12,8 @@ from orchestrator.toolchain import (
     load_toolchain,
     parse_rustc_vv,
 )
+from orchestrator.errors import ConfigError, ToolchainMismatchError
+from orchestrator.host.bootstrap import rootfs_recipe
 
 RUSTC_VV = """rustc 1.96.0 (ac68faa20 2026-05-25) (built from a source tarball)
 binary: rustc

@@ -1,0 +1,279 @@
+"""Pinned toolchains (toolchains/*.toml), the base rootfs spec, and LLVM coherence checks."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.config.resources import resource_dir
+from orchestrator.errors import ConfigError, ToolchainMismatchError
+
+TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merge_fdata")
+# A Debian package name (optionally with a foreign architecture, `libfoo:arm64`) and a
+# version as dpkg accepts them; keeps shell quoting trivial.
+_PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9]+)?$")
+_VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:-]+$")
+_LLVM_VERSION_RE = re.compile(r"LLVM version:?\s+(\d+)\.(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    name: str
+    description: str
+    llvm_major: int
+    tools: Mapping[str, str]
+    packages: Mapping[str, str]  # Debian package -> exact version
+    # per flavor, the packages it adds on top (CUDA, HIP, cross compiler, arm64 std)
+    flavor_packages: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # per flavor, packages whose files are unpacked under layout.UNPACK_ROOT, not installed
+    flavor_unpack: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def tool(self, name: str) -> str:
+        return self.tools[name]
+
+    def packages_for(self, flavor: str) -> dict[str, str]:
+        """Every pin of the flavor's image: the toolchain's plus the flavor's own."""
+        if flavor not in self.flavor_packages:
+            raise ConfigError(
+                f"toolchain {self.name!r} has no pins for flavor {flavor!r}",
+                hint=f"Add a [flavors.{flavor}.packages] table to toolchains/{self.name}.toml, "
+                "or build this flavor with a toolchain that has one.",
+            )
+        extra = self.flavor_packages[flavor]
+        clash = sorted(p for p in extra if p in self.packages and self.packages[p] != extra[p])
+        if clash:
+            raise ConfigError(
+                f"toolchains/{self.name}.toml: flavor {flavor} re-pins {', '.join(clash)} "
+                "to another version than the toolchain's"
+            )
+        return dict(sorted({**self.packages, **extra}.items()))
+
+    def unpack_for(self, flavor: str) -> dict[str, str]:
+        return dict(sorted(self.flavor_unpack.get(flavor, {}).items()))
+
+    def flavor_view(self, flavor: str) -> dict[str, object]:
+        """What one flavor's image is made of: a change to another flavor's pins must
+        not change this flavor's image hash (and rebuild a 6 GB CUDA image)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "llvm_major": self.llvm_major,
+            "tools": dict(self.tools),
+            "packages": self.packages_for(flavor),
+            "unpack": self.unpack_for(flavor),
+        }
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "llvm_major": self.llvm_major,
+            "tools": dict(self.tools),
+            "packages": dict(sorted(self.packages.items())),
+            "flavor_packages": {
+                name: dict(sorted(pins.items()))
+                for name, pins in sorted(self.flavor_packages.items())
+            },
+            "flavor_unpack": {
+                name: dict(sorted(pins.items()))
+                for name, pins in sorted(self.flavor_unpack.items())
+            },
+        }
+
+
+@dataclass(frozen=True)
+class AptSources:
+    """Where a flavor's packages come from beyond the base: components, foreign arches."""
+
+    components: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"components": list(self.components), "architectures": list(self.architectures)}
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    suite: str
+    mirror: str
+    variant: str
+    components: tuple[str, ...]
+    source_date_epoch: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "suite": self.suite,
+            "mirror": self.mirror,
+            "variant": self.variant,
+            "components": list(self.components),
+            "source_date_epoch": self.source_date_epoch,
+        }
+
+
+def _table(data: Mapping[str, object], key: str, path: Path) -> Mapping[str, object]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [{key}] must be a table")
+    return value
+
+
+def available_toolchains(directory: Path | None = None) -> list[str]:
+    directory = directory or resource_dir("toolchains")
+    return sorted(p.stem for p in directory.glob("*.toml"))
+
+
+def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
+    directory = directory or resource_dir("toolchains")
+    path = directory / f"{name}.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown toolchain {name!r}: no {path}",
+            hint="Known toolchains: " + ", ".join(available_toolchains(directory)),
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    allowed = {"description", "llvm_major", "tools", "packages", "flavors"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(allowed)}")
+    llvm_major = data.get("llvm_major")
+    if not isinstance(llvm_major, int) or isinstance(llvm_major, bool) or llvm_major <= 0:
+        raise ConfigError(f"{path}: llvm_major: expected a positive integer, got {llvm_major!r}")
+    tools = _table(data, "tools", path)
+    missing = [t for t in TOOL_NAMES if not isinstance(tools.get(t), str)]
+    if missing or set(tools) - set(TOOL_NAMES):
+        raise ConfigError(f"{path}: [tools] must name exactly {list(TOOL_NAMES)} as strings")
+    packages = _pins(_table(data, "packages", path), "packages", path)
+    flavors = data.get("flavors", {})
+    if not isinstance(flavors, dict):
+        raise ConfigError(f"{path}: [flavors] must be a table of [flavors.<name>] tables")
+    flavor_packages: dict[str, dict[str, str]] = {}
+    flavor_unpack: dict[str, dict[str, str]] = {}
+    for flavor, table in flavors.items():
+        if (
+            not isinstance(table, dict)
+            or "packages" not in table
+            or set(table)
+            - {
+                "packages",
+                "unpack",
+            }
+        ):
+            raise ConfigError(
+                f"{path}: [flavors.{flavor}] must hold a packages table (and may hold unpack)"
+            )
+        where = f"flavors.{flavor}"
+        flavor_packages[flavor] = _pins(_table(table, "packages", path), f"{where}.packages", path)
+        if "unpack" in table:
+            unpack = _pins(_table(table, "unpack", path), f"{where}.unpack", path)
+            if any(":" not in name for name in unpack):
+                raise ConfigError(
+                    f"{path}: {where}.unpack names packages with their architecture "
+                    '(e.g. "libbolt-22-dev:arm64")'
+                )
+            flavor_unpack[flavor] = unpack
+    return ToolchainSpec(
+        name=name,
+        description=str(data.get("description", name)),
+        llvm_major=llvm_major,
+        tools={k: str(v) for k, v in tools.items()},
+        packages=packages,
+        flavor_packages=flavor_packages,
+        flavor_unpack=flavor_unpack,
+    )
+
+
+def _pins(table: Mapping[str, object], where: str, path: Path) -> dict[str, str]:
+    for package, version in table.items():
+        if not _PACKAGE_RE.match(package):
+            raise ConfigError(f"{path}: {where}: {package!r} is not a Debian package name")
+        if not isinstance(version, str) or not _VERSION_RE.match(version):
+            raise ConfigError(
+                f"{path}: {where}.{package}: expected an exact Debian version string, "
+                f"got {version!r}"
+            )
+    return {k: str(v) for k, v in table.items()}
+
+
+def load_base_spec(path: Path | None = None) -> BaseSpec:
+    path = path or resource_dir("images") / "base.toml"
+    data = tomllib.loads(path.read_text())
+    try:
+        return BaseSpec(
+            suite=str(data["suite"]),
+            mirror=str(data["mirror"]),
+            variant=str(data["variant"]),
+            components=tuple(str(c) for c in data["components"]),
+            source_date_epoch=int(data["source_date_epoch"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: invalid base spec: {exc}") from exc
+
+
+def llvm_version(text: str) -> tuple[int, int, int] | None:
+    match = _LLVM_VERSION_RE.search(text)
+    if match is None:
+        return None
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def parse_rustc_vv(text: str) -> dict[str, str]:
+    """`rustc -vV` as a dict: the first line under "version", then its `key: value` lines."""
+    lines = text.strip().splitlines()
+    result: dict[str, str] = {"version": lines[0].strip()} if lines else {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            result[key.strip()] = value.strip()
+    return result
+
+
+@dataclass(frozen=True)
+class ToolchainReport:
+    rustc: dict[str, str]
+    cargo: str
+    llvm_profdata: str
+    llvm_bolt: str
+    llvm_major: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "rustc": self.rustc,
+            "cargo": self.cargo,
+            "llvm_profdata": self.llvm_profdata,
+            "llvm_bolt": self.llvm_bolt,
+            "llvm_major": self.llvm_major,
+        }
+
+
+def check_coherence(
+    spec: ToolchainSpec, rustc_vv: str, cargo_v: str, profdata_v: str, bolt_v: str
+) -> ToolchainReport:
+    """All three must report the toolchain's LLVM major; otherwise say what each has."""
+    rustc = parse_rustc_vv(rustc_vv)
+    found = {
+        "rustc": llvm_version(rustc_vv),
+        spec.tool("llvm_profdata"): llvm_version(profdata_v),
+        spec.tool("llvm_bolt"): llvm_version(bolt_v),
+    }
+    described = ", ".join(
+        f"{tool}: LLVM {'.'.join(map(str, v)) if v else 'unknown'}" for tool, v in found.items()
+    )
+    majors = {v[0] if v else None for v in found.values()}
+    if majors != {spec.llvm_major}:
+        raise ToolchainMismatchError(
+            f"toolchain {spec.name!r} expects LLVM {spec.llvm_major}, but the image has {described}"
+        )
+    return ToolchainReport(
+        rustc=rustc,
+        cargo=cargo_v.strip(),
+        llvm_profdata=profdata_v.strip().splitlines()[0] if profdata_v.strip() else "",
+        llvm_bolt=" ".join(bolt_v.strip().splitlines()[:2]),
+        llvm_major=spec.llvm_major,
+    )

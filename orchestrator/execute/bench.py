@@ -1,0 +1,327 @@
+"""`orchestrator bench`: the optimization levels of one build, side by side, in one run.
+
+The variants a build kept (plain `cargo build --release`, release profile, +PGO,
++PGO+BOLT) run interleaved (A B C D A B C D ...) after a warm-up, in one container of
+the build's own image, pinned to one CPU. Ratios come from the same run, never from
+numbers taken at different times.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import shutil
+import statistics
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config.options import Options
+from orchestrator.errors import OrchestratorError, StepFailedError
+from orchestrator.flavors import get_flavor
+from orchestrator.model.layout import BUILDER_UID, artifact_dir_name, release_dir_name
+from orchestrator.runtime.engine import Container, ContainerSpec, Engine
+
+ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
+LABELS = {
+    "baseline": "cargo build --release",
+    "release": "release profile (fat LTO, cgu=1, target-cpu)",
+    "pgo": "+ PGO",
+    "bolt": "+ BOLT",
+    "pgo-bolt": "+ PGO + BOLT",
+}
+BENCH_DIR = "/build/bench"
+# Wall time from inside the container (no API latency) and max RSS from GNU time.
+TIMER = (
+    's=$(date +%s%N); /usr/bin/time -f %M -o /tmp/rss "$@" >/dev/null 2>/tmp/err; c=$?; '
+    'e=$(date +%s%N); echo "$c $((e - s)) $(cat /tmp/rss)"'
+)
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class VariantStats:
+    name: str
+    times: tuple[float, ...]  # seconds
+    max_rss_kb: int
+    size: int
+    median: float
+    p95: float
+    mean: float
+    stddev: float
+    speedup: float  # baseline median / this median
+    speedup_ci: tuple[float, float]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "label": LABELS.get(self.name, self.name),
+            "runs": len(self.times),
+            "median_s": self.median,
+            "p95_s": self.p95,
+            "mean_s": self.mean,
+            "stddev_s": self.stddev,
+            "speedup_vs_baseline": round(self.speedup, 4),
+            "speedup_ci95": [round(self.speedup_ci[0], 4), round(self.speedup_ci[1], 4)],
+            "max_rss_kb": self.max_rss_kb,
+            "size_bytes": self.size,
+            "times_s": list(self.times),
+        }
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Linear-interpolated percentile (fraction in [0, 1])."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    position = fraction * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def speedup_interval(
+    baseline: Sequence[float], variant: Sequence[float], *, seed: int = 0
+) -> tuple[float, float]:
+    """95% bootstrap interval of median(baseline) / median(variant); seeded, so repeatable."""
+    rng = random.Random(seed)  # noqa: S311 - statistics, not secrets
+    ratios = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        a = statistics.median(rng.choices(baseline, k=len(baseline)))
+        b = statistics.median(rng.choices(variant, k=len(variant)))
+        ratios.append(a / b)
+    return percentile(ratios, 0.025), percentile(ratios, 0.975)
+
+
+def summarise(
+    times: dict[str, list[float]], rss: dict[str, int], sizes: dict[str, int]
+) -> list[VariantStats]:
+    baseline = times["baseline"]
+    stats = []
+    for name, values in times.items():
+        median = statistics.median(values)
+        stats.append(
+            VariantStats(
+                name=name,
+                times=tuple(values),
+                max_rss_kb=rss[name],
+                size=sizes[name],
+                median=median,
+                p95=percentile(values, 0.95),
+                mean=statistics.fmean(values),
+                stddev=statistics.stdev(values) if len(values) > 1 else 0.0,
+                speedup=statistics.median(baseline) / median,
+                speedup_ci=speedup_interval(baseline, values),
+            )
+        )
+    return stats
+
+
+def markdown_table(stats: Sequence[VariantStats], title: str) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| variant | median | p95 | speedup vs baseline (95% CI) | max RSS | size |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in stats:
+        lines.append(
+            f"| {LABELS.get(s.name, s.name)} | {s.median * 1000:.1f} ms | {s.p95 * 1000:.1f} ms "
+            f"| {s.speedup:.3f}x ({s.speedup_ci[0]:.3f}-{s.speedup_ci[1]:.3f}) "
+            f"| {s.max_rss_kb / 1024:.1f} MiB | {s.size / 1e6:.2f} MB |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def hyperfine_json(stats: Sequence[VariantStats], command: Sequence[str]) -> dict[str, object]:
+    """The same numbers in hyperfine's --export-json shape, for tools that read it."""
+    return {
+        "results": [
+            {
+                "command": f"{s.name}: {' '.join(command)}",
+                "mean": s.mean,
+                "stddev": s.stddev,
+                "median": s.median,
+                "min": min(s.times),
+                "max": max(s.times),
+                "times": list(s.times),
+                "exit_codes": [0] * len(s.times),
+            }
+            for s in stats
+        ]
+    }
+
+
+def bar_chart(stats: Sequence[VariantStats], title: str, path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - heavy; only bench draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    names = [LABELS.get(s.name, s.name) for s in stats]
+    medians = [s.median * 1000 for s in stats]
+    upper = [(s.p95 - s.median) * 1000 for s in stats]
+    figure, axes = plt.subplots(figsize=(8, 4), dpi=100)
+    bars = axes.barh(
+        names[::-1],
+        medians[::-1],
+        xerr=[[0.0] * len(stats), upper[::-1]],
+        color="#4c72b0",
+        capsize=3,
+    )
+    for bar, s in zip(bars, stats[::-1], strict=True):
+        axes.text(
+            s.p95 * 1000,  # right of the error bar
+            bar.get_y() + bar.get_height() / 2,
+            f"  {s.speedup:.2f}x",
+            va="center",
+        )
+    axes.set_xlabel("median wall time, ms (error bar: p95)")
+    axes.set_title(title)
+    axes.margins(x=0.15)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+@dataclass(frozen=True)
+class BenchSetup:
+    artifact: Path
+    variants_dir: Path
+    image: str
+    sizes: dict[str, int]
+    output_dir: Path
+
+
+def bench_cpu(engine: Engine) -> str:
+    """The CPU benchmarks are pinned to: the last one, away from the Engine's own work."""
+    return str(max(int(engine.info().get("NCPU", 1)) - 1, 0))
+
+
+def locate(options: Options, flavor_name: str) -> BenchSetup:
+    """Find the published build of `flavor_name` (at options.target_cpu) and its variants."""
+    flavor = get_flavor(flavor_name)
+    if flavor.runner:
+        raise OrchestratorError(
+            f"the {flavor_name} binaries run under {flavor.runner[0]} on this machine: "
+            "timing an emulator says nothing about the binary",
+            hint=f"Run the bench on a {flavor.arch} machine, or bench an x86_64 flavor.",
+        )
+    release = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    artifact = release / (
+        artifact_dir_name(options.binary, options.version, flavor.arch, flavor.artifact_flavor)
+        + flavor.artifact_suffix(options)
+    )
+    cache_dir = options.cache_dir
+    manifest_path = artifact / "build.json"
+    if not manifest_path.is_file():
+        raise OrchestratorError(
+            f"no published {flavor_name} build at {artifact}",
+            hint=f"Build it first: orchestrator build --flavor {flavor_name}",
+        )
+    manifest = json.loads(manifest_path.read_text())
+    variants_dir = cache_dir / "variants" / str(manifest["artifact"]["sha256"])
+    description = variants_dir / "variants.json"
+    if not description.is_file():
+        raise OrchestratorError(
+            f"the variant binaries of {artifact.name} are not in {cache_dir / 'variants'}",
+            hint=f"Rebuild to keep them: orchestrator build --flavor {flavor_name}",
+        )
+    data = json.loads(description.read_text())
+    sizes = {k: int(v["size"]) for k, v in data["variants"].items()}
+    return BenchSetup(
+        artifact, variants_dir, str(data["image"]), sizes, release / "bench" / artifact.name
+    )
+
+
+def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in names:
+            info = tar.gettarinfo(str(directory / name), arcname=f"bench/{name}")
+            info.uid = info.gid = BUILDER_UID
+            info.mode = 0o755
+            with (directory / name).open("rb") as handle:
+                tar.addfile(info, handle)
+    return buffer.getvalue()
+
+
+def _timed(box: Container, binary: str, command: Sequence[str]) -> tuple[float, int]:
+    lines: list[str] = []
+    code = box.exec(["sh", "-c", TIMER, "sh", binary, *command], on_output=lines.append)
+    fields = lines[-1].split() if lines else []
+    if code != 0 or len(fields) != 3 or fields[0] != "0":
+        raise StepFailedError(f"benchmark run of {binary} failed: {' '.join(lines)[-300:]}")
+    return int(fields[1]) / 1e9, int(fields[2])
+
+
+def measure(
+    engine: Engine,
+    setup: BenchSetup,
+    command: Sequence[str],
+    *,
+    runs: int,
+    warmup: int,
+    cpu: str,
+    progress: Callable[[str], None],
+) -> list[VariantStats]:
+    names = [n for n in ORDER if n in setup.sizes]
+    if engine.image(setup.image) is None:
+        raise OrchestratorError(
+            f"the build's image {setup.image} is gone", hint="Rebuild: orchestrator build"
+        )
+    times: dict[str, list[float]] = {n: [] for n in names}
+    rss: dict[str, int] = dict.fromkeys(names, 0)
+    spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
+    with engine.container(spec) as box:
+        box.put_archive("/build", _binaries_tar(setup.variants_dir, names))
+        for round_ in range(warmup + runs):
+            timed = round_ >= warmup
+            for name in names:  # interleaved: drift hits every variant alike
+                seconds, kb = _timed(box, f"{BENCH_DIR}/{name}", command)
+                if timed:
+                    times[name].append(seconds)
+                    rss[name] = max(rss[name], kb)
+            progress(f"round {round_ + 1}/{warmup + runs}" + ("" if timed else " (warm-up)"))
+    return summarise(times, rss, setup.sizes)
+
+
+def write_report(
+    setup: BenchSetup,
+    stats: Sequence[VariantStats],
+    command: Sequence[str],
+    *,
+    cpu: str,
+    runs: int,
+    warmup: int,
+) -> Path:
+    """bench.json, bench.md, bench.png and hyperfine.json, written atomically."""
+    title = f"{setup.artifact.name}: {' '.join(command)}"
+    setup.output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=setup.output_dir.parent, prefix=".bench-") as tmp:
+        staging = Path(tmp) / "report"
+        staging.mkdir()
+        report = {
+            "schema": "orchestrator/bench@1",
+            "artifact": setup.artifact.name,
+            "image": setup.image,
+            "command": list(command),
+            "cpu": cpu,
+            "runs": runs,
+            "warmup": warmup,
+            "order": "interleaved",
+            "variants": [s.as_dict() for s in stats],
+        }
+        (staging / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+        (staging / "bench.md").write_text(markdown_table(stats, title))
+        (staging / "hyperfine.json").write_text(
+            json.dumps(hyperfine_json(stats, command), indent=2) + "\n"
+        )
+        bar_chart(stats, title, staging / "bench.png")
+        if setup.output_dir.exists():
+            shutil.rmtree(setup.output_dir)
+        staging.replace(setup.output_dir)
+    return setup.output_dir

@@ -1,0 +1,182 @@
+"""The package vault: every input blob of a release (.debs, the rootfs tarball, the vendored
+crates, profiles) in a content-addressed store, so a release rebuilds offline, months later.
+
+A blob lives at <root>/sha256/<first two hex digits>/<sha256>. It enters through a
+temporary file and a rename, after its hash was computed, so the store never holds a
+partial file. Every read re-hashes: a blob whose bytes no longer match its name is
+refused (VaultCorruptError) and never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.host.archive import check_member
+from orchestrator.model.hashing import CHUNK, sha256_file
+
+HEX = frozenset("0123456789abcdef")
+EXPORT_INDEX = "vault-export.json"
+
+
+class VaultError(OrchestratorError):
+    exit_code = 51
+    default_hint = "Import the release's vault (orchestrator vault import <archive>) first."
+
+
+class VaultCorruptError(VaultError):
+    exit_code = 52
+    default_hint = (
+        "The file was changed after it entered the vault. Remove it and import the "
+        "release's vault archive again; a corrupted input is never used."
+    )
+
+
+def _check_digest(digest: str) -> str:
+    if len(digest) != 64 or not set(digest) <= HEX:
+        raise VaultError(f"{digest!r} is not a sha256 digest")
+    return digest
+
+
+class Vault:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, digest: str) -> Path:
+        digest = _check_digest(digest)
+        return self.root / "sha256" / digest[:2] / digest
+
+    def has(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def put(self, source: Path, *, expected: str | None = None) -> str:
+        """Store a copy of `source` (a hardlink when possible); return its sha256."""
+        digest = sha256_file(source)
+        if expected is not None and digest != expected:
+            raise VaultCorruptError(
+                f"{source} has sha256 {digest}, but {expected} was recorded for it"
+            )
+        target = self.path(digest)
+        if target.is_file():
+            return digest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".in-") as tmp:
+            partial = Path(tmp) / digest
+            try:
+                os.link(source, partial)
+            except OSError:
+                shutil.copyfile(source, partial)
+            if sha256_file(partial) != digest:  # changed while we copied
+                raise VaultCorruptError(f"{source} changed while it was stored")
+            partial.chmod(0o444)
+            partial.replace(target)
+        return digest
+
+    def verify(self, digest: str) -> Path:
+        """The blob's path, after checking its bytes still hash to `digest`."""
+        path = self.path(digest)
+        if not path.is_file():
+            raise VaultError(
+                f"the vault has no blob {digest}",
+                hint=f"The vault at {self.root} lacks it: import the release's vault archive.",
+            )
+        actual = sha256_file(path)
+        if actual != digest:
+            raise VaultCorruptError(
+                f"vault blob {path} hashes to {actual}, not to its name: refusing to use it"
+            )
+        return path
+
+    def materialize(self, digest: str, dest: Path) -> None:
+        """Write the verified blob to `dest` (via a temporary name)."""
+        source = self.verify(digest)
+        if dest.is_file() and source.samefile(dest):
+            return  # a link to this very blob, put there by an earlier target
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # A private folder, not a fixed partial name: rename() between two links of one
+        # inode does nothing and would leave the partial behind for the next call.
+        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".out-") as tmp:
+            partial = Path(tmp) / dest.name
+            try:
+                os.link(source, partial)
+            except OSError:
+                shutil.copyfile(source, partial)
+            partial.replace(dest)
+
+    # -- moving a release's inputs between machines ---------------------------------
+    def export(self, digests: Iterable[str], archive: Path, *, lockfile: Path) -> int:
+        """One tar with the lockfile and every blob it names; returns the blob count."""
+        wanted = sorted(set(digests))
+        for digest in wanted:
+            self.verify(digest)
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        partial = archive.with_name(f".{archive.name}.partial")
+        with tarfile.open(partial, "w") as tar:
+            index = json.dumps({"lockfile": lockfile.name, "blobs": wanted}, indent=1).encode()
+            _add_bytes(tar, EXPORT_INDEX, index)
+            _add_bytes(tar, lockfile.name, lockfile.read_bytes())
+            for digest in wanted:
+                info = tar.gettarinfo(str(self.path(digest)), arcname=f"sha256/{digest}")
+                _normalise(info)
+                with self.path(digest).open("rb") as handle:
+                    tar.addfile(info, handle)
+        partial.replace(archive)
+        return len(wanted)
+
+    def import_archive(self, archive: Path, lockfile_dest: Path | None = None) -> list[str]:
+        """Take every blob of an export in, each checked against its name first."""
+        imported: list[str] = []
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (
+            tarfile.open(archive, "r") as tar,
+            tempfile.TemporaryDirectory(dir=self.root, prefix=".import-") as tmp,
+        ):
+            for member in tar:
+                path = check_member(member)
+                if member.isdir():
+                    continue
+                handle = tar.extractfile(member)
+                if handle is None:
+                    continue
+                if path.parts[0] == "sha256" and len(path.parts) == 2:
+                    digest = _check_digest(path.parts[1])
+                    staged = Path(tmp) / digest
+                    hasher = hashlib.sha256()
+                    with staged.open("wb") as out:
+                        while chunk := handle.read(CHUNK):
+                            hasher.update(chunk)
+                            out.write(chunk)
+                    if hasher.hexdigest() != digest:
+                        raise VaultCorruptError(
+                            f"{archive}: blob sha256/{digest} hashes to {hasher.hexdigest()}; "
+                            "the archive was altered and nothing more is imported from it"
+                        )
+                    self.put(staged, expected=digest)
+                    staged.unlink()
+                    imported.append(digest)
+                elif lockfile_dest is not None and path.name.endswith(".lock"):
+                    lockfile_dest.parent.mkdir(parents=True, exist_ok=True)
+                    lockfile_dest.write_bytes(handle.read())
+        return imported
+
+
+def _normalise(info: tarfile.TarInfo) -> None:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    info.mode = 0o444
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    _normalise(info)
+    tar.addfile(info, io.BytesIO(data))

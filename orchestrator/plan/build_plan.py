@@ -1,0 +1,493 @@
+"""The pure plan: from resolved options to named, content-hashed steps. No Docker, no I/O.
+
+Everything that can change the output is an input here, hashed; the executor only
+follows the plan. `orchestrator build --dry-run` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import AptSources, BaseSpec, ToolchainSpec
+from orchestrator.errors import ConfigError
+from orchestrator.flavors import DeviceCode, Flavor
+from orchestrator.model.hashing import content_hash
+from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
+
+IMAGE_REPOSITORY = "orchestrator"
+
+# The seeds' release profile, injected with `cargo --config` so the user's Cargo.toml
+# is never edited.
+RELEASE_PROFILE: dict[str, str | int | bool] = {
+    "lto": "fat",
+    "codegen-units": 1,
+    "panic": "abort",
+    "opt-level": 3,
+    "incremental": False,
+}
+
+
+@dataclass(frozen=True)
+class SourceSnapshot:
+    """The crate's files as a deterministic tar, and the hashes that identify them."""
+
+    archive: bytes
+    archive_sha256: str
+    cargo_lock_sha256: str
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    reference: str
+    input_hash: str
+
+
+@dataclass(frozen=True)
+class CargoCommand:
+    argv: tuple[str, ...]
+    environment: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of building the binary; bench compares them, validation compares two."""
+
+    name: str  # baseline | release | pgo-generate | optimized
+    build: CargoCommand
+    binary: str  # where cargo leaves it in the build container
+
+    @property
+    def rustflags(self) -> list[str]:
+        return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class PgoPlan:
+    profile_key: str  # cache key: everything the profile depends on
+    raw_dir: str
+    merged: str
+    profile_file_pattern: str  # LLVM_PROFILE_FILE: one file per process and binary
+    merge_argv: tuple[str, ...]
+    show_argv: tuple[str, ...]
+    max_missing_ratio: float
+
+
+@dataclass(frozen=True)
+class BoltPlan:
+    mode: str  # auto | lbr | sample | instrument
+    policy: str  # fallback | require
+    flags: tuple[str, ...]
+    instrument_args: tuple[str, ...]  # e.g. the runtime library for a cross target
+    work_dir: str
+    tools: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    flavor: str
+    arch: str
+    rust_target: str
+    target_cpu: str
+    toolchain: ToolchainSpec
+    base: BaseSpec
+    base_image: ImagePlan
+    image: ImagePlan
+    dockerfile: str
+    packages: Mapping[str, str]
+    unpack: Mapping[str, str]  # .debs unpacked into the image, not installed
+    apt_sources: AptSources
+    source: SourceSnapshot
+    rustflags: tuple[str, ...]
+    fetch: CargoCommand
+    variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
+    test: CargoCommand
+    pgo: PgoPlan | None
+    bolt: BoltPlan | None
+    workloads: tuple[tuple[str, ...], ...]
+    validate_command: tuple[str, ...]
+    validate_tolerance: float
+    profiling_privileges: bool
+    runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
+    device_code: DeviceCode | None
+    binary: str
+    release_dir: str
+    artifact_dir: str
+    steps: tuple[Step, ...]
+
+    @property
+    def final(self) -> Variant:
+        return list(self.variants.values())[-1]
+
+    @property
+    def build(self) -> CargoCommand:
+        return self.final.build
+
+    def summary(self) -> dict[str, object]:
+        """What build.json and --dry-run show about the plan."""
+        return {
+            "flavor": self.flavor,
+            "arch": self.arch,
+            "rust_target": self.rust_target,
+            "target_cpu": self.target_cpu,
+            "toolchain": self.toolchain.name,
+            "base_image": {
+                "reference": self.base_image.reference,
+                "input_hash": self.base_image.input_hash,
+            },
+            "image": {"reference": self.image.reference, "input_hash": self.image.input_hash},
+            "source_archive_sha256": self.source.archive_sha256,
+            "cargo_lock_sha256": self.source.cargo_lock_sha256,
+            "rustflags": list(self.rustflags),
+            "variants": {
+                name: {"argv": list(v.build.argv), "rustflags": v.rustflags}
+                for name, v in self.variants.items()
+            },
+            "test": list(self.test.argv),
+            "pgo": {"profile_key": self.pgo.profile_key} if self.pgo else None,
+            "bolt": {
+                "mode": self.bolt.mode,
+                "policy": self.bolt.policy,
+                "flags": list(self.bolt.flags),
+            }
+            if self.bolt
+            else None,
+            "workloads": [list(w) for w in self.workloads],
+            "runner": list(self.runner),
+            "gpu_targets": list(self.device_code.targets) if self.device_code else [],
+            "validate": list(self.validate_command),
+            "artifact": f"{self.release_dir}/{self.artifact_dir}",
+            "steps": [s.name for s in self.steps],
+        }
+
+
+def base_image_plan(base: BaseSpec) -> ImagePlan:
+    digest = content_hash({"kind": "base-rootfs", "spec": base.as_dict()})
+    return ImagePlan(f"{IMAGE_REPOSITORY}/base:{base.suite}-{digest[:16]}", digest)
+
+
+def apt_sources(flavor: Flavor) -> AptSources:
+    return AptSources(
+        components=tuple(c for c in flavor.apt_components if c != "main"),
+        architectures=flavor.foreign_architectures,
+    )
+
+
+def toolchain_image_plan(
+    flavor: Flavor, toolchain: ToolchainSpec, dockerfile: str, base_image: ImagePlan
+) -> ImagePlan:
+    key: dict[str, object] = {
+        "kind": "toolchain-image",
+        "flavor": flavor.name,
+        "toolchain": toolchain.flavor_view(flavor.name),
+        "dockerfile": dockerfile,
+        "base": base_image.input_hash,
+    }
+    if apt_sources(flavor) != AptSources():
+        key["apt_sources"] = apt_sources(flavor).as_dict()
+    digest = content_hash(key)
+    return ImagePlan(f"{IMAGE_REPOSITORY}/{flavor.name}:{toolchain.name}-{digest[:16]}", digest)
+
+
+def _profile_args() -> list[str]:
+    args: list[str] = []
+    for key, value in RELEASE_PROFILE.items():
+        rendered = json.dumps(value)  # TOML and JSON agree on strings, ints and booleans
+        args += ["--config", f"profile.release.{key}={rendered}"]
+    return args
+
+
+def _steps(
+    options: Options,
+    base_image: ImagePlan,
+    image: ImagePlan,
+    *,
+    target_cpu: str,
+    device_code: DeviceCode | None,
+    pgo: bool,
+    bolt: BoltPlan | None,
+    optimized: bool,
+) -> tuple[Step, ...]:
+    steps = [
+        Step("base-image", f"base rootfs image {base_image.reference}"),
+        Step("toolchain-image", f"toolchain image {image.reference}"),
+        Step("toolchain-check", "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
+    ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step("gpu-targets", f"{device_code.kind} compiler supports {targets}"))
+    steps += [
+        Step("fetch-crates", "vendor crates listed in Cargo.lock", network=True),
+        Step("build-baseline", "plain cargo build --release (the yardstick)"),
+        Step("build-release", f"release profile, target-cpu {target_cpu}"),
+    ]
+    if pgo:
+        steps += [
+            Step("pgo-instrument", "instrumented build (-Cprofile-generate)"),
+            Step("pgo-train", f"run {len(options.workloads)} workloads in the profiling container"),
+            Step("pgo-merge", "merge .profraw files with llvm-profdata"),
+        ]
+    if optimized:
+        what = " + ".join(
+            x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
+        )
+        steps.append(Step("build-optimized", f"release profile + {what}"))
+    steps.append(Step("test", "cargo test --release with the shipped flags"))
+    if bolt:
+        steps += [
+            Step("bolt-profile", f"profile the binary for BOLT (mode {bolt.mode})"),
+            Step("bolt-optimize", "llvm-bolt " + " ".join(bolt.flags)),
+        ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step("device-code", f"the binary embeds device code for {targets}"))
+    steps += [
+        Step("validate", "outputs of the shipped binary equal the baseline's"),
+        Step("portability", "glibc symbol versions, shared libraries, CPU features"),
+        Step("sbom", "crate graph (cargo metadata) and toolchain packages"),
+        Step("extract", f"copy {options.binary} out of the container"),
+        Step("publish", "sign, checksums, build.json, atomic move; release provenance"),
+    ]
+    return tuple(steps)
+
+
+def _bolt_mode(requested: str, flavor: Flavor) -> str:
+    """auto stays auto where perf can help; a flavor that can only instrument says so."""
+    if requested == "auto":
+        return "auto" if len(flavor.bolt_modes) > 1 else flavor.bolt_modes[0]
+    if requested not in flavor.bolt_modes:
+        raise ConfigError(
+            f"bolt.mode {requested} cannot work for the {flavor.name} flavor",
+            hint=f"{flavor.name} supports: {', '.join(flavor.bolt_modes)} (or auto).",
+        )
+    return requested
+
+
+def make_plan(
+    options: Options,
+    flavor: Flavor,
+    *,
+    toolchain: ToolchainSpec,
+    base: BaseSpec,
+    dockerfile: str,
+    packages: Mapping[str, str],
+    source: SourceSnapshot,
+) -> BuildPlan:
+    flavor.validate(options)
+    target_cpu = flavor.target_cpu(options)
+    if (options.pgo or options.bolt) and not options.workloads:
+        raise ConfigError(
+            f"{options.config_path}: PGO and BOLT train on workloads, but [train] workloads "
+            "is empty",
+            hint="Add argument lists for the binary under [train] workloads, or build with "
+            "--no-pgo --no-bolt.",
+        )
+    base_image = base_image_plan(base)
+    image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
+    settings = options.settings_for(flavor.name)
+    release_dir = release_dir_name(options.binary, options.version)
+    cargo = toolchain.tool("cargo")
+
+    # Paths in panic messages and debug info must not depend on where we built.
+    remap = (
+        f"--remap-path-prefix={PATHS.src}={release_dir}",
+        f"--remap-path-prefix={PATHS.vendor}=crates",
+        f"--remap-path-prefix={PATHS.cargo_home}=cargo-home",
+    )
+    rustflags = (*flavor.rustflags(options), *remap)
+    feature_args: list[str] = []
+    if not settings.default_features:
+        feature_args.append("--no-default-features")
+    if settings.features:
+        feature_args += ["--features", ",".join(settings.features)]
+
+    def command(
+        verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool
+    ) -> CargoCommand:
+        argv = [cargo, verb]
+        if verb == "build":
+            argv += ["--bin", options.binary]
+        argv += [
+            "--release",
+            "--offline",
+            "--locked",
+            "--manifest-path",
+            f"{PATHS.src}/Cargo.toml",
+            "--target",
+            flavor.rust_target,
+            "--target-dir",
+            target_dir,
+            *feature_args,
+        ]
+        if profile:
+            argv += _profile_args()
+        environment = {
+            "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
+            # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
+            "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(flags),
+            "CARGO_HOME": PATHS.cargo_home,
+            "TZ": "UTC",
+            "LC_ALL": "C.UTF-8",
+            **flavor.environment(options),
+            # The cc crate forwards -Cprofile-generate/-use to clang (any LLVM major, whose
+            # profiles llvm-profdata of ours may not read) but never to GCC: C code from
+            # build scripts is compiled by GCC and stays out of the LLVM profile.
+            "CC": "gcc",
+        }
+        return CargoCommand(tuple(argv), environment)
+
+    def variant(name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
+        target_dir = f"{PATHS.target}/{name}"
+        return Variant(
+            name,
+            command("build", target_dir, flags, profile=profile),
+            f"{target_dir}/{flavor.rust_target}/release/{options.binary}",
+        )
+
+    pgo_dir = f"{PATHS.out}/pgo"
+    variants = [
+        # What `cargo build --release` gives without us: the yardstick for bench and validation.
+        variant("baseline", remap, profile=False),
+        variant("release", rustflags),
+    ]
+    optimized_flags = rustflags
+    pgo: PgoPlan | None = None
+    if options.pgo:
+        generate = variant("pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw"))
+        variants.append(generate)
+        pgo = PgoPlan(
+            profile_key=content_hash(
+                {
+                    "kind": "pgo-profile",
+                    "source": source.archive_sha256,
+                    "cargo_lock": source.cargo_lock_sha256,
+                    "toolchain": toolchain.flavor_view(flavor.name),
+                    "image": image.input_hash,
+                    "build": [generate.build.argv, dict(generate.build.environment)],
+                    "workloads": [list(w) for w in options.workloads],
+                }
+            ),
+            raw_dir=f"{pgo_dir}/raw",
+            merged=f"{pgo_dir}/merged.profdata",
+            profile_file_pattern=f"{pgo_dir}/raw/%m_%p.profraw",
+            merge_argv=(
+                toolchain.tool("llvm_profdata"),
+                "merge",
+                "-o",
+                f"{pgo_dir}/merged.profdata",
+                f"{pgo_dir}/raw",
+            ),
+            show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
+            max_missing_ratio=options.pgo_max_missing_ratio,
+        )
+        optimized_flags = (
+            *optimized_flags,
+            f"-Cprofile-use={pgo.merged}",
+            "-Cllvm-args=-pgo-warn-missing-function",
+        )
+    bolt: BoltPlan | None = None
+    if options.bolt:
+        # BOLT rewrites the layout and needs the linker's relocations to do it.
+        optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
+        bolt = BoltPlan(
+            mode=_bolt_mode(options.bolt_mode, flavor),
+            instrument_args=flavor.bolt_instrument_args(toolchain),
+            policy=options.bolt_policy,
+            flags=options.bolt_flags,
+            work_dir=f"{PATHS.out}/bolt",
+            tools={
+                "llvm_bolt": toolchain.tool("llvm_bolt"),
+                "perf2bolt": toolchain.tool("perf2bolt"),
+                "merge_fdata": toolchain.tool("merge_fdata"),
+            },
+        )
+    if options.pgo or options.bolt:
+        variants.append(variant("optimized", optimized_flags))
+    final = variants[-1]
+    test = command("test", f"{PATHS.target}/{final.name}", optimized_flags, profile=True)
+    fetch = CargoCommand(
+        (
+            cargo,
+            "vendor",
+            "--locked",
+            "--versioned-dirs",
+            "--manifest-path",
+            f"{PATHS.src}/Cargo.toml",
+            PATHS.vendor,
+        ),
+        # A clean CARGO_HOME: the image's one points cargo at the (empty) vendor folder.
+        {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},
+    )
+
+    device_code = flavor.device_code(options)
+    steps = _steps(
+        options,
+        base_image,
+        image,
+        target_cpu=target_cpu,
+        device_code=device_code,
+        pgo=pgo is not None,
+        bolt=bolt,
+        optimized=final.name == "optimized",
+    )
+    return BuildPlan(
+        flavor=flavor.name,
+        arch=flavor.arch,
+        rust_target=flavor.rust_target,
+        target_cpu=target_cpu,
+        toolchain=toolchain,
+        base=base,
+        base_image=base_image,
+        image=image,
+        dockerfile=dockerfile,
+        packages=dict(packages),
+        unpack=toolchain.unpack_for(flavor.name),
+        apt_sources=apt_sources(flavor),
+        source=source,
+        rustflags=tuple(rustflags),
+        fetch=fetch,
+        variants={v.name: v for v in variants},
+        test=test,
+        pgo=pgo,
+        bolt=bolt,
+        workloads=options.workloads,
+        validate_command=options.validate_command,
+        validate_tolerance=options.validate_tolerance,
+        profiling_privileges=options.profiling_privileges,
+        runner=flavor.runner,
+        device_code=device_code,
+        binary=options.binary,
+        release_dir=release_dir,
+        artifact_dir=artifact_dir_name(
+            options.binary, options.version, flavor.arch, flavor.artifact_flavor
+        )
+        + flavor.artifact_suffix(options),
+        steps=steps,
+    )
+
+
+__all__ = [
+    "RELEASE_PROFILE",
+    "BoltPlan",
+    "BuildPlan",
+    "CargoCommand",
+    "ImagePlan",
+    "PgoPlan",
+    "SourceSnapshot",
+    "Step",
+    "Variant",
+    "apt_sources",
+    "base_image_plan",
+    "content_hash",
+    "make_plan",
+    "toolchain_image_plan",
+]

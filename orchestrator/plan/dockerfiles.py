@@ -1,0 +1,91 @@
+"""Render per-flavor Dockerfiles from the jinja2 templates in images/templates/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from orchestrator.config.resources import repository_root, resource_dir
+from orchestrator.config.toolchains import ToolchainSpec, load_toolchain
+from orchestrator.errors import ConfigError, StaleRenderError
+from orchestrator.flavors import FLAVORS, Flavor
+from orchestrator.model.layout import BUILDER_UID, PATHS, UNPACK_ROOT
+
+DEFAULT_TOOLCHAIN = "rustc-web-1.96"
+
+
+def _environment(templates: Path | None = None) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates or resource_dir("images") / "templates"),
+        undefined=jinja2.StrictUndefined,  # a typo in a template is an error, not ""
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Dockerfiles, not HTML
+    )
+
+
+def image_packages(flavor: Flavor, toolchain: ToolchainSpec) -> dict[str, str]:
+    return toolchain.packages_for(flavor.name)
+
+
+def render_dockerfile(
+    flavor: Flavor, toolchain: ToolchainSpec, *, templates: Path | None = None
+) -> str:
+    try:
+        template = _environment(templates).get_template(flavor.template)
+        return template.render(
+            template_name=flavor.template,
+            flavor=flavor.name,
+            foreign_architectures=flavor.foreign_architectures,
+            toolchain=toolchain,
+            packages=list(image_packages(flavor, toolchain).items()),
+            unpack=list(toolchain.unpack_for(flavor.name).items()),
+            unpack_root=UNPACK_ROOT,
+            uid=BUILDER_UID,
+            paths=PATHS,
+        )
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"rendering {flavor.template}: {exc}") from exc
+
+
+def dockerfiles_dir() -> Path:
+    root = repository_root()
+    if root is None:
+        raise ConfigError(
+            "`orchestrator render` writes into a source checkout's dockerfiles/ folder",
+            hint="Run it from a git checkout of orchestrator (pip install -e .).",
+        )
+    return root / "dockerfiles"
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    path: Path
+    changed: bool
+
+
+def render_all(*, check: bool, output_dir: Path | None = None) -> list[RenderResult]:
+    """Render every flavor with the default toolchain; in check mode, only compare."""
+    output_dir = output_dir or dockerfiles_dir()
+    toolchain = load_toolchain(DEFAULT_TOOLCHAIN)
+    results: list[RenderResult] = []
+    for name, flavor in FLAVORS.items():
+        text = render_dockerfile(flavor, toolchain)
+        path = output_dir / f"{name}.Dockerfile"
+        changed = not path.is_file() or path.read_text() != text
+        if changed and not check:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+        results.append(RenderResult(path, changed))
+    if check:
+        stale = [r.path.name for r in results if r.changed]
+        if stale:
+            raise StaleRenderError(
+                "committed Dockerfiles are stale: "
+                + ", ".join(stale)
+                + " differ from what the templates render"
+            )
+    return results

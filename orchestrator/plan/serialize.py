@@ -1,0 +1,42 @@
+"""The plan as data: the one place where a BuildPlan becomes JSON-ready dictionaries.
+
+`plan_inputs` is what release.lock pins per target (and `lock --check` recomputes);
+`plan_summary` is what `build --dry-run` prints and build.json records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.plan.build_plan import BuildPlan
+
+
+def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
+    """What the plan fixes before anything runs: recomputable from the config alone."""
+    final = plan.final.build
+    return {
+        "artifact": plan.artifact_dir,
+        "flavor": plan.flavor,
+        "rust_target": plan.rust_target,
+        "target_cpu": plan.target_cpu,
+        "toolchain": plan.toolchain.name,
+        "base_image_input_hash": plan.base_image.input_hash,
+        "image_input_hash": plan.image.input_hash,
+        "apt": plan.apt_sources.as_dict(),
+        "packages": dict(plan.packages),
+        "unpack": dict(plan.unpack),
+        "source_archive_sha256": plan.source.archive_sha256,
+        "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+        "rustflags": list(plan.rustflags),
+        "cargo": list(final.argv),
+        "environment": {
+            k: v for k, v in sorted(final.environment.items()) if k != "CARGO_ENCODED_RUSTFLAGS"
+        },
+        "encoded_rustflags": {name: variant.rustflags for name, variant in plan.variants.items()},
+        "cargo_test": list(plan.test.argv),
+        "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
+        "workloads": [list(w) for w in plan.workloads],
+        "validate": list(plan.validate_command),
+        "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
+        "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
+    }

@@ -1,0 +1,159 @@
+"""`orchestrator doctor`: what this host can do, found by trying it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.model.bolt_report import choose_mode
+from orchestrator.runtime.engine import Engine, ImageInfo, Privileges
+from orchestrator.runtime.perf import find_perf_access
+
+MIN_FREE_GB = 15  # one toolchain image plus its packages and a build
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail | info
+    detail: str
+
+
+def _tagged(images: list[ImageInfo], repository: str) -> ImageInfo | None:
+    matching = [i for i in images if any(t.startswith(repository + ":") for t in i.tags)]
+    return matching[0] if matching else None
+
+
+def _host_tool(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def _buildx() -> Check:
+    docker = _host_tool("docker")
+    if docker is None:
+        return Check(
+            "buildkit",
+            "info",
+            "no docker CLI; images are built over the Engine API with the classic builder",
+        )
+    try:
+        result = subprocess.run(
+            [docker, "buildx", "version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("buildkit", "info", f"buildx not usable ({exc})")
+    if result.returncode == 0:
+        return Check("buildkit", "ok", result.stdout.strip())
+    return Check(
+        "buildkit",
+        "info",
+        "no buildx plugin: images are built over the Engine API "
+        "with the classic builder (all this tool needs)",
+    )
+
+
+def _disk(path: Path, label: str) -> Check:
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free_gb = shutil.disk_usage(existing).free / 1e9
+    status = "ok" if free_gb >= MIN_FREE_GB else "fail" if free_gb < 5 else "warn"
+    return Check(f"disk ({label})", status, f"{free_gb:.0f} GB free at {existing}")
+
+
+def _perf(engine: Engine, image: str) -> Check:
+    access = find_perf_access(engine, image, allowed=True)
+    mode = choose_mode("auto", access.capabilities)
+    if mode.mode == "instrument":
+        return Check(
+            "perf in a container",
+            "warn",
+            "no sampling under any grant; BOLT will use instrumentation",
+        )
+    what = "LBR sampling" if mode.mode == "lbr" else "software sampling (no LBR)"
+    return Check(
+        "perf in a container",
+        "ok",
+        f"{what} with {access.privileges.describe()} (the least grant that works)",
+    )
+
+
+def run_checks(cache_dir: Path | None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        engine = Engine.connect()
+    except OrchestratorError as exc:
+        return [Check("docker", "fail", exc.message)]
+    version = engine.version()
+    info = engine.info()
+    checks.append(
+        Check(
+            "docker",
+            "ok",
+            f"engine {version.get('Version')} API "
+            f"{version.get('ApiVersion')}, storage {info.get('Driver')}",
+        )
+    )
+    checks.append(_buildx())
+    root = Path(str(info.get("DockerRootDir", "/var/lib/docker")))
+    if root.exists():
+        checks.append(_disk(root, "docker"))
+    if cache_dir is not None:
+        checks.append(_disk(cache_dir, "cache"))
+    mmdebstrap = _host_tool("mmdebstrap")
+    checks.append(
+        Check(
+            "mmdebstrap",
+            "ok" if mmdebstrap else "fail",
+            mmdebstrap or "missing: apt-get install mmdebstrap (makes base images)",
+        )
+    )
+    qemu = _host_tool("qemu-aarch64") or _host_tool("qemu-aarch64-static")
+    binfmt = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
+    checks.append(
+        Check(
+            "qemu-user (host)",
+            "info",
+            f"{qemu or 'not on PATH'}; binfmt {'registered' if binfmt else 'no'} "
+            "(aarch64 images carry their own)",
+        )
+    )
+
+    images = engine.managed_images()
+    base = _tagged(images, "orchestrator/base")
+    if base is None:
+        checks.append(
+            Check(
+                "privileged containers",
+                "info",
+                "not checked: no base image yet (run `orchestrator build`)",
+            )
+        )
+    else:
+        code, output = engine.probe(
+            base.tags[0], ["true"], privileges=Privileges(privileged=True), user="0"
+        )
+        checks.append(
+            Check(
+                "privileged containers",
+                "ok" if code == 0 else "info",
+                "granted"
+                if code == 0
+                else f"refused (…{output.strip()[-90:]}); perf uses capabilities",
+            )
+        )
+    toolchain = _tagged(images, "orchestrator/cpu")
+    if toolchain is None:
+        checks.append(
+            Check(
+                "perf in a container",
+                "info",
+                "not checked: no toolchain image yet (run `orchestrator build`)",
+            )
+        )
+    else:
+        checks.append(_perf(engine, toolchain.tags[0]))
+    return checks

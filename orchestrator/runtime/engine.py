@@ -1,0 +1,383 @@
+"""The only module that talks to Docker (the Engine API through the Python SDK).
+
+Every container and image this tool makes carries `org.orchestrator.*` labels, so
+leftovers of a crashed or interrupted run can always be found and removed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container as SdkContainer
+from docker.models.images import Image as SdkImage
+
+from orchestrator.errors import DockerUnavailableError, ImageBuildError, OrchestratorError
+from orchestrator.host.system import process_alive
+
+LABEL_MANAGED = "org.orchestrator.managed"
+LABEL_SESSION = "org.orchestrator.session"
+LABEL_PID = "org.orchestrator.pid"
+LABEL_HOST = "org.orchestrator.host"
+LABEL_INPUT_HASH = "org.orchestrator.input-hash"
+LABEL_KIND = "org.orchestrator.kind"
+LABEL_STAGE = "org.orchestrator.stage"
+LABEL_BUILD_ID = "org.orchestrator.build-id"  # set on intermediate stages: <pid>-<session>
+BUILD_ID_ARG = "ORCHESTRATOR_BUILD_ID"
+
+# Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
+# timeout would abort them.
+API_TIMEOUT_S = 4 * 3600
+
+OutputSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+
+
+@dataclass(frozen=True)
+class Privileges:
+    """Extra rights for a container; the default is none at all."""
+
+    privileged: bool = False
+    cap_add: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.privileged:
+            return "privileged"
+        parts = [f"cap-add {c}" for c in self.cap_add] + [
+            f"security-opt {s}" for s in self.security_opt
+        ]
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    network: bool = False
+    environment: Mapping[str, str] = field(default_factory=dict)
+    privileges: Privileges = Privileges()
+    user: str | None = None  # None: the image's USER (non-root in our images)
+    purpose: str = "build"
+    volumes: Mapping[str, str] = field(default_factory=dict)  # volume name -> mount path
+    cpuset: str | None = None  # pin to these CPUs (benchmarks)
+
+
+class Container:
+    """A running container that steps `exec` into."""
+
+    def __init__(self, client: docker.DockerClient, sdk: SdkContainer) -> None:
+        self._client = client
+        self._sdk = sdk
+
+    @property
+    def id(self) -> str:
+        return str(self._sdk.id)
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        on_output: OutputSink,
+        environment: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> int:
+        """Run `argv`, stream its combined output line by line, return its exit code."""
+        api = self._client.api
+        exec_id = api.exec_create(
+            self.id,
+            list(argv),
+            stdout=True,
+            stderr=True,
+            environment=dict(environment or {}),
+            workdir=workdir,
+            user=user or "",
+        )["Id"]
+        pending = b""
+        for chunk in api.exec_start(exec_id, stream=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                on_output(line.decode("utf-8", "replace"))
+        if pending:
+            on_output(pending.decode("utf-8", "replace"))
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return int(code) if code is not None else -1
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        try:
+            done = self._sdk.put_archive(path, data)
+        except docker.errors.APIError as exc:
+            done = False
+            reason = str(exc.explanation or exc)
+        else:
+            reason = "the Engine refused"
+        if not done:
+            raise OrchestratorError(f"could not copy files into the container at {path}: {reason}")
+
+    def get_archive(self, path: str) -> Iterator[bytes]:
+        try:
+            chunks, _stat = self._sdk.get_archive(path)
+        except docker.errors.NotFound:
+            raise OrchestratorError(f"{path} does not exist in the build container") from None
+        return iter(chunks)
+
+
+class Engine:
+    def __init__(self, client: docker.DockerClient) -> None:
+        self._client = client
+        self.session = uuid.uuid4().hex[:12]
+
+    @classmethod
+    def connect(cls) -> Engine:
+        try:
+            client = docker.from_env(timeout=API_TIMEOUT_S)
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailableError(f"cannot reach the Docker Engine: {exc}") from exc
+        return cls(client)
+
+    # -- facts ------------------------------------------------------------------
+    def version(self) -> dict[str, Any]:
+        return dict(self._client.version())
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._client.info())
+
+    def _labels(self, kind: str) -> dict[str, str]:
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_KIND: kind,
+            LABEL_SESSION: self.session,
+            LABEL_PID: str(os.getpid()),
+            LABEL_HOST: socket.gethostname(),
+        }
+
+    # -- images -----------------------------------------------------------------
+    def image(self, reference: str) -> ImageInfo | None:
+        try:
+            image = self._client.images.get(reference)
+        except docker.errors.ImageNotFound:
+            return None
+        return _image_info(image)
+
+    def managed_images(self) -> list[ImageInfo]:
+        images = self._client.images.list(filters={"label": f"{LABEL_MANAGED}=1"})
+        return [_image_info(image) for image in images]
+
+    def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str:
+        repository, tag = reference.rsplit(":", 1)
+        changes = [f'LABEL {k}="{v}"' for k, v in {**self._labels("image"), **labels}.items()]
+        try:
+            self._client.api.import_image_from_file(
+                str(tarball), repository=repository, tag=tag, changes=changes
+            )
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+        info = self.image(reference)
+        if info is None:
+            raise ImageBuildError(f"docker import reported success but {reference} is missing")
+        return info.id
+
+    def build_image(
+        self,
+        context: Path,
+        reference: str,
+        *,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        on_output: OutputSink,
+    ) -> str:
+        """Classic-builder build over the Engine API, with no network for RUN steps."""
+        image_id: str | None = None
+        build_id = f"{os.getpid()}-{self.session}"
+        try:
+            stream = self._client.api.build(
+                path=str(context),
+                tag=reference,
+                buildargs={**buildargs, BUILD_ID_ARG: build_id},
+                labels={**self._labels("image"), **labels},
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
+            for event in stream:
+                if "stream" in event:
+                    for line in str(event["stream"]).splitlines():
+                        on_output(line)
+                if "error" in event:
+                    raise ImageBuildError(
+                        f"building {reference} failed: {str(event['error']).strip()}",
+                        hint="The full build output is in the step log.",
+                    )
+                aux = event.get("aux")
+                if isinstance(aux, dict) and "ID" in aux:
+                    image_id = str(aux["ID"])
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"building {reference} failed: {exc}") from exc
+        finally:
+            self._remove_intermediate_stages(build_id)
+        info = self.image(reference)
+        if info is None or (image_id is not None and info.id != image_id):
+            raise ImageBuildError(f"build of {reference} finished without the tagged image")
+        return info.id
+
+    def _remove_intermediate_stages(self, build_id: str) -> None:
+        """Drop the untagged install stage (gigabytes of .debs) of this build, and those of
+        builds whose process is gone; never a stage a concurrent build still needs."""
+        for image in self._client.images.list(
+            filters={"label": f"{LABEL_STAGE}=install", "dangling": True}
+        ):
+            owner = str((image.labels or {}).get(LABEL_BUILD_ID, ""))
+            pid = owner.split("-", 1)[0]
+            if owner != build_id and pid.isdigit() and process_alive(int(pid)):
+                continue
+            with suppress(docker.errors.APIError):
+                self._client.images.remove(str(image.id), force=True)
+
+    def remove_image(self, reference: str) -> None:
+        with suppress(docker.errors.ImageNotFound):
+            self._client.images.remove(reference, force=True)
+
+    # -- containers -------------------------------------------------------------
+    @contextmanager
+    def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[Container]:
+        """A container that idles until removed; always removed unless `keep`."""
+        privileges = spec.privileges
+        try:
+            sdk = self._client.containers.run(
+                spec.image,
+                command=["sleep", "infinity"],
+                detach=True,
+                init=True,
+                network_mode="bridge" if spec.network else "none",
+                environment=dict(spec.environment),
+                labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
+                privileged=privileges.privileged,
+                cap_add=list(privileges.cap_add) or None,
+                # Least privilege: no capabilities but those asked for by name.
+                cap_drop=None if privileges.privileged else ["ALL"],
+                security_opt=[*privileges.security_opt, "no-new-privileges"],
+                user=spec.user,
+                volumes={name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
+                cpuset_cpus=spec.cpuset,
+            )
+        except docker.errors.APIError as exc:
+            reason = str(exc.explanation or exc).strip()
+            raise OrchestratorError(
+                f"cannot start a {spec.purpose} container from {spec.image}: {reason}"
+            ) from exc
+        try:
+            yield Container(self._client, sdk)
+        finally:
+            if not keep:
+                self._force_remove(sdk)
+
+    def _force_remove(self, sdk: SdkContainer) -> None:
+        with suppress(docker.errors.NotFound):
+            sdk.remove(force=True)
+
+    @contextmanager
+    def volume(self, purpose: str, *, keep: bool = False) -> Iterator[str]:
+        """A named volume shared by a build's containers; removed afterwards."""
+        name = f"orchestrator-{purpose}-{self.session}"
+        self._client.volumes.create(name=name, labels=self._labels("volume"))
+        try:
+            yield name
+        finally:
+            if not keep:
+                with suppress(docker.errors.NotFound, docker.errors.APIError):
+                    self._client.volumes.get(name).remove(force=True)
+
+    def remove_managed_volumes(self) -> int:
+        removed = 0
+        for volume in self._client.volumes.list(filters={"label": f"{LABEL_MANAGED}=1"}):
+            with suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed += 1
+        return removed
+
+    def remove_stale_volumes(self) -> int:
+        removed = 0
+        host = socket.gethostname()
+        for volume in self._client.volumes.list(filters={"label": f"{LABEL_MANAGED}=1"}):
+            labels = volume.attrs.get("Labels") or {}
+            pid = str(labels.get(LABEL_PID, ""))
+            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
+                continue
+            if pid.isdigit() and process_alive(int(pid)):
+                continue
+            with suppress(docker.errors.APIError):
+                volume.remove(force=True)
+                removed += 1
+        return removed
+
+    def managed_containers(self) -> list[SdkContainer]:
+        # By kind, not just "managed": the builder's RUN containers inherit the labels of
+        # the image they start from (ours), and belong to whichever build is running them.
+        return list(
+            self._client.containers.list(
+                all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}=container"]}
+            )
+        )
+
+    def remove_stale_containers(self) -> int:
+        """Remove containers left by runs on this host whose process is gone."""
+        removed = 0
+        host = socket.gethostname()
+        for sdk in self.managed_containers():
+            labels = sdk.labels or {}
+            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
+                continue
+            pid = labels.get(LABEL_PID, "")
+            if pid.isdigit() and process_alive(int(pid)):
+                continue
+            with suppress(docker.errors.APIError):  # e.g. its removal is already under way
+                self._force_remove(sdk)
+                removed += 1
+        return removed
+
+    def probe(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        privileges: Privileges = Privileges(),
+        user: str | None = None,
+    ) -> tuple[int, str]:
+        """Run one short command in a throwaway container; (exit code, output)."""
+        output: list[str] = []
+        try:
+            with self.container(
+                ContainerSpec(image=image, privileges=privileges, user=user, purpose="probe")
+            ) as box:
+                code = box.exec(argv, on_output=output.append)
+        except OrchestratorError as exc:
+            return -1, str(exc)
+        return code, "\n".join(output)
+
+
+def _image_info(image: SdkImage) -> ImageInfo:
+    return ImageInfo(
+        id=str(image.id),
+        tags=tuple(image.tags),
+        labels=dict(image.labels or {}),
+        size=int(image.attrs.get("Size", 0)),
+    )

@@ -1,0 +1,235 @@
+"""Make sure the base and toolchain images exist, building them only when their inputs changed.
+
+An image's tag and its `org.orchestrator.input-hash` label both come from the hash of
+everything that goes into it, so "is it up to date?" is one lookup.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config.toolchains import AptSources, BaseSpec
+from orchestrator.errors import CacheCorruptError, ImageBuildError
+from orchestrator.host.bootstrap import (
+    PackageSet,
+    fetch_packages,
+    load_package_set,
+    make_rootfs,
+)
+from orchestrator.host.vault import VaultError
+from orchestrator.model.hashing import content_hash, sha256_file
+from orchestrator.plan.build_plan import ImagePlan
+from orchestrator.progress import StepLog
+from orchestrator.runtime.engine import LABEL_INPUT_HASH, Engine
+
+LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"
+LABEL_PACKAGES_SHA = "org.orchestrator.packages-sha256"
+FLATTEN_LOST = "FLATTEN-LOST-FILES"  # printed by the check in toolchain.Dockerfile.j2
+FLATTEN_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class ImageOutcome:
+    reference: str
+    id: str
+    input_hash: str
+    built: bool
+    labels: Mapping[str, str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "reference": self.reference,
+            "id": self.id,
+            "input_hash": self.input_hash,
+            "built_this_run": self.built,
+            "labels": {
+                k: v
+                for k, v in self.labels.items()
+                if k.startswith("org.orchestrator.")
+                and k.rsplit(".", 1)[-1] not in ("session", "pid", "host")
+            },
+        }
+
+
+def _remove_superseded(engine: Engine, plan: ImagePlan, log: StepLog) -> None:
+    """Drop older images of the same family (repository and tag prefix) than `plan`.
+
+    Toolchain images are flattened (FROM scratch), so no image depends on another's
+    layers; without this, every pin or template change would leave gigabytes behind.
+    """
+    family = plan.reference[: -len(plan.input_hash[:16])]
+    freed = 0
+    for image in engine.managed_images():
+        if plan.reference in image.tags:
+            continue
+        if any(tag.startswith(family) for tag in image.tags):
+            engine.remove_image(image.id)
+            freed += image.size
+            log.line(f"removed superseded image {', '.join(image.tags)}")
+    if freed:
+        log.line(f"freed {freed / 1e9:.2f} GB of superseded images")
+
+
+def _existing(engine: Engine, plan: ImagePlan) -> ImageOutcome | None:
+    info = engine.image(plan.reference)
+    if info is None:
+        return None
+    if info.labels.get(LABEL_INPUT_HASH) != plan.input_hash:
+        # Same tag, other inputs: someone tagged by hand. Never trust it.
+        engine.remove_image(plan.reference)
+        return None
+    return ImageOutcome(plan.reference, info.id, plan.input_hash, False, info.labels)
+
+
+def ensure_base_image(
+    engine: Engine,
+    base: BaseSpec,
+    plan: ImagePlan,
+    cache_dir: Path,
+    log: StepLog,
+    *,
+    offline: bool = False,
+) -> ImageOutcome:
+    existing = _existing(engine, plan)
+    if existing is not None:
+        log.mark_cached(f"{plan.reference} exists")
+        return existing
+    tarball = cache_dir / "rootfs" / f"{plan.input_hash}.tar"
+    if tarball.is_file():  # written atomically: present means complete
+        digest = sha256_file(tarball)
+        log.line(f"reusing rootfs {tarball} (sha256 {digest})")
+    elif offline:
+        raise VaultError(
+            f"offline: the base rootfs {tarball.name} is not in the cache",
+            hint="Import the release's vault first (orchestrator vault import).",
+        )
+    else:
+        digest = make_rootfs(base, tarball, log)
+    log.line(f"rootfs {tarball}: sha256 {digest}")
+    labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: digest}
+    log.line(f"+ docker import {tarball} {plan.reference}")
+    image_id = engine.import_rootfs(tarball, plan.reference, labels)
+    _remove_superseded(engine, plan, log)
+    info = engine.image(plan.reference)
+    return ImageOutcome(
+        plan.reference, image_id, plan.input_hash, True, info.labels if info else labels
+    )
+
+
+def package_set_dir(
+    base: BaseSpec,
+    packages: Mapping[str, str],
+    cache_dir: Path,
+    sources: AptSources,
+    unpack: Mapping[str, str],
+) -> Path:
+    key: dict[str, object] = {"base": base.as_dict(), "packages": dict(packages)}
+    if sources != AptSources():
+        key["sources"] = sources.as_dict()
+    if unpack:
+        key["unpack"] = dict(unpack)
+    return cache_dir / "packages" / content_hash(key)
+
+
+def _package_set(
+    base: BaseSpec,
+    packages: Mapping[str, str],
+    cache_dir: Path,
+    log: StepLog,
+    *,
+    sources: AptSources,
+    unpack: Mapping[str, str],
+    offline: bool,
+) -> PackageSet:
+    directory = package_set_dir(base, packages, cache_dir, sources, unpack)
+    try:
+        cached = load_package_set(directory)
+    except CacheCorruptError as exc:
+        log.line(f"discarding corrupt package cache: {exc.message}")
+        shutil.rmtree(directory, ignore_errors=True)
+        cached = None
+    if cached is not None:
+        log.line(f"using {len(cached.files)} cached packages from {directory}")
+        return cached
+    if offline:
+        raise VaultError(
+            f"offline: the package set {directory.name} is not in the cache",
+            hint="Import the release's vault first (orchestrator vault import).",
+        )
+    return fetch_packages(base, packages, directory, log, sources=sources, unpack=unpack)
+
+
+def ensure_toolchain_image(
+    engine: Engine,
+    *,
+    base: BaseSpec,
+    base_image: ImageOutcome,
+    plan: ImagePlan,
+    dockerfile: str,
+    packages: Mapping[str, str],
+    sources: AptSources,
+    unpack: Mapping[str, str],
+    cache_dir: Path,
+    log: StepLog,
+    offline: bool = False,
+) -> ImageOutcome:
+    existing = _existing(engine, plan)
+    if existing is not None:
+        log.mark_cached(f"{plan.reference} exists")
+        return existing
+    package_set = _package_set(
+        base, packages, cache_dir, log, sources=sources, unpack=unpack, offline=offline
+    )
+    staging = cache_dir / "contexts"
+    staging.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=staging) as tmp:
+        context = Path(tmp)
+        (context / "Dockerfile").write_text(dockerfile)
+        debs = context / "packages"
+        debs.mkdir()
+        for entry in package_set.files:
+            source = package_set.directory / entry.file
+            (debs / entry.file).parent.mkdir(exist_ok=True)
+            try:
+                (debs / entry.file).hardlink_to(source)  # no copy of ~250 MB when possible
+            except OSError:
+                shutil.copy2(source, debs / entry.file)
+            if sha256_file(debs / entry.file) != entry.sha256:
+                raise CacheCorruptError(f"{source} changed while preparing the build context")
+        labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_PACKAGES_SHA: package_set.digest}
+        log.line(
+            f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
+            f"-t {plan.reference} {context}"
+        )
+        for attempt in range(1, FLATTEN_ATTEMPTS + 1):
+            lost: list[str] = []
+
+            def output(line: str, lost: list[str] = lost) -> None:
+                if FLATTEN_LOST in line:
+                    lost.append(line)
+                log.line(line)
+
+            try:
+                image_id = engine.build_image(
+                    context,
+                    plan.reference,
+                    buildargs={"BASE_IMAGE": base_image.reference},
+                    labels=labels,
+                    on_output=output,
+                )
+                break
+            except ImageBuildError:
+                # The image's own check found files lost while flattening: build again.
+                if not lost or attempt == FLATTEN_ATTEMPTS:
+                    raise
+                log.line(f"attempt {attempt}: the flattened image lost files; building again")
+    _remove_superseded(engine, plan, log)
+    info = engine.image(plan.reference)
+    if info is None:
+        raise ImageBuildError(f"{plan.reference} vanished right after it was built")
+    log.detail = f"built, {info.size / 1e9:.2f} GB"
+    return ImageOutcome(plan.reference, image_id, plan.input_hash, True, info.labels)

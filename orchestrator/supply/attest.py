@@ -1,0 +1,169 @@
+"""Signing on the host: which key, artifact signatures, and the release-level index.
+
+The release folder holds, next to its artifact folders:
+  SHA256SUMS (+ .minisig)                  every artifact binary and SBOM
+  provenance.intoto.jsonl (+ .minisig)     a DSSE envelope around the SLSA statement
+  minisign.pub                             the public key that signed all of it
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.model.hashing import content_hash, sha256_file
+from orchestrator.supply.minisign import SecretKey, SigningError, dsse_sign, write_key_pair
+from orchestrator.supply.provenance import PAYLOAD_TYPE, statement
+
+CHECKSUMS = "SHA256SUMS"
+PROVENANCE = "provenance.intoto.jsonl"
+PUBLIC_KEY = "minisign.pub"
+SIGNATURE_SUFFIX = ".minisig"
+THROWAWAY_KEY = "throwaway-signing.key"
+
+
+@dataclass(frozen=True)
+class Signer:
+    key: SecretKey
+    throwaway: bool
+    source: str  # where the key came from, for the log
+
+    def sign(self, path: Path, *, trusted_comment: str) -> Path:
+        signature = path.with_name(path.name + SIGNATURE_SUFFIX)
+        text = self.key.sign_file(
+            path,
+            trusted_comment=trusted_comment,
+            untrusted_comment=f"signature from orchestrator key {self.key.public.id_text}",
+        )
+        _atomic_write(signature, text)
+        return signature
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, delete=False, prefix=f".{path.name}."
+    ) as handle:
+        handle.write(text)
+    Path(handle.name).chmod(0o644)  # published files are for everyone to read
+    Path(handle.name).replace(path)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _repository_roots(project_dir: Path) -> list[Path]:
+    """The project folder and the git work tree holding it (found by its `.git` entry:
+    a folder, or a file in worktrees and submodules), without running git."""
+    project = project_dir.resolve()
+    roots = [project]
+    top = next((d for d in (project, *project.parents) if (d / ".git").exists()), None)
+    if top is not None and top != project:
+        roots.append(top)
+    return roots
+
+
+def refuse_inside_repository(path: Path, project_dir: Path) -> None:
+    for root in _repository_roots(project_dir):
+        if _inside(path, root):
+            raise SigningError(
+                f"refusing signing key {path}: it is inside the repository {root}",
+                hint="Keep secret keys outside any repository (e.g. ~/.config/orchestrator/)"
+                " and point signing.secret_key or ORCHESTRATOR_SIGNING_KEY at it.",
+            )
+
+
+def resolve_signer(
+    secret_key: Path | None, *, project_dir: Path, cache_dir: Path, env: Mapping[str, str]
+) -> Signer:
+    """The configured key, or a throwaway one kept in the cache (and said so loudly)."""
+    if secret_key is not None:
+        path = secret_key.expanduser().resolve()
+        refuse_inside_repository(path, project_dir)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SigningError(
+                f"cannot read signing key {path}: {exc}",
+                hint="`orchestrator keygen` makes a key pair.",
+            ) from exc
+        key = SecretKey.from_text(text, env.get("ORCHESTRATOR_SIGNING_PASSPHRASE"))
+        return Signer(key, throwaway=False, source=str(path))
+    throwaway = cache_dir / "keys" / THROWAWAY_KEY
+    if not throwaway.is_file():
+        write_key_pair(SecretKey.generate(), throwaway, passphrase=None)
+    return Signer(
+        SecretKey.from_text(throwaway.read_text(), None), throwaway=True, source=str(throwaway)
+    )
+
+
+def artifact_comment(manifest: Mapping[str, Any], folder: str) -> str:
+    artifact = manifest["artifact"]
+    inputs = content_hash(manifest.get("inputs", {}))
+    return (
+        f"orchestrator: {folder}/{artifact['file']} {artifact['name']} "
+        f"{artifact['version']} inputs:{inputs[:16]}"
+    )
+
+
+def release_artifacts(release_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(folder name, build.json) for every published artifact of a release."""
+    found = []
+    for folder in sorted(p for p in release_dir.iterdir() if p.is_dir()):
+        manifest = folder / "build.json"
+        if manifest.is_file():
+            found.append((folder.name, json.loads(manifest.read_text())))
+    return found
+
+
+def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
+    """Rewrite the release-level checksums, provenance and signatures for what is there now."""
+    artifacts = release_artifacts(release_dir)
+    lines = []
+    for folder, manifest in artifacts:
+        for name in (manifest["artifact"]["file"], "sbom.cdx.json"):
+            path = release_dir / folder / name
+            if path.is_file():
+                lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
+    for listing in (release_dir / "release.json", release_dir / "release.lock"):
+        if listing.is_file():
+            lines.append(f"{sha256_file(listing)}  {listing.name}\n")
+    checksums = release_dir / CHECKSUMS
+    _atomic_write(checksums, "".join(lines))
+    release = release_dir.name
+    # The lockfile pins every input; without one, the hash of the recorded build inputs.
+    lockfile = release_dir / "release.lock"
+    inputs = (
+        "lock:" + sha256_file(lockfile)[:16]
+        if lockfile.is_file()
+        else content_hash([m.get("inputs", {}) for _, m in artifacts])[:16]
+    )
+    payload = json.dumps(
+        statement(release=release, artifacts=artifacts), sort_keys=True, separators=(",", ":")
+    ).encode()
+    envelope = dsse_sign(PAYLOAD_TYPE, payload, signer.key)
+    provenance = release_dir / PROVENANCE
+    _atomic_write(provenance, json.dumps(envelope, sort_keys=True) + "\n")
+    _atomic_write(release_dir / PUBLIC_KEY, signer.key.public.to_text())
+    written = [checksums, provenance, release_dir / PUBLIC_KEY]
+    for path in (checksums, provenance):
+        written.append(
+            signer.sign(
+                path, trusted_comment=(f"orchestrator: {release}/{path.name} inputs:{inputs}")
+            )
+        )
+    return written
+
+
+def keygen(path: Path, *, passphrase: str | None, cwd: Path) -> Path:
+    """Write a new key pair outside any repository; returns the public key's path."""
+    path = path.expanduser().resolve()
+    refuse_inside_repository(path, cwd)
+    if os.path.lexists(path):
+        raise SigningError(f"{path} exists; refusing to overwrite a key")
+    return write_key_pair(SecretKey.generate(), path, passphrase)

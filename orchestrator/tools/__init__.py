@@ -1,0 +1,1 @@
+"""Checks the project runs on itself (`python -m orchestrator.tools.layers`)."""
