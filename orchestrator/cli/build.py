@@ -1,0 +1,224 @@
+"""`orchestrator build` and `orchestrator bench`: one flavor, built or measured."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli.app import (
+    ArtifactsOption,
+    CacheOption,
+    ConfigOption,
+    FlavorOption,
+    TargetCpuOption,
+    ToolchainOption,
+    app,
+    console,
+    resolve_options,
+    signer_for,
+)
+from orchestrator.errors import (
+    ConfigError,
+)
+
+
+@app.command()
+def build(
+    flavor: FlavorOption = "cpu",
+    config: ConfigOption = None,
+    toolchain: ToolchainOption = None,
+    target_cpu: TargetCpuOption = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan; build nothing.")
+    ] = False,
+    keep_containers: Annotated[
+        bool, typer.Option("--keep-containers", help="Leave build containers behind for debugging.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Stream every command's output, not only the step lines."
+        ),
+    ] = False,
+    pgo: Annotated[
+        bool | None,
+        typer.Option("--pgo/--no-pgo", help="Profile-guided optimization (default on)."),
+    ] = None,
+    bolt: Annotated[
+        bool | None,
+        typer.Option("--bolt/--no-bolt", help="BOLT post-link optimization (default on)."),
+    ] = None,
+    bolt_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--bolt-mode",
+            help="How to profile for BOLT: auto (best available), lbr, sample, instrument.",
+        ),
+    ] = None,
+    bolt_policy: Annotated[
+        str | None,
+        typer.Option(
+            "--bolt-policy",
+            help="If BOLT fails: fallback (ship the PGO binary, loudly) or require (fail).",
+        ),
+    ] = None,
+    privileged: Annotated[
+        bool | None,
+        typer.Option(
+            "--privileged/--no-privileged",
+            help="Let the profiling container ask for perf access (--no-privileged: never; "
+            "BOLT then uses instrumentation).",
+        ),
+    ] = None,
+    retrain: Annotated[
+        bool,
+        typer.Option("--retrain", help="Profile again even when a stored profile matches."),
+    ] = False,
+) -> None:
+    """Build, test, optimize (PGO, BOLT), validate and publish one flavor into artifacts/.
+
+    Examples:
+      orchestrator build --flavor cpu --target-cpu x86-64-v3
+      orchestrator build --bolt-mode instrument --bolt-policy require
+      orchestrator build --no-pgo --no-bolt     # the plain release profile only
+    """
+    from orchestrator.execute.build import prepare_plan, run_build
+    from orchestrator.progress import Reporter
+    from orchestrator.runtime.engine import Engine
+
+    options = resolve_options(
+        config,
+        {
+            "build.toolchain": toolchain,
+            "build.target_cpu": target_cpu,
+            "build.artifacts_dir": artifacts_dir,
+            "build.cache_dir": cache_dir,
+            "pgo.enabled": pgo,
+            "bolt.enabled": bolt,
+            "bolt.mode": bolt_mode,
+            "bolt.policy": bolt_policy,
+            "profiling.privileges": privileged,
+        },
+    )
+    plan = prepare_plan(options, flavor)
+    if dry_run:
+        console.print_json(json.dumps(plan.summary()))
+        return
+    engine = Engine.connect()
+    stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
+    if stale:
+        console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
+    signer = signer_for(options)
+    reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
+    console.print(
+        f"building {options.binary} {options.version} ({flavor}, "
+        f"{plan.toolchain.name}, target-cpu {plan.target_cpu}); "
+        f"logs: {reporter.log_dir}"
+    )
+    outcome = run_build(
+        options,
+        plan,
+        engine,
+        reporter,
+        signer=signer,
+        keep_containers=keep_containers,
+        retrain=retrain,
+    )
+    console.print(f"[bold green]published[/] {outcome.artifact}")
+    console.print(f"  binary  {outcome.binary}")
+    console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
+
+
+@app.command()
+def bench(
+    flavor: FlavorOption = "cpu",
+    config: ConfigOption = None,
+    target_cpu: TargetCpuOption = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    runs: Annotated[
+        int | None,
+        typer.Option("--runs", min=2, help="Timed runs per variant (default bench.runs, 10)."),
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(
+            "--warmup", min=0, help="Untimed runs per variant first (default bench.warmup, 2)."
+        ),
+    ] = None,
+) -> None:
+    """Benchmark a built flavor: plain cargo, release profile, +PGO, +PGO+BOLT, side by side.
+
+    Runs are interleaved (A B C D A B C D ...) in one container of the build's image pinned
+    to one CPU. Writes bench.json, bench.md, bench.png and hyperfine.json under
+    artifacts/<release>/bench/<artifact>/.
+
+    Example: orchestrator build && orchestrator bench --runs 20
+    """
+    from orchestrator.execute.bench import bench_cpu, locate, measure, write_report
+    from orchestrator.runtime.engine import Engine
+
+    options = resolve_options(
+        config,
+        {
+            "build.target_cpu": target_cpu,
+            "build.artifacts_dir": artifacts_dir,
+            "build.cache_dir": cache_dir,
+            "bench.runs": runs,
+            "bench.warmup": warmup,
+        },
+    )
+    if not options.bench_command:
+        raise ConfigError(
+            "bench.command is empty: nothing to benchmark",
+            hint='Set [bench] command = ["bench"] (arguments for the binary).',
+        )
+    setup = locate(options, flavor)
+    engine = Engine.connect()
+    cpu = bench_cpu(engine)
+    console.print(
+        f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
+        f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"
+    )
+    stats = measure(
+        engine,
+        setup,
+        options.bench_command,
+        runs=options.bench_runs,
+        warmup=options.bench_warmup,
+        cpu=cpu,
+        progress=console.print,
+    )
+    output = write_report(
+        setup,
+        stats,
+        options.bench_command,
+        cpu=cpu,
+        runs=options.bench_runs,
+        warmup=options.bench_warmup,
+    )
+    table = Table(
+        "variant",
+        "median",
+        "p95",
+        "speedup (95% CI)",
+        "max RSS",
+        "size",
+        title=f"{setup.artifact.name}: {' '.join(options.bench_command)}",
+    )
+    for s in stats:
+        table.add_row(
+            s.name,
+            f"{s.median * 1000:.1f} ms",
+            f"{s.p95 * 1000:.1f} ms",
+            f"{s.speedup:.3f}x ({s.speedup_ci[0]:.3f}-{s.speedup_ci[1]:.3f})",
+            f"{s.max_rss_kb / 1024:.1f} MiB",
+            f"{s.size / 1e6:.2f} MB",
+        )
+    console.print(table)
+    console.print(f"report: {output}")

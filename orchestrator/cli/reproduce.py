@@ -1,0 +1,163 @@
+"""`orchestrator reproduce` and `orchestrator vault`: rebuild a release from its pins."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from orchestrator.cli.app import (
+    App,
+    CacheOption,
+    app,
+    cache_root,
+    console,
+    err_console,
+)
+
+vault_app = App(
+    help="The package vault: every .deb, rootfs, crate archive and profile of a release, "
+    "by sha256, under <cache>/vault.",
+    no_args_is_help=True,
+)
+app.add_typer(vault_app, name="vault")
+
+
+@vault_app.command("export")
+def vault_export(
+    release_dir: Annotated[Path, typer.Argument(help="The release folder (has release.lock).")],
+    archive: Annotated[Path, typer.Argument(help="The .tar to write.")],
+    cache_dir: CacheOption = None,
+) -> None:
+    """Write one archive with a release's lockfile and every input it names.
+
+    Example: orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar
+    """
+    from orchestrator.host.vault import Vault, VaultError
+    from orchestrator.model.lockfile import LOCK_FILE, blobs, read_lock
+
+    document = read_lock(release_dir / LOCK_FILE)
+    vault = Vault(cache_root(cache_dir) / "vault")
+    missing = [what for digest, what in blobs(document).items() if not vault.has(digest)]
+    if missing:
+        raise VaultError(f"the vault lacks {len(missing)} input(s): {', '.join(missing[:5])}")
+    count = vault.export(blobs(document), archive, lockfile=release_dir / LOCK_FILE)
+    console.print(f"wrote {archive}: {count} files, {archive.stat().st_size / 1e6:.0f} MB")
+
+
+@vault_app.command("import")
+def vault_import(
+    archive: Annotated[Path, typer.Argument(help="An archive from `orchestrator vault export`.")],
+    cache_dir: CacheOption = None,
+    lockfile: Annotated[
+        Path | None, typer.Option("--lockfile", help="Also write the archive's lockfile here.")
+    ] = None,
+) -> None:
+    """Take a release's inputs into this machine's vault, each checked against its sha256.
+
+    Example: orchestrator vault import tinyllm-0.1.0-vault.tar --lockfile release.lock
+    """
+    from orchestrator.host.vault import Vault
+
+    vault = Vault(cache_root(cache_dir) / "vault")
+    imported = vault.import_archive(archive, lockfile)
+    console.print(f"imported {len(imported)} files into {vault.root}")
+
+
+@app.command()
+def reproduce(
+    release: Annotated[
+        Path, typer.Argument(help="A release folder (with release.lock) or a lockfile.")
+    ],
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            help="The crate's sources (default: `git archive` of the locked commit).",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir", help="Where to rebuild (default: <release>.reproduce next to it)."
+        ),
+    ] = None,
+    cache_dir: CacheOption = None,
+    reuse_images: Annotated[
+        bool,
+        typer.Option("--reuse-images", help="Use existing images of the same input hash (faster)."),
+    ] = False,
+    artifact: Annotated[
+        list[str] | None,
+        typer.Option("--artifact", help="Only this artifact (repeatable); default: all."),
+    ] = None,
+) -> None:
+    """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
+
+    The sources go to a fresh folder, the cache is seeded from the vault only, images are
+    rebuilt from the vaulted .debs, and no step may download anything. Prints expected and
+    actual sha256 per artifact; on a difference, writes a diffoscope report next to the
+    rebuilt binary and names the recorded inputs that differ. Exit 0 only if every
+    artifact is bit-identical (55 otherwise).
+
+    Example: orchestrator reproduce artifacts/tinyllm-0.1.0
+    """
+    from orchestrator.host.vault import Vault
+    from orchestrator.release.reproduce import ReproduceMismatchError
+    from orchestrator.release.reproduce import reproduce as run_reproduce
+    from orchestrator.runtime.engine import Engine
+    from orchestrator.supply.attest import resolve_signer
+
+    release = release.resolve()
+    folder = release if release.is_dir() else release.parent
+    workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
+    cache = cache_root(cache_dir)
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    engine = Engine.connect()
+    signer = resolve_signer(None, project_dir=workdir, cache_dir=cache, env={})
+    results = run_reproduce(
+        release,
+        engine=engine,
+        vault=Vault(cache / "vault"),
+        console=console,
+        signer=signer,
+        workdir=workdir,
+        source_dir=source.resolve() if source else None,
+        fresh_images=not reuse_images,
+        announce=console.print,
+        only=artifact or (),
+    )
+    table = Table("artifact", "expected", "got", "identical", "time", title="reproduction")
+    for result in results:
+        table.add_row(
+            result.artifact,
+            result.expected[:16],
+            result.got[:16] or "-",
+            "[green]yes[/]" if result.identical else "[red]NO[/]",
+            f"{result.seconds:.0f}s",
+        )
+    console.print(table)
+    (workdir / "reproduce.json").write_text(
+        json.dumps([r.as_dict() for r in results], indent=2) + "\n"
+    )
+    for result in results:
+        for line in [result.error, *result.inputs_differing]:
+            if line:
+                err_console.print(f"[yellow]{result.artifact}:[/] {line}")
+        if result.report:
+            err_console.print(f"[yellow]{result.artifact}:[/] diffoscope report: {result.report}")
+    different = [r.artifact for r in results if not r.identical]
+    if different:
+        raise ReproduceMismatchError(
+            f"{len(different)} of {len(results)} artifacts differ: " + ", ".join(different)
+        )
+    console.print(
+        "the artifact is bit-identical"
+        if len(results) == 1
+        else f"all {len(results)} artifacts are bit-identical"
+    )
