@@ -150,7 +150,7 @@ def release(
 
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
     from orchestrator.errors import SourceError
-    from orchestrator.execute.inventory import source_identity
+    from orchestrator.host.system import source_identity
 
     if source_identity(options.crate_dir).get("dirty") and not allow_dirty:
         raise SourceError(

@@ -3,61 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.host.bootstrap import deb_identity, read_manifest
 from orchestrator.host.source import registry_crates
-from orchestrator.host.system import git
 from orchestrator.model.layout import PATHS
-from orchestrator.model.portability import Portability
-from orchestrator.model.portability import parse as parse_portability
 from orchestrator.progress import StepLog
 from orchestrator.runtime.images import (
     package_set_dir,
 )
 from orchestrator.supply.sbom import Crate, DebPackage, crates_from_metadata
-
-
-def source_identity(crate_dir: Path) -> dict[str, object]:
-    """The git commit the sources come from, and whether the tree had local changes."""
-
-    commit = git(crate_dir, "rev-parse", "HEAD")
-    status = git(crate_dir, "status", "--porcelain", "--", ".")
-    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
-
-
-def portability_report(pipeline: Pipeline, binary: str, log: StepLog) -> Portability:
-    plan, box = pipeline.plan, pipeline.box
-    codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
-    return parse_portability(
-        target=plan.rust_target,
-        target_cpu=plan.target_cpu,
-        version_info=run(
-            box,
-            ["readelf", "--version-info", "--wide", binary],
-            log,
-            "portability",
-            keep_output=True,
-        ),
-        dynamic=run(
-            box, ["readelf", "--dynamic", "--wide", binary], log, "portability", keep_output=True
-        ),
-        rustc_cfg=run(
-            box,
-            [
-                plan.toolchain.tool("rustc"),
-                "--print",
-                "cfg",
-                "--target",
-                plan.rust_target,
-                *codegen,
-            ],
-            log,
-            "portability",
-            keep_output=True,
-        ),
-    )
 
 
 def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPackage]]:
@@ -111,3 +66,9 @@ def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPa
         for name, version, arch in (line.split() for line in listing.splitlines() if line)
     ]
     return crates, packages
+
+
+def sbom(pipeline: Pipeline, log: StepLog) -> None:
+    crates, packages = inventory(pipeline, log)
+    pipeline.state.crates, pipeline.state.packages = crates, packages
+    log.detail = f"{len(crates)} crates, {len(packages)} toolchain packages"

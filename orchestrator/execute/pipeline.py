@@ -1,4 +1,5 @@
-"""What every build step shares: the containers, the shared volume, command running.
+"""What every build step shares: the containers, the shared volume, command running, and
+the state the steps hand to each other.
 
 One `Pipeline` lives for one build. Every command a step runs goes through `run`, which
 echoes it as `+ cmd` into the step log and turns a non-zero exit into StepFailedError.
@@ -7,30 +8,26 @@ echoes it as `+ cmd` into the step log and turns a non-zero exit into StepFailed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from orchestrator.config.options import Options
-from orchestrator.errors import (
-    ProfileError,
-    StepFailedError,
-    ValidationError,
-)
+from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.errors import ProfileError, StepFailedError
+from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
 from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import compare_outputs, render_diff
-from orchestrator.plan.build_plan import (
-    BuildPlan,
-    CargoCommand,
-)
+from orchestrator.model.pgo_report import Coverage
+from orchestrator.model.portability import Portability
+from orchestrator.plan.build_plan import BuildPlan, CargoCommand
+from orchestrator.plan.steps import StepName
 from orchestrator.progress import Reporter, StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
-from orchestrator.runtime.images import (
-    ImageOutcome,
-)
+from orchestrator.runtime.images import ImageOutcome
 from orchestrator.runtime.perf import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.supply.attest import Signer
+from orchestrator.supply.sbom import Crate, DebPackage
 
 BIN_DIR = f"{PATHS.out}/bin"
 
@@ -87,6 +84,32 @@ def put_file(box: Container, path: str, data: bytes) -> None:
 
 
 @dataclass
+class BuildState:
+    """What the steps found out, handed from one step to the next (and into build.json)."""
+
+    base: ImageOutcome | None = None
+    image: ImageOutcome | None = None
+    toolchain: ToolchainReport | None = None
+    gpu: dict[str, object] | None = None
+    vendor: Path | None = None
+    shipped: str = ""  # the binary in the container that will ship, as the steps go
+    unbolted: str = ""  # the last binary before BOLT
+    pgo: ProfileRecord | None = None
+    coverage: Coverage | None = None
+    bolt_report: dict[str, object] | None = None
+    bolt_profile: ProfileRecord | None = None
+    validation: dict[str, object] = field(default_factory=dict)
+    portability: Portability | None = None
+    crates: list[Crate] = field(default_factory=list)
+    packages: list[DebPackage] = field(default_factory=list)
+    artifact: Path | None = None  # the staged artifact folder
+    binary: Path | None = None  # the staged binary
+    variants: dict[str, dict[str, object]] = field(default_factory=dict)
+    manifest: dict[str, object] = field(default_factory=dict)
+    published: Path | None = None
+
+
+@dataclass(kw_only=True)
 class Pipeline:
     """Everything one build run holds on to while it executes."""
 
@@ -94,22 +117,54 @@ class Pipeline:
     plan: BuildPlan
     engine: Engine
     reporter: Reporter
-    image: ImageOutcome
-    box: Container
-    volume: str
-    stack: ExitStack
-    keep: bool
-    retrain: bool
-    scratch: Path
     signer: Signer
+    stack: ExitStack  # containers and the volume close with it
+    scratch: Path  # host folder for files fetched from containers
+    staging: Path  # private folder the artifact is assembled in
     started: str
+    keep_containers: bool = False
+    retrain: bool = False
+    state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
+    _volume: str | None = None
+    _box: Container | None = None
     _profiler: Container | None = None
-    results: dict[str, object] = field(default_factory=dict)
 
-    def step(self, name: str) -> AbstractContextManager[StepLog]:
-        title = next(s.title for s in self.plan.steps if s.name == name)
-        return self.reporter.step(name, title)
+    def title(self, name: StepName) -> str:
+        return next(s.title for s in self.plan.steps if s.name == name)
+
+    @property
+    def image(self) -> ImageOutcome:
+        if self.state.image is None:
+            raise StepFailedError("internal: a step needs the toolchain image before it exists")
+        return self.state.image
+
+    @property
+    def volume(self) -> str:
+        """The volume build and profiling containers share at /build/out."""
+        if self._volume is None:
+            self._volume = self.stack.enter_context(
+                self.engine.volume("out", keep=self.keep_containers)
+            )
+        return self._volume
+
+    @property
+    def box(self) -> Container:
+        """The build container: no network, no capabilities, started on first use."""
+        if self._box is None:
+            spec = ContainerSpec(
+                self.image.reference,
+                environment=self.plan.build.environment,
+                volumes={self.volume: PATHS.out},
+            )
+            self._box = self.stack.enter_context(
+                self.engine.container(spec, keep=self.keep_containers)
+            )
+        return self._box
+
+    @property
+    def profiler_started(self) -> bool:
+        return self._profiler is not None
 
     def profiler(self) -> Container:
         """The profiling container, started once with the least perf access needed."""
@@ -124,7 +179,9 @@ class Pipeline:
                 volumes={self.volume: PATHS.out},
                 purpose="profile",
             )
-            self._profiler = self.stack.enter_context(self.engine.container(spec, keep=self.keep))
+            self._profiler = self.stack.enter_context(
+                self.engine.container(spec, keep=self.keep_containers)
+            )
         return self._profiler
 
     def copy_binary(self, variant: str, log: StepLog) -> str:
@@ -153,30 +210,3 @@ def run_workloads(
         wrapper = [part.replace("{index}", str(index)) for part in wrap]
         argv = [*wrapper, *pipeline.plan.runner, binary, *workload]
         run(box, argv, log, step, environment=environment)
-
-
-def validate_binary(
-    pipeline: Pipeline, binary: str, log: StepLog, *, what: str
-) -> dict[str, object]:
-    command = pipeline.plan.validate_command
-    if not command:
-        log.line("no validate.command configured: outputs not compared")
-        return {"command": [], "compared": False}
-    baseline = f"{BIN_DIR}/baseline"
-    runner = pipeline.plan.runner
-    expected = run(pipeline.box, [*runner, baseline, *command], log, "validate", keep_output=True)
-    got = run(pipeline.box, [*runner, binary, *command], log, "validate", keep_output=True)
-    differences = compare_outputs(expected, got, pipeline.plan.validate_tolerance)
-    if differences:
-        diff = render_diff(expected, got, expected_name="baseline", got_name=what)
-        raise ValidationError(
-            f"{what} printed something else than the baseline for "
-            f"`{' '.join(command)}` ({len(differences)} line(s) differ):\n{diff}"
-        )
-    return {
-        "command": list(command),
-        "compared": True,
-        "tolerance": pipeline.plan.validate_tolerance,
-        "identical": expected == got,
-        "output_lines": len(expected.splitlines()),
-    }

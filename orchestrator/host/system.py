@@ -36,3 +36,10 @@ def git_commit_time(directory: Path) -> int | None:
     """HEAD's commit time in the repository holding `directory`, if there is one."""
     out = git(directory, "log", "-1", "--format=%ct")
     return int(out) if out and out.isdigit() else None
+
+
+def source_identity(crate_dir: Path) -> dict[str, object]:
+    """The git commit the sources come from, and whether the tree had local changes."""
+    commit = git(crate_dir, "rev-parse", "HEAD")
+    status = git(crate_dir, "status", "--porcelain", "--", ".")
+    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}

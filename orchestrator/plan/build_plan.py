@@ -16,6 +16,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
+from orchestrator.plan.steps import Step, StepName
 
 IMAGE_REPOSITORY = "orchestrator"
 
@@ -62,13 +63,6 @@ class Variant:
     @property
     def rustflags(self) -> list[str]:
         return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    title: str
-    network: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,44 +212,47 @@ def _steps(
     optimized: bool,
 ) -> tuple[Step, ...]:
     steps = [
-        Step("base-image", f"base rootfs image {base_image.reference}"),
-        Step("toolchain-image", f"toolchain image {image.reference}"),
-        Step("toolchain-check", "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
+        Step(StepName.BASE_IMAGE, f"base rootfs image {base_image.reference}"),
+        Step(StepName.TOOLCHAIN_IMAGE, f"toolchain image {image.reference}"),
+        Step(StepName.TOOLCHAIN_CHECK, "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
     ]
     if device_code:
         targets = ", ".join(device_code.targets)
-        steps.append(Step("gpu-targets", f"{device_code.kind} compiler supports {targets}"))
+        steps.append(Step(StepName.GPU_TARGETS, f"{device_code.kind} compiler supports {targets}"))
     steps += [
-        Step("fetch-crates", "vendor crates listed in Cargo.lock", network=True),
-        Step("build-baseline", "plain cargo build --release (the yardstick)"),
-        Step("build-release", f"release profile, target-cpu {target_cpu}"),
+        Step(StepName.FETCH_CRATES, "vendor crates listed in Cargo.lock", network=True),
+        Step(StepName.BUILD_BASELINE, "plain cargo build --release (the yardstick)"),
+        Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"),
     ]
     if pgo:
         steps += [
-            Step("pgo-instrument", "instrumented build (-Cprofile-generate)"),
-            Step("pgo-train", f"run {len(options.workloads)} workloads in the profiling container"),
-            Step("pgo-merge", "merge .profraw files with llvm-profdata"),
+            Step(StepName.PGO_INSTRUMENT, "instrumented build (-Cprofile-generate)"),
+            Step(
+                StepName.PGO_TRAIN,
+                f"run {len(options.workloads)} workloads in the profiling container",
+            ),
+            Step(StepName.PGO_MERGE, "merge .profraw files with llvm-profdata"),
         ]
     if optimized:
         what = " + ".join(
             x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
         )
-        steps.append(Step("build-optimized", f"release profile + {what}"))
-    steps.append(Step("test", "cargo test --release with the shipped flags"))
+        steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
+    steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
     if bolt:
         steps += [
-            Step("bolt-profile", f"profile the binary for BOLT (mode {bolt.mode})"),
-            Step("bolt-optimize", "llvm-bolt " + " ".join(bolt.flags)),
+            Step(StepName.BOLT_PROFILE, f"profile the binary for BOLT (mode {bolt.mode})"),
+            Step(StepName.BOLT_OPTIMIZE, "llvm-bolt " + " ".join(bolt.flags)),
         ]
     if device_code:
         targets = ", ".join(device_code.targets)
-        steps.append(Step("device-code", f"the binary embeds device code for {targets}"))
+        steps.append(Step(StepName.DEVICE_CODE, f"the binary embeds device code for {targets}"))
     steps += [
-        Step("validate", "outputs of the shipped binary equal the baseline's"),
-        Step("portability", "glibc symbol versions, shared libraries, CPU features"),
-        Step("sbom", "crate graph (cargo metadata) and toolchain packages"),
-        Step("extract", f"copy {options.binary} out of the container"),
-        Step("publish", "sign, checksums, build.json, atomic move; release provenance"),
+        Step(StepName.VALIDATE, "outputs of the shipped binary equal the baseline's"),
+        Step(StepName.PORTABILITY, "glibc symbol versions, shared libraries, CPU features"),
+        Step(StepName.SBOM, "crate graph (cargo metadata) and toolchain packages"),
+        Step(StepName.EXTRACT, f"copy {options.binary} out of the container"),
+        Step(StepName.PUBLISH, "sign, checksums, build.json, atomic move; release provenance"),
     ]
     return tuple(steps)
 

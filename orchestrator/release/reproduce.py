@@ -26,7 +26,7 @@ from rich.console import Console
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import OrchestratorError, SourceError
 from orchestrator.execute.build import prepare_plan, run_build
-from orchestrator.execute.inventory import source_identity
+from orchestrator.host.system import source_identity
 from orchestrator.host.bootstrap import (
     MANIFEST,
     deb_identity,

@@ -125,7 +125,7 @@ def test_gpu_plans_export_targets_and_check_device_code(options: Options) -> Non
     rocm = _plan(options, "rocm")
     assert rocm.build.environment["AMDGPU_TARGETS"] == "gfx90a;gfx1030;gfx1100"
     assert rocm.bolt is not None and rocm.bolt.mode == "auto"
-    steps = [s.name for s in rocm.steps]
+    steps = [str(s.name) for s in rocm.steps]
     assert steps.index("toolchain-check") < steps.index("gpu-targets") < steps.index("fetch-crates")
     assert steps.index("bolt-optimize") < steps.index("device-code") < steps.index("validate")
     assert "gpu-targets" not in [s.name for s in _plan(options, "cpu").steps]

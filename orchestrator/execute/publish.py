@@ -1,0 +1,188 @@
+"""`extract` and `publish`: the shipped binary leaves the container, gets its SBOM,
+build.json and signature on the host, and moves into artifacts/ in one rename."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import TypeVar
+
+from orchestrator import __version__
+from orchestrator.errors import StepFailedError
+from orchestrator.execute.pipeline import Pipeline, fetch_file
+from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.execute.variants import keep_variants
+from orchestrator.host.staging import publish as move_into_place
+from orchestrator.host.staging import write_checksums, write_json
+from orchestrator.host.system import source_identity
+from orchestrator.model.hashing import sha256_file
+from orchestrator.plan.build_plan import RELEASE_PROFILE
+from orchestrator.progress import StepLog
+from orchestrator.supply.attest import artifact_comment, update_release_index
+from orchestrator.supply.sbom import SBOM_FILE, build_sbom
+
+MANIFEST_SCHEMA = "orchestrator/build@1"
+T = TypeVar("T")
+
+
+def _need(value: T | None) -> T:
+    if value is None:
+        raise StepFailedError("internal: publish runs before a step it depends on")
+    return value
+
+
+def _now() -> str:
+    return dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds")
+
+
+def _profiles(pipeline: Pipeline) -> list[tuple[str, ProfileRecord | None]]:
+    return [("pgo.profdata", pipeline.state.pgo), ("bolt.fdata", pipeline.state.bolt_profile)]
+
+
+def extract(pipeline: Pipeline, log: StepLog) -> None:
+    plan, options, state = pipeline.plan, pipeline.options, pipeline.state
+    artifact = pipeline.staging / plan.artifact_dir
+    artifact.mkdir()
+    log.line(f"+ GET /containers/<id>/archive?path={state.shipped}")
+    binary = fetch_file(pipeline.box, state.shipped, artifact).rename(artifact / plan.binary)
+    (artifact / SBOM_FILE).write_text(
+        build_sbom(
+            name=options.binary,
+            version=options.version,
+            artifact=plan.artifact_dir,
+            binary_sha256=sha256_file(binary),
+            crates=state.crates,
+            toolchain=state.packages,
+            timestamp=options.source_date_epoch,
+        )
+    )
+    state.variants = keep_variants(pipeline, artifact, log)
+    # The profiles ship with the release: a rebuild can use them instead of retraining.
+    profiles = artifact / "profiles"
+    for name, record in _profiles(pipeline):
+        if record is not None:
+            profiles.mkdir(exist_ok=True)
+            shutil.copyfile(record.path, profiles / name)
+    state.artifact, state.binary = artifact, binary
+    log.detail = f"{binary.stat().st_size / 1e6:.1f} MB"
+
+
+def publish(pipeline: Pipeline, log: StepLog) -> None:
+    plan, options, state = pipeline.plan, pipeline.options, pipeline.state
+    artifact, binary = _need(state.artifact), _need(state.binary)
+    manifest = _manifest(pipeline, binary)
+    write_json(artifact / "build.json", manifest)
+    shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
+    # Signed on the host, before publication; the key never enters a container.
+    signature = pipeline.signer.sign(
+        binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir)
+    )
+    log.line(
+        f"signed {binary.name} -> {signature.name} with key "
+        f"{pipeline.signer.key.public.id_text} ({pipeline.signer.source})"
+    )
+    sums = write_checksums(artifact)
+    log.line(sums.read_text().rstrip())
+    destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
+    move_into_place(artifact, destination)
+    for path in update_release_index(destination.parent, pipeline.signer):
+        log.line(f"release index: wrote {path.name}")
+    state.manifest, state.published = manifest, destination
+    log.detail = str(destination)
+
+
+def _manifest(pipeline: Pipeline, binary: Path) -> dict[str, object]:
+    """build.json: what was built, from what, how, and what the checks found."""
+    options, plan, state = pipeline.options, pipeline.plan, pipeline.state
+    base, report, vendor = _need(state.base), _need(state.toolchain), _need(state.vendor)
+    pgo, coverage, bolt = state.pgo, state.coverage, state.bolt_report
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "orchestrator_version": __version__,
+        "artifact": {
+            "name": options.binary,
+            "version": options.version,
+            "flavor": plan.flavor,
+            "arch": plan.arch,
+            "target": plan.rust_target,
+            "file": plan.binary,
+            "sha256": sha256_file(binary),
+            "size": binary.stat().st_size,
+            "optimizations": [
+                name
+                for name, on in (
+                    ("lto-fat", True),
+                    ("pgo", pgo is not None),
+                    ("bolt", bool(bolt and bolt.get("applied"))),
+                )
+                if on
+            ],
+        },
+        "toolchain": {
+            "spec": plan.toolchain.flavor_view(plan.flavor),
+            "reported": report.as_dict(),
+        },
+        "images": {"base": base.as_dict(), "toolchain": pipeline.image.as_dict()},
+        "flags": {
+            "target_cpu": plan.target_cpu,
+            "rustflags": list(plan.rustflags),
+            "release_profile": RELEASE_PROFILE,
+            "features": list(options.settings_for(plan.flavor).features),
+            "default_features": options.settings_for(plan.flavor).default_features,
+            "variants": {
+                name: {"cargo": list(v.build.argv), "rustflags": v.rustflags}
+                for name, v in plan.variants.items()
+            },
+            "cargo_test": list(plan.test.argv),
+            "environment": {
+                k: v for k, v in plan.build.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"
+            },
+        },
+        "inputs": {
+            "config": str(options.config_path.name),
+            "config_sha256": sha256_file(options.config_path),
+            "source_archive_sha256": plan.source.archive_sha256,
+            "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+            "vendored_crates_sha256": sha256_file(vendor),
+            "source_date_epoch": options.source_date_epoch,
+            "workloads": [list(w) for w in plan.workloads],
+        },
+        "pgo": (
+            {
+                "profile": pgo.as_dict(),
+                "profile_key": plan.pgo.profile_key if plan.pgo else None,
+                "coverage": coverage.as_dict() if coverage else None,
+            }
+            if pgo
+            else None
+        ),
+        "bolt": bolt,
+        "profiling": pipeline.perf.as_dict() | {"container_started": pipeline.profiler_started},
+        "validation": state.validation,
+        "variants": state.variants,
+        # The publish step is still running while this is written.
+        "steps": [r.as_dict() for r in pipeline.reporter.results if r.status != "running"],
+        "dependencies": {
+            "rootfs": {
+                "suite": plan.base.suite,
+                "sha256": base.labels.get("org.orchestrator.rootfs-sha256"),
+            },
+            "debian_packages": [p.__dict__ for p in state.packages],
+            "crates": [
+                {"name": c.name, "version": c.version, "sha256": c.sha256}
+                for c in state.crates
+                if c.sha256
+            ],
+        },
+        "profiles": {
+            name: {"sha256": record.sha256, "size": record.size}
+            for name, record in _profiles(pipeline)
+            if record is not None
+        },
+        "source": source_identity(options.crate_dir),
+        "portability": state.portability.as_dict() if state.portability else None,
+        "device_code": state.gpu,
+        "started_at": pipeline.started,
+        "finished_at": _now(),
+    }

@@ -1,0 +1,103 @@
+"""The cargo builds: the plain baseline (the yardstick), the release profile, the
+optimized build (PGO profile and/or relocations for BOLT), and `cargo test`.
+
+Every variant's binary is copied to /build/out/bin/<variant> so later steps (PGO
+training, BOLT, validation, bench) find it under one name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from orchestrator.errors import SourceError, StepFailedError
+from orchestrator.execute.pipeline import BIN_DIR, Pipeline, cargo, fetch_file, run
+from orchestrator.host.source import snapshot
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.layout import PATHS
+from orchestrator.model.pgo_report import Coverage, missing_functions
+from orchestrator.plan.steps import StepName
+from orchestrator.progress import StepLog
+
+
+def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
+    plan, options, box, vendor = (
+        pipeline.plan,
+        pipeline.options,
+        pipeline.box,
+        pipeline.state.vendor,
+    )
+    if vendor is None:
+        raise StepFailedError("internal: the baseline build runs after fetch-crates")
+    # Re-snapshot: a source edited since planning must not slip in unrecorded.
+    current = snapshot(options.crate_dir, options.source_date_epoch)
+    if current.archive_sha256 != plan.source.archive_sha256:
+        raise SourceError(
+            "the crate's sources changed while the build was starting",
+            hint="Run the build again.",
+        )
+    log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
+    box.put_archive(PATHS.root, plan.source.archive)
+    log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
+    box.put_archive(PATHS.root, vendor.read_bytes())
+    run(box, ["mkdir", "-p", BIN_DIR], log, StepName.BUILD_BASELINE)
+    cargo(box, plan.variants["baseline"].build, log, StepName.BUILD_BASELINE)
+    pipeline.copy_binary("baseline", log)
+
+
+def build_release(pipeline: Pipeline, log: StepLog) -> None:
+    cargo(pipeline.box, pipeline.plan.variants["release"].build, log, StepName.BUILD_RELEASE)
+    pipeline.state.shipped = pipeline.copy_binary("release", log)
+    pipeline.state.unbolted = pipeline.state.shipped
+
+
+def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
+    plan, state = pipeline.plan, pipeline.state
+    output = cargo(pipeline.box, plan.variants["optimized"].build, log, StepName.BUILD_OPTIMIZED)
+    state.shipped = pipeline.copy_binary("optimized", log)
+    state.unbolted = state.shipped
+    if plan.pgo is not None and state.pgo is not None:
+        functions = state.pgo.details.get("functions", 0)
+        coverage = Coverage(
+            profiled_functions=int(functions) if isinstance(functions, int) else 0,
+            missing_functions=len(missing_functions(output)),
+            max_missing_ratio=plan.pgo.max_missing_ratio,
+        )
+        state.coverage = coverage
+        log.detail = (
+            f"{coverage.missing_functions} functions without profile ({coverage.missing_ratio:.1%})"
+        )
+        coverage.check()
+
+
+def test(pipeline: Pipeline, log: StepLog) -> None:
+    cargo(pipeline.box, pipeline.plan.test, log, StepName.TEST)
+
+
+def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, dict[str, object]]:
+    """Store every variant's binary for `orchestrator bench`, keyed by the shipped binary."""
+    state = pipeline.state
+    names = {"baseline": f"{BIN_DIR}/baseline", "release": f"{BIN_DIR}/release"}
+    if pipeline.plan.pgo:
+        names["pgo"] = state.unbolted
+    if state.shipped != state.unbolted:
+        names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = state.shipped
+    shipped_sha = sha256_file(artifact / pipeline.plan.binary)
+    store = pipeline.options.cache_dir / "variants" / shipped_sha
+    partial = store.with_name(store.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    described: dict[str, dict[str, object]] = {}
+    for name, path in names.items():
+        fetched = fetch_file(pipeline.box, path, pipeline.scratch)
+        target = partial / name
+        shutil.move(fetched, target)
+        described[name] = {"sha256": sha256_file(target), "size": target.stat().st_size}
+    (partial / "variants.json").write_text(
+        json.dumps({"image": pipeline.image.reference, "variants": described}, indent=1) + "\n"
+    )
+    shutil.rmtree(store, ignore_errors=True)
+    partial.replace(store)
+    log.line(f"variants for `orchestrator bench` kept in {store}")
+    return described
