@@ -1,17 +1,28 @@
 """Every error a user can meet, each with its own exit code and a hint on what to do next.
 
 The CLI maps these to exit codes in one place; pipeline code raises them and never
-prints or exits by itself.
+prints or exits by itself. Raise a named subclass, never `OrchestratorError` itself: every
+subclass must declare an exit code of its own, listed in README.md's exit-code table
+(tests/unit/test_mends_errors.py checks both).
 """
 
 from __future__ import annotations
 
 
 class OrchestratorError(Exception):
-    """Base of all expected failures. Anything else reaching the CLI is a bug."""
+    """Base of all expected failures. Anything else reaching the CLI is a bug.
+
+    Abstract in spirit: its exit code 1 is undocumented, and a subclass that does not
+    declare its own code is refused when it is defined.
+    """
 
     exit_code = 1
     default_hint = ""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.exit_code == OrchestratorError.exit_code:
+            raise TypeError(f"{cls.__qualname__} must declare an exit_code of its own (not 1)")
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -32,6 +43,12 @@ class SourceError(OrchestratorError):
     exit_code = 11
 
 
+class ForeignFolderError(OrchestratorError):
+    """A folder the tool would empty or remove (a --workdir, the cache) is not one it made."""
+
+    exit_code = 12
+
+
 class DockerUnavailableError(OrchestratorError):
     exit_code = 20
     default_hint = (
@@ -48,6 +65,13 @@ class BootstrapError(OrchestratorError):
 
 class ImageBuildError(OrchestratorError):
     exit_code = 22
+
+
+class ContainerError(OrchestratorError):
+    """The Engine cannot start a container, copy files into it, or find a path in it."""
+
+    exit_code = 23
+    default_hint = "`orchestrator doctor` checks the Engine; the step log has the details."
 
 
 class ToolchainMismatchError(OrchestratorError):
@@ -100,6 +124,25 @@ class BoltError(OrchestratorError):
     """BOLT failed, or its binary failed validation, and bolt.policy is "require"."""
 
     exit_code = 46
+
+
+class NotAReleaseError(OrchestratorError):
+    """`verify` was pointed at a folder that is not a release: nothing to check."""
+
+    exit_code = 56
+    default_hint = "Point at artifacts/<name>-<version>/."
+
+
+class BenchError(OrchestratorError):
+    """A benchmark cannot run: no published build, variants or image, or an emulated flavor."""
+
+    exit_code = 57
+
+
+class SbomError(OrchestratorError):
+    """The generated SBOM does not validate against the CycloneDX 1.6 schema (a bug)."""
+
+    exit_code = 58
 
 
 class StaleRenderError(OrchestratorError):

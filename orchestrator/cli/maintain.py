@@ -94,38 +94,61 @@ def clean(
         bool,
         typer.Option(
             "--cache",
-            help="Also empty the host cache (rootfs, .debs, crates, logs); the vault stays.",
+            help="Also empty the host cache (rootfs, .debs, crates, logs); the vault stays. "
+            "Refused (exit 12) for a folder that is not orchestrator's cache.",
+        ),
+    ] = False,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Remove every labelled container and volume, also those of builds still "
+            "running: this KILLS running builds. Default: only those whose process is gone.",
         ),
     ] = False,
 ) -> None:
-    """Remove leftover containers and staging folders; optionally images and the cache.
+    """Remove leftover containers, volumes and staging folders; optionally images and cache.
+
+    Containers and volumes of a build that is still running (its process is alive) are
+    kept unless --all is given.
 
     Example: orchestrator clean --images
     """
+    from orchestrator.host.cachedir import CACHE_MARKER, check_cache_dir, ensure_cache_dir
+    from orchestrator.host.staging import _remove_abandoned as remove_abandoned
     from orchestrator.host.staging import staging_root
     from orchestrator.runtime.engine import Engine
 
     options = resolve_options(config)
+    if cache:
+        check_cache_dir(options.cache_dir)  # before anything is removed
     engine = Engine.connect()
-    containers = engine.managed_containers()
-    for container in containers:
-        container.remove(force=True)
-    volumes = engine.remove_managed_volumes()
-    console.print(f"removed {len(containers)} container(s) and {volumes} volume(s)")
+    if everything:
+        managed = engine.managed_containers()
+        for container in managed:
+            container.remove(force=True)
+        containers, volumes = len(managed), engine.remove_managed_volumes()
+    else:
+        containers, volumes = engine.remove_leftovers()
+    console.print(f"removed {containers} container(s) and {volumes} volume(s)")
     staging = staging_root(options.artifacts_dir)
-    if staging.exists():
+    if staging.exists() and everything:
         shutil.rmtree(staging)
         console.print(f"removed {staging}")
+    elif staging.exists():
+        remove_abandoned(staging)  # a running build's staging folder stays
+        console.print(f"removed abandoned staging folders in {staging}")
     if images:
-        managed = engine.managed_images()
-        for image in managed:
+        removed = engine.managed_images()
+        for image in removed:
             engine.remove_image(image.id)
         console.print(
-            f"removed {len(managed)} image(s), {sum(i.size for i in managed) / 1e9:.1f} GB"
+            f"removed {len(removed)} image(s), {sum(i.size for i in removed) / 1e9:.1f} GB"
         )
     if cache and options.cache_dir.exists():
+        ensure_cache_dir(options.cache_dir)  # marks a cache made before markers existed
         # The vault holds what past releases need to be reproduced: not a cache to empty.
         for entry in options.cache_dir.iterdir():
-            if entry.name != "vault":
+            if entry.name not in ("vault", CACHE_MARKER):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         console.print(f"emptied {options.cache_dir} (kept vault/)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -83,7 +82,10 @@ def reproduce(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            "--workdir", help="Where to rebuild (default: <release>.reproduce next to it)."
+            "--workdir",
+            help="Where to rebuild (default: <release>.reproduce next to it). Removed and "
+            "made afresh only if an earlier reproduce made it; any other non-empty folder is "
+            "refused (exit 12).",
         ),
     ] = None,
     cache_dir: CacheOption = None,
@@ -102,10 +104,12 @@ def reproduce(
     rebuilt from the vaulted .debs, and no step may download anything. Prints expected and
     actual sha256 per artifact; on a difference, writes a diffoscope report next to the
     rebuilt binary and names the recorded inputs that differ. Exit 0 only if every
-    artifact is bit-identical (55 otherwise).
+    artifact is bit-identical; 55 when bytes differ; when a target could not be rebuilt,
+    the code of its error (e.g. 51 for a missing vault blob; the first such target's).
 
     Example: orchestrator reproduce artifacts/tinyllm-0.1.0
     """
+    from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
     from orchestrator.host.vault import Vault
     from orchestrator.release.reproduce import ReproduceMismatchError
     from orchestrator.release.reproduce import reproduce as run_reproduce
@@ -116,8 +120,8 @@ def reproduce(
     folder = release if release.is_dir() else release.parent
     workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
     cache = cache_root(cache_dir)
-    if workdir.exists():
-        shutil.rmtree(workdir)
+    prepare_workdir(workdir)  # refuses a folder it did not make, before anything else
+    ensure_cache_dir(cache)
     engine = Engine.connect()
     signer = resolve_signer(None, project_dir=workdir, cache_dir=cache, env={})
     results = run_reproduce(
@@ -132,14 +136,16 @@ def reproduce(
         announce=console.print,
         only=artifact or (),
     )
-    table = Table("artifact", "expected", "got", "identical", "time", title="reproduction")
+    table = Table("artifact", "expected", "got", "identical", "time", "error", title="reproduction")
     for result in results:
+        failure = result.exception
         table.add_row(
             result.artifact,
             result.expected[:16],
             result.got[:16] or "-",
             "[green]yes[/]" if result.identical else "[red]NO[/]",
             f"{result.seconds:.0f}s",
+            f"{type(failure).__name__} (exit {failure.exit_code})" if failure else "-",
         )
     console.print(table)
     (workdir / "reproduce.json").write_text(
@@ -151,6 +157,9 @@ def reproduce(
                 err_console.print(f"[yellow]{result.artifact}:[/] {line}")
         if result.report:
             err_console.print(f"[yellow]{result.artifact}:[/] diffoscope report: {result.report}")
+    failure = next((r.exception for r in results if r.exception is not None), None)
+    if failure is not None:  # not compared at all: that error's own message and exit code
+        raise failure
     different = [r.artifact for r in results if not r.identical]
     if different:
         raise ReproduceMismatchError(

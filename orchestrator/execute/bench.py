@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.options import Options
-from orchestrator.errors import OrchestratorError, StepFailedError
+from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.layout import BUILDER_UID, artifact_dir_name, release_dir_name
+from orchestrator.model.records import BuildManifest, VariantsRecord, read_record
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
 ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
@@ -205,7 +206,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
     """Find the published build of `flavor_name` (at options.target_cpu) and its variants."""
     flavor = get_flavor(flavor_name)
     if flavor.runner:
-        raise OrchestratorError(
+        raise BenchError(
             f"the {flavor_name} binaries run under {flavor.runner[0]} on this machine: "
             "timing an emulator says nothing about the binary",
             hint=f"Run the bench on a {flavor.arch} machine, or bench an x86_64 flavor.",
@@ -218,23 +219,21 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
     cache_dir = options.cache_dir
     manifest_path = artifact / "build.json"
     if not manifest_path.is_file():
-        raise OrchestratorError(
+        raise BenchError(
             f"no published {flavor_name} build at {artifact}",
             hint=f"Build it first: orchestrator build --flavor {flavor_name}",
         )
-    manifest = json.loads(manifest_path.read_text())
-    variants_dir = cache_dir / "variants" / str(manifest["artifact"]["sha256"])
+    manifest = read_record(manifest_path, BuildManifest)
+    variants_dir = cache_dir / "variants" / manifest.artifact.sha256
     description = variants_dir / "variants.json"
     if not description.is_file():
-        raise OrchestratorError(
+        raise BenchError(
             f"the variant binaries of {artifact.name} are not in {cache_dir / 'variants'}",
             hint=f"Rebuild to keep them: orchestrator build --flavor {flavor_name}",
         )
-    data = json.loads(description.read_text())
-    sizes = {k: int(v["size"]) for k, v in data["variants"].items()}
-    return BenchSetup(
-        artifact, variants_dir, str(data["image"]), sizes, release / "bench" / artifact.name
-    )
+    kept = read_record(description, VariantsRecord)
+    sizes = {name: variant.size for name, variant in kept.variants.items()}
+    return BenchSetup(artifact, variants_dir, kept.image, sizes, release / "bench" / artifact.name)
 
 
 def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
@@ -270,7 +269,7 @@ def measure(
 ) -> list[VariantStats]:
     names = [n for n in ORDER if n in setup.sizes]
     if engine.image(setup.image) is None:
-        raise OrchestratorError(
+        raise BenchError(
             f"the build's image {setup.image} is gone", hint="Rebuild: orchestrator build"
         )
     times: dict[str, list[float]] = {n: [] for n in names}

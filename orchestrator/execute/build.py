@@ -37,6 +37,7 @@ from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
 from orchestrator.host.source import snapshot
 from orchestrator.host.staging import staging_area
+from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.steps import BOLT_STEPS, StepName
@@ -89,7 +90,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
 class BuildOutcome:
     artifact: Path
     binary: Path
-    manifest: dict[str, object]
+    manifest: BuildManifest
 
 
 def run_build(
@@ -117,10 +118,10 @@ def run_build(
             retrain=retrain,
         )
         run_steps(pipeline)
-        published = pipeline.state.published
-        if published is None:
+        published, manifest = pipeline.state.published, pipeline.state.manifest
+        if published is None or manifest is None:
             raise StepFailedError(f"the plan for {plan.artifact_dir} has no publish step")
-        return BuildOutcome(published, published / plan.binary, pipeline.state.manifest)
+        return BuildOutcome(published, published / plan.binary, manifest)
     raise AssertionError("unreachable")  # pragma: no cover - ExitStack never swallows
 
 

@@ -20,6 +20,7 @@ from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
+from orchestrator.model.records import BuildManifest, FileDigest
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import Reporter, StepLog
@@ -104,8 +105,8 @@ class BuildState:
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder
     binary: Path | None = None  # the staged binary
-    variants: dict[str, dict[str, object]] = field(default_factory=dict)
-    manifest: dict[str, object] = field(default_factory=dict)
+    variants: dict[str, FileDigest] = field(default_factory=dict)
+    manifest: BuildManifest | None = None
     published: Path | None = None
 
 

@@ -4,13 +4,13 @@ reused when that is unchanged, and refused when their bytes no longer match the 
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import ProfileError
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.records import ProfileSidecar, read_record, write_record
 
 
 @dataclass
@@ -39,8 +39,10 @@ def store_profile(source: Path, cache: Path, details: dict[str, object]) -> Prof
     partial = cache.with_suffix(".partial")
     shutil.copyfile(source, partial)
     partial.replace(cache)
-    meta = {"sha256": digest, "size": cache.stat().st_size, **details}
-    cache.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+    size = cache.stat().st_size
+    write_record(
+        cache.with_suffix(".json"), ProfileSidecar(sha256=digest, size=size, details=details)
+    )
     return ProfileRecord(cache, digest, cache.stat().st_size, False, details)
 
 
@@ -48,14 +50,13 @@ def load_profile(cache: Path, what: str) -> ProfileRecord | None:
     meta_path = cache.with_suffix(".json")
     if not cache.is_file() or not meta_path.is_file():
         return None
-    meta = json.loads(meta_path.read_text())
+    meta = read_record(meta_path, ProfileSidecar)
     digest = sha256_file(cache)
-    if digest != meta.get("sha256"):
+    if digest != meta.sha256:
         # A profile is a release input: silently retraining would change the binary.
         raise ProfileError(
             f"the stored {what} profile {cache} does not match its recorded sha256 "
-            f"({digest[:12]} != {str(meta.get('sha256'))[:12]}): it was altered or corrupted",
+            f"({digest[:12]} != {meta.sha256[:12]}): it was altered or corrupted",
             hint="Run the build with --retrain to profile again (or remove the file).",
         )
-    details = {k: v for k, v in meta.items() if k not in ("sha256", "size")}
-    return ProfileRecord(cache, digest, cache.stat().st_size, True, details)
+    return ProfileRecord(cache, digest, cache.stat().st_size, True, dict(meta.details))

@@ -14,15 +14,34 @@ from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
 from orchestrator.host.staging import publish as move_into_place
-from orchestrator.host.staging import write_checksums, write_json
+from orchestrator.host.staging import write_checksums
 from orchestrator.host.system import source_identity
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.records import (
+    ArtifactInfo,
+    BoltInfo,
+    BuildManifest,
+    CrateDependency,
+    DebDependency,
+    Dependencies,
+    FileDigest,
+    FlagsInfo,
+    ImageRecord,
+    ImagesInfo,
+    InputsInfo,
+    PgoInfo,
+    PortabilityInfo,
+    RootfsDependency,
+    SourceIdentity,
+    ToolchainInfo,
+    write_record,
+)
 from orchestrator.plan.build_plan import RELEASE_PROFILE
 from orchestrator.progress import StepLog
+from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import artifact_comment, update_release_index
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
-MANIFEST_SCHEMA = "orchestrator/build@1"
 T = TypeVar("T")
 
 
@@ -72,7 +91,7 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     plan, options, state = pipeline.plan, pipeline.options, pipeline.state
     artifact, binary = _need(state.artifact), _need(state.binary)
     manifest = _manifest(pipeline, binary)
-    write_json(artifact / "build.json", manifest)
+    write_record(artifact / "build.json", manifest)
     shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
     # Signed on the host, before publication; the key never enters a container.
     signature = pipeline.signer.sign(
@@ -92,97 +111,102 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     log.detail = str(destination)
 
 
-def _manifest(pipeline: Pipeline, binary: Path) -> dict[str, object]:
+def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
     """build.json: what was built, from what, how, and what the checks found."""
     options, plan, state = pipeline.options, pipeline.plan, pipeline.state
     base, report, vendor = _need(state.base), _need(state.toolchain), _need(state.vendor)
-    pgo, coverage, bolt = state.pgo, state.coverage, state.bolt_report
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "orchestrator_version": __version__,
-        "artifact": {
-            "name": options.binary,
-            "version": options.version,
-            "flavor": plan.flavor,
-            "arch": plan.arch,
-            "target": plan.rust_target,
-            "file": plan.binary,
-            "sha256": sha256_file(binary),
-            "size": binary.stat().st_size,
-            "optimizations": [
+    settings = options.settings_for(plan.flavor)
+    bolt = BoltInfo.model_validate(state.bolt_report) if state.bolt_report else None
+    return BuildManifest(
+        orchestrator_version=__version__,
+        artifact=ArtifactInfo(
+            name=options.binary,
+            version=options.version,
+            flavor=plan.flavor,
+            arch=plan.arch,
+            target=plan.rust_target,
+            file=plan.binary,
+            sha256=sha256_file(binary),
+            size=binary.stat().st_size,
+            optimizations=[
                 name
                 for name, on in (
                     ("lto-fat", True),
-                    ("pgo", pgo is not None),
-                    ("bolt", bool(bolt and bolt.get("applied"))),
+                    ("pgo", state.pgo is not None),
+                    ("bolt", bool(bolt and bolt.applied)),
                 )
                 if on
             ],
-        },
-        "toolchain": {
-            "spec": plan.toolchain.flavor_view(plan.flavor),
-            "reported": report.as_dict(),
-        },
-        "images": {"base": base.as_dict(), "toolchain": pipeline.image.as_dict()},
-        "flags": {
-            "target_cpu": plan.target_cpu,
-            "rustflags": list(plan.rustflags),
-            "release_profile": RELEASE_PROFILE,
-            "features": list(options.settings_for(plan.flavor).features),
-            "default_features": options.settings_for(plan.flavor).default_features,
-            "variants": {
+        ),
+        toolchain=ToolchainInfo(
+            spec=plan.toolchain.flavor_view(plan.flavor), reported=report.as_dict()
+        ),
+        images=ImagesInfo(base=_image(base), toolchain=_image(pipeline.image)),
+        flags=FlagsInfo(
+            target_cpu=plan.target_cpu,
+            rustflags=list(plan.rustflags),
+            release_profile=dict(RELEASE_PROFILE),
+            features=list(settings.features),
+            default_features=settings.default_features,
+            variants={
                 name: {"cargo": list(v.build.argv), "rustflags": v.rustflags}
                 for name, v in plan.variants.items()
             },
-            "cargo_test": list(plan.test.argv),
-            "environment": {
+            cargo_test=list(plan.test.argv),
+            environment={
                 k: v for k, v in plan.build.environment.items() if k != "CARGO_ENCODED_RUSTFLAGS"
             },
-        },
-        "inputs": {
-            "config": str(options.config_path.name),
-            "config_sha256": sha256_file(options.config_path),
-            "source_archive_sha256": plan.source.archive_sha256,
-            "cargo_lock_sha256": plan.source.cargo_lock_sha256,
-            "vendored_crates_sha256": sha256_file(vendor),
-            "source_date_epoch": options.source_date_epoch,
-            "workloads": [list(w) for w in plan.workloads],
-        },
-        "pgo": (
-            {
-                "profile": pgo.as_dict(),
-                "profile_key": plan.pgo.profile_key if plan.pgo else None,
-                "coverage": coverage.as_dict() if coverage else None,
-            }
-            if pgo
-            else None
         ),
-        "bolt": bolt,
-        "profiling": pipeline.perf.as_dict() | {"container_started": pipeline.profiler_started},
-        "validation": state.validation,
-        "variants": state.variants,
+        inputs=InputsInfo(
+            config=options.config_path.name,
+            config_sha256=sha256_file(options.config_path),
+            source_archive_sha256=plan.source.archive_sha256,
+            cargo_lock_sha256=plan.source.cargo_lock_sha256,
+            vendored_crates_sha256=sha256_file(vendor),
+            source_date_epoch=options.source_date_epoch,
+            workloads=[list(w) for w in plan.workloads],
+        ),
+        pgo=PgoInfo(
+            profile=state.pgo.as_dict(),
+            profile_key=plan.pgo.profile_key if plan.pgo else None,
+            coverage=state.coverage.as_dict() if state.coverage else None,
+        )
+        if state.pgo
+        else None,
+        bolt=bolt,
+        profiling=pipeline.perf.as_dict() | {"container_started": pipeline.profiler_started},
+        validation=state.validation,
+        variants=state.variants,
         # The publish step is still running while this is written.
-        "steps": [r.as_dict() for r in pipeline.reporter.results if r.status != "running"],
-        "dependencies": {
-            "rootfs": {
-                "suite": plan.base.suite,
-                "sha256": base.labels.get("org.orchestrator.rootfs-sha256"),
-            },
-            "debian_packages": [p.__dict__ for p in state.packages],
-            "crates": [
-                {"name": c.name, "version": c.version, "sha256": c.sha256}
+        steps=[r.as_dict() for r in pipeline.reporter.results if r.status != "running"],
+        dependencies=Dependencies(
+            rootfs=RootfsDependency(
+                suite=plan.base.suite, sha256=base.labels.get("org.orchestrator.rootfs-sha256")
+            ),
+            debian_packages=[
+                DebDependency(name=p.name, version=p.version, arch=p.arch, sha256=p.sha256)
+                for p in state.packages
+            ],
+            crates=[
+                CrateDependency(name=c.name, version=c.version, sha256=c.sha256)
                 for c in state.crates
                 if c.sha256
             ],
-        },
-        "profiles": {
-            name: {"sha256": record.sha256, "size": record.size}
+        ),
+        profiles={
+            name: FileDigest(sha256=record.sha256, size=record.size)
             for name, record in _profiles(pipeline)
             if record is not None
         },
-        "source": source_identity(options.crate_dir),
-        "portability": state.portability.as_dict() if state.portability else None,
-        "device_code": state.gpu,
-        "started_at": pipeline.started,
-        "finished_at": _now(),
-    }
+        source=SourceIdentity.model_validate(source_identity(options.crate_dir)),
+        portability=PortabilityInfo.model_validate(state.portability.as_dict())
+        if state.portability
+        else None,
+        device_code=state.gpu,
+        started_at=pipeline.started,
+        finished_at=_now(),
+    )
+
+
+def _image(outcome: ImageOutcome) -> ImageRecord:
+    return ImageRecord.model_validate(outcome.as_dict())

@@ -7,7 +7,6 @@ training, BOLT, validation, bench) find it under one name.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from orchestrator.host.source import snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
+from orchestrator.model.records import FileDigest, VariantsRecord, write_record
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
 
@@ -75,7 +75,7 @@ def test(pipeline: Pipeline, log: StepLog) -> None:
     cargo(pipeline.box, pipeline.plan.test, log, StepName.TEST)
 
 
-def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, dict[str, object]]:
+def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, FileDigest]:
     """Store every variant's binary for `orchestrator bench`, keyed by the shipped binary."""
     state = pipeline.state
     names = {"baseline": f"{BIN_DIR}/baseline", "release": f"{BIN_DIR}/release"}
@@ -88,14 +88,15 @@ def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str,
     partial = store.with_name(store.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    described: dict[str, dict[str, object]] = {}
+    described: dict[str, FileDigest] = {}
     for name, path in names.items():
         fetched = fetch_file(pipeline.box, path, pipeline.scratch)
         target = partial / name
         shutil.move(fetched, target)
-        described[name] = {"sha256": sha256_file(target), "size": target.stat().st_size}
-    (partial / "variants.json").write_text(
-        json.dumps({"image": pipeline.image.reference, "variants": described}, indent=1) + "\n"
+        described[name] = FileDigest(sha256=sha256_file(target), size=target.stat().st_size)
+    write_record(
+        partial / "variants.json",
+        VariantsRecord(image=pipeline.image.reference, variants=described),
     )
     shutil.rmtree(store, ignore_errors=True)
     partial.replace(store)

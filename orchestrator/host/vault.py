@@ -5,14 +5,18 @@ A blob lives at <root>/sha256/<first two hex digits>/<sha256>. It enters through
 temporary file and a rename, after its hash was computed, so the store never holds a
 partial file. Every read re-hashes: a blob whose bytes no longer match its name is
 refused (VaultCorruptError) and never used.
+
+The vault never shares an inode with the cache, in either direction: a hard link would let
+a later write to the cache file (or a build rewriting a materialized one) change the
+vault's only copy. Files are cloned (a reflink, where the filesystem can) or copied.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
-import os
 import shutil
 import tarfile
 import tempfile
@@ -25,6 +29,7 @@ from orchestrator.model.hashing import CHUNK, sha256_file
 
 HEX = frozenset("0123456789abcdef")
 EXPORT_INDEX = "vault-export.json"
+FICLONE = 0x40049409  # ioctl: make dst share src's extents copy-on-write (btrfs, xfs, ...)
 
 
 class VaultError(OrchestratorError):
@@ -38,6 +43,18 @@ class VaultCorruptError(VaultError):
         "The file was changed after it entered the vault. Remove it and import the "
         "release's vault archive again; a corrupted input is never used."
     )
+
+
+def clone_file(source: Path, dest: Path) -> None:
+    """`dest` becomes an independent copy of `source`: a reflink if possible, else bytes."""
+    with source.open("rb") as src, dest.open("wb") as dst:
+        try:
+            fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+        except OSError:
+            pass
+        else:
+            return
+    shutil.copyfile(source, dest)
 
 
 def _check_digest(digest: str) -> str:
@@ -58,7 +75,7 @@ class Vault:
         return self.path(digest).is_file()
 
     def put(self, source: Path, *, expected: str | None = None) -> str:
-        """Store a copy of `source` (a hardlink when possible); return its sha256."""
+        """Store a copy of `source` (a reflink when possible, never a link); its sha256."""
         digest = sha256_file(source)
         if expected is not None and digest != expected:
             raise VaultCorruptError(
@@ -70,10 +87,7 @@ class Vault:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".in-") as tmp:
             partial = Path(tmp) / digest
-            try:
-                os.link(source, partial)
-            except OSError:
-                shutil.copyfile(source, partial)
+            clone_file(source, partial)
             if sha256_file(partial) != digest:  # changed while we copied
                 raise VaultCorruptError(f"{source} changed while it was stored")
             partial.chmod(0o444)
@@ -96,19 +110,13 @@ class Vault:
         return path
 
     def materialize(self, digest: str, dest: Path) -> None:
-        """Write the verified blob to `dest` (via a temporary name)."""
+        """Write a copy of the verified blob to `dest` (via a temporary name)."""
         source = self.verify(digest)
-        if dest.is_file() and source.samefile(dest):
-            return  # a link to this very blob, put there by an earlier target
         dest.parent.mkdir(parents=True, exist_ok=True)
-        # A private folder, not a fixed partial name: rename() between two links of one
-        # inode does nothing and would leave the partial behind for the next call.
+        # A copy, never a link: a build may rewrite what it finds in its cache.
         with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".out-") as tmp:
             partial = Path(tmp) / dest.name
-            try:
-                os.link(source, partial)
-            except OSError:
-                shutil.copyfile(source, partial)
+            clone_file(source, partial)
             partial.replace(dest)
 
     # -- moving a release's inputs between machines ---------------------------------

@@ -1,16 +1,18 @@
-"""Pin a release (release.lock + vault) and rebuild it from the pins, offline, bit for bit.
+"""Rebuild a release from its pins (release.lock + vault), offline, bit for bit.
 
-`record_release` runs after `orchestrator release`: it puts every input blob in the vault
-and writes release.lock. `reproduce` reads a lockfile, lays the sources out in a fresh
-folder, seeds a fresh cache from the vault only (rootfs, .debs, crates, profiles), builds
-every target in fresh images and containers with `offline` set, so nothing can be
-downloaded, and compares each binary with its recorded sha256.
+`record_release` (release/pin.py, re-exported here) runs after `orchestrator release`:
+it puts every input blob in the vault and writes release.lock. `reproduce` reads a
+lockfile, lays the sources out in a fresh folder, seeds a fresh cache from the vault only
+(rootfs, .debs, crates, profiles), builds every target in fresh images and containers
+with `offline` set, so nothing can be downloaded, and compares each binary with its
+recorded sha256. A target that cannot be rebuilt keeps its error (class and exit code) on
+its result. Nothing is installed: without diffoscope, the difference report is a byte
+comparison that says how to install it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tarfile
@@ -23,38 +25,31 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.options import resolve
 from orchestrator.errors import OrchestratorError, SourceError
 from orchestrator.execute.build import prepare_plan, run_build
-from orchestrator.host.system import source_identity
-from orchestrator.host.bootstrap import (
-    MANIFEST,
-    deb_identity,
-    read_manifest,
-    recipe_file,
-    rootfs_recipe,
-)
-from orchestrator.host.source import registry_crates
+from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import (
-    LOCK_FILE,
-    LockedTarget,
-    LockfileError,
-    blobs,
-    drift,
-    lock_document,
-    read_lock,
-    write_lock,
-)
+from orchestrator.model.lockfile import LockDriftError, LockfileError, blobs, drift, read_lock
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.progress import Reporter
+from orchestrator.release.pin import check_lock, record_release, vault_for
 from orchestrator.release.run import Target, targets
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
+
+__all__ = [  # record_release, check_lock and vault_for live in release/pin.py
+    "ReproduceMismatchError",
+    "Reproduced",
+    "check_lock",
+    "record_release",
+    "reproduce",
+    "vault_for",
+]
 
 
 class ReproduceMismatchError(OrchestratorError):
@@ -65,188 +60,6 @@ class ReproduceMismatchError(OrchestratorError):
     )
 
 
-def vault_for(options: Options) -> Vault:
-    return Vault(options.cache_dir / "vault")
-
-
-# -- writing the lock ---------------------------------------------------------------
-def _locked_target(
-    target: Target, plan: BuildPlan, manifest: dict[str, Any], artifact: Path, vault: Vault
-) -> LockedTarget:
-    options = target.options
-    built = {
-        "toolchain image": manifest["images"]["toolchain"]["input_hash"],
-        "sources": manifest["inputs"]["source_archive_sha256"],
-    }
-    planned = {"toolchain image": plan.image.input_hash, "sources": plan.source.archive_sha256}
-    stale = [what for what in built if built[what] != planned[what]]
-    if stale:
-        raise LockfileError(
-            f"{plan.artifact_dir} was built from other {' and '.join(stale)} than the config "
-            "gives now: a lock of it would pin inputs it was not built from",
-            hint="Build it again (orchestrator release), then lock.",
-        )
-    set_dir = package_set_dir(
-        plan.base, plan.packages, options.cache_dir, plan.apt_sources, plan.unpack
-    )
-    recorded = read_manifest(set_dir)
-    if recorded is None:
-        raise LockfileError(
-            f"the .debs that built {plan.artifact_dir} are no longer in {set_dir}",
-            hint=f"Rebuild it (orchestrator build --flavor {plan.flavor}) and lock again.",
-        )
-    packages = []
-    for entry in recorded:
-        name, version, arch = deb_identity(entry.file)
-        vault.put(set_dir / entry.file, expected=entry.sha256)
-        packages.append(
-            {
-                "name": name,
-                "version": version,
-                "arch": arch,
-                "file": entry.file,
-                "sha256": entry.sha256,
-                "size": entry.size,
-            }
-        )
-    profiles: dict[str, dict[str, Any]] = {}
-    bolt = manifest.get("bolt") or {}
-    for name, record in (manifest.get("profiles") or {}).items():
-        digest = vault.put(artifact / "profiles" / name, expected=record["sha256"])
-        if name == "pgo.profdata" and plan.pgo:
-            stored = (manifest.get("pgo") or {}).get("profile", {})
-            key = f"pgo/{plan.pgo.profile_key}.profdata"
-        else:
-            stored = bolt.get("profile", {})
-            key = f"bolt/{stored.get('cache_key')}.fdata"
-        profiles[name] = {
-            "sha256": digest,
-            "size": record["size"],
-            "cache_file": key,
-            # what the build knew about it (function counts, BOLT mode), as the cache has it
-            "details": {
-                k: v for k, v in stored.items() if k not in ("sha256", "size", "reused_from_cache")
-            },
-        }
-    device = manifest.get("device_code") or {}
-    resolved = {
-        "packages": packages,
-        "package_set_sha256": sha256_file(set_dir / MANIFEST),
-        "toolchain_reported": manifest["toolchain"]["reported"],
-        "gpu_compiler": device.get("compiler"),
-        "profiles": profiles,
-        "bolt": {"mode": bolt.get("mode"), "applied": bolt.get("applied")} if bolt else None,
-    }
-    output = {
-        "file": manifest["artifact"]["file"],
-        "sha256": manifest["artifact"]["sha256"],
-        "size": manifest["artifact"]["size"],
-    }
-    return LockedTarget(target.level, plan_inputs(plan), resolved, output)
-
-
-def record_release(
-    options: Options, chosen: Sequence[Target], release_dir: Path, vault: Vault
-) -> Path:
-    """Write release.lock for the published targets of `chosen`; fill the vault."""
-    locked: list[LockedTarget] = []
-    plans: list[BuildPlan] = []
-    for target in chosen:
-        plan = prepare_plan(target.options, target.flavor)
-        artifact = release_dir / plan.artifact_dir
-        if not (artifact / "build.json").is_file():
-            continue  # failed or never built: not part of the release
-        manifest = json.loads((artifact / "build.json").read_text())
-        locked.append(_locked_target(target, plan, manifest, artifact, vault))
-        plans.append(plan)
-    if not locked:
-        raise LockfileError(
-            f"{release_dir} holds no published artifact of the configured targets",
-            hint="Run `orchestrator release` first.",
-        )
-    plan = plans[0]
-    rootfs = options.cache_dir / "rootfs" / f"{plan.base_image.input_hash}.tar"
-    if not rootfs.is_file():
-        raise LockfileError(
-            f"the base rootfs tarball {rootfs} is no longer in the cache",
-            hint="Remove the base image (orchestrator clean --images) and release again.",
-        )
-    vendor = options.cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
-    if not vendor.is_file():
-        raise LockfileError(f"the vendored crates {vendor} are no longer in the cache")
-    rootfs_sha256 = vault.put(rootfs)
-    identity = source_identity(options.crate_dir)
-    if not options.crate_dir.is_relative_to(options.project_dir):
-        raise LockfileError(
-            f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "
-            "records it relative to the config file",
-            hint="Keep orchestrator.toml in the crate's repository, at or above the crate.",
-        )
-    cargo_lock = (options.crate_dir / "Cargo.lock").read_text()
-    document = lock_document(
-        name=options.binary,
-        version=options.version,
-        config={
-            "file": options.config_path.name,
-            "sha256": sha256_file(options.config_path),
-            "text": options.config_path.read_text(),
-        },
-        source={
-            **identity,
-            "repository_path": _repository_path(options),
-            "crate": options.crate_dir.relative_to(options.project_dir).as_posix(),
-            "source_date_epoch": options.source_date_epoch,
-            "source_archive_sha256": plan.source.archive_sha256,
-            "cargo_lock_sha256": plan.source.cargo_lock_sha256,
-            "vendor_sha256": vault.put(vendor),
-            "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
-        },
-        base={
-            **plan.base.as_dict(),
-            "mmdebstrap": _rootfs_recipe(plan, rootfs, rootfs_sha256),
-            "rootfs_sha256": rootfs_sha256,
-        },
-        targets=locked,
-    )
-    return write_lock(release_dir / LOCK_FILE, document)
-
-
-def _rootfs_recipe(plan: BuildPlan, tarball: Path, digest: str) -> dict[str, Any]:
-    """How the rootfs was made: the command, and mmdebstrap's version where it was recorded.
-
-    A record that names another sha256 belongs to an earlier tarball (this one came from a
-    vault), so it says nothing about this one.
-    """
-    record = recipe_file(tarball)
-    made = json.loads(record.read_text()) if record.is_file() else {}
-    if made.get("sha256") != digest:
-        made = {}
-    return {
-        "command": made.get("command") or ["mmdebstrap", *rootfs_recipe(plan.base)],
-        "version": made.get("mmdebstrap_version"),
-    }
-
-
-def _repository_path(options: Options) -> str | None:
-    """The config file's path inside its git repository (for `git archive`)."""
-    prefix = git(options.project_dir, "rev-parse", "--show-prefix")
-    if prefix is None:
-        return None
-    return (Path(prefix) / options.config_path.name).as_posix()
-
-
-def check_lock(options: Options, document: dict[str, Any], chosen: Sequence[Target]) -> list[str]:
-    """Differences between the lock and what the configuration would build now."""
-    current = {}
-    for target in chosen:
-        plan = prepare_plan(target.options, target.flavor)
-        current[plan.artifact_dir] = plan_inputs(plan)
-    changes = drift(document, current)
-    if document["config"].get("sha256") != sha256_file(options.config_path):
-        changes.insert(0, f"{options.config_path.name} changed since the lock was written")
-    return changes
-
-
 # -- reproducing --------------------------------------------------------------------
 @dataclass
 class Reproduced:
@@ -254,9 +67,14 @@ class Reproduced:
     expected: str
     got: str = ""
     seconds: float = 0.0
-    error: str = ""
+    error: str = ""  # the first line of the error's message
     inputs_differing: list[str] = field(default_factory=list)
     report: Path | None = None
+    exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
+
+    def fail(self, error: OrchestratorError) -> None:
+        self.exception = error
+        self.error = (error.message.splitlines() or [""])[0]
 
     @property
     def identical(self) -> bool:
@@ -270,6 +88,8 @@ class Reproduced:
             "identical": self.identical,
             "seconds": round(self.seconds, 1),
             "error": self.error or None,
+            "error_class": type(self.exception).__name__ if self.exception else None,
+            "exit_code": self.exception.exit_code if self.exception else None,
             "inputs_differing": self.inputs_differing,
             "diffoscope_report": str(self.report) if self.report else None,
         }
@@ -360,15 +180,24 @@ def differing_inputs(
     return changes
 
 
+DIFFOSCOPE_INSTALL = "apt-get install diffoscope-minimal  (or: pip install diffoscope)"
+
+
 def diffoscope_report(expected: Path, got: Path, report: Path, log: Callable[[str], None]) -> Path:
-    """diffoscope's text report (installing Debian's diffoscope-minimal when missing)."""
-    tool = shutil.which("diffoscope") or _install_diffoscope(log)
+    """diffoscope's text report; without diffoscope, a byte comparison and how to get it.
+
+    Nothing is installed here: library code never runs a package manager.
+    """
+    tool = shutil.which("diffoscope")
     if tool is None:
+        log(f"diffoscope is not installed; for a full report: {DIFFOSCOPE_INSTALL}")
         differing = sum(
             a != b for a, b in zip(expected.read_bytes(), got.read_bytes(), strict=False)
         )
         report.write_text(
-            "diffoscope could not be installed; byte comparison instead:\n"
+            "diffoscope is not installed, so this is a byte comparison only.\n"
+            f"For a full report, install it ({DIFFOSCOPE_INSTALL}) and run:\n"
+            f"  diffoscope {expected} {got}\n\n"
             f"{expected}: {expected.stat().st_size} bytes\n{got}: {got.stat().st_size} bytes\n"
             f"{differing} differing bytes in the common length\n"
         )
@@ -377,29 +206,6 @@ def diffoscope_report(expected: Path, got: Path, report: Path, log: Callable[[st
         [tool, "--text", str(report), str(expected), str(got)], check=False, capture_output=True
     )
     return report
-
-
-def _install_diffoscope(log: Callable[[str], None]) -> str | None:
-    apt = shutil.which("apt-get")
-    if apt is None:
-        return None
-    log("installing diffoscope-minimal (apt-get) for the difference report")
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    for argv in (
-        [*sudo, apt, "update", "-qq"],
-        [*sudo, apt, "install", "-y", "-qq", "diffoscope-minimal"],
-    ):
-        if (
-            subprocess.run(
-                argv,
-                capture_output=True,
-                check=False,
-                env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            ).returncode
-            != 0
-        ):
-            return None
-    return shutil.which("diffoscope")
 
 
 @dataclass(frozen=True)
@@ -484,7 +290,7 @@ def reproduce(
         result = Reproduced(name, entry["output"]["sha256"])
         results.append(result)
         if name not in configured:
-            result.error = "the locked config no longer yields this target"
+            result.fail(LockDriftError("the locked config no longer yields this target"))
             continue
         _reproduce_one(run, entry, *configured[name], result)
     return results
@@ -512,7 +318,7 @@ def _reproduce_one(
     try:
         outcome = run_build(target.options, plan, run.engine, reporter, signer=run.signer)
     except OrchestratorError as error:
-        result.error = error.message.splitlines()[0]
+        result.fail(error)
         return
     finally:
         result.seconds = time.monotonic() - started

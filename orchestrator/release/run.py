@@ -1,7 +1,9 @@
 """`orchestrator release`: every flavor and level of the config, one after another.
 
 A failed target does not stop the others; the summary and release.json show all of them,
-and the exit code says whether all succeeded.
+each failed one with its error's class and exit code, and the exit code says whether all
+succeeded (49 when any failed, whatever their errors). A failed quick bench is only a
+warning on its target.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class TargetResult:
     size: int = 0
     sha256: str = ""
     speedup: float | None = None
-    error: str = ""
+    error: str = ""  # the first line of the error's message
     warnings: list[str] = field(default_factory=list)
+    exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,6 +68,8 @@ class TargetResult:
             "sha256": self.sha256 or None,
             "speedup_vs_baseline": self.speedup,
             "error": self.error or None,
+            "error_class": type(self.exception).__name__ if self.exception else None,
+            "exit_code": self.exception.exit_code if self.exception else None,
             "warnings": self.warnings,
         }
 
@@ -140,23 +145,32 @@ def run_release(
                 target.options, plan, engine, reporter, signer=signer, retrain=retrain
             )
         except OrchestratorError as error:
-            result.status, result.error = "failed", error.message.splitlines()[0]
-            announce(f"✗ {plan.artifact_dir} failed: {result.error} (logs: {reporter.log_dir})")
+            result.status, result.exception = "failed", error
+            result.error = (error.message.splitlines() or [""])[0]
+            announce(
+                f"✗ {plan.artifact_dir} failed: {type(error).__name__} (exit "
+                f"{error.exit_code}): {result.error} (logs: {reporter.log_dir})"
+            )
             continue
         finally:
             result.seconds = time.monotonic() - started
         result.status = "ok"
         result.size = outcome.binary.stat().st_size
         result.sha256 = sha256_file(outcome.binary)
-        portability = outcome.manifest.get("portability")
-        if isinstance(portability, dict):
-            glibc = portability.get("glibc_max")
-            if glibc and version_tuple(str(glibc)) > version_tuple(options.glibc_floor):
+        portability = outcome.manifest.portability
+        if portability is not None:
+            glibc = portability.glibc_max
+            if glibc and version_tuple(glibc) > version_tuple(options.glibc_floor):
                 result.warnings.append(
                     f"needs glibc {glibc}, newer than the floor {options.glibc_floor}"
                 )
         if bench_runs > 0 and not get_flavor(target.flavor).runner:  # no timing of emulators
-            result.speedup = _quick_speedup(target, engine, bench_runs)
+            try:
+                result.speedup = _quick_speedup(target, engine, bench_runs)
+            except OrchestratorError as error:  # the binary is built and published: keep it
+                reason = (error.message.splitlines() or [""])[0]
+                result.warnings.append(f"bench failed ({type(error).__name__}): {reason}")
+                announce(f"! {plan.artifact_dir}: bench failed, no speedup: {reason}")
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():
         update_release_index(release_dir, signer)

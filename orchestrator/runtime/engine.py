@@ -10,17 +10,22 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import docker
 import docker.errors
 from docker.models.containers import Container as SdkContainer
 from docker.models.images import Image as SdkImage
 
-from orchestrator.errors import DockerUnavailableError, ImageBuildError, OrchestratorError
+from orchestrator.errors import (
+    ContainerError,
+    DockerUnavailableError,
+    ImageBuildError,
+    OrchestratorError,
+)
 from orchestrator.host.system import process_alive
 
 LABEL_MANAGED = "org.orchestrator.managed"
@@ -77,6 +82,101 @@ class ContainerSpec:
     cpuset: str | None = None  # pin to these CPUs (benchmarks)
 
 
+def is_leftover(labels: Mapping[str, str], *, session: str, host: str) -> bool:
+    """Whether a managed container or volume with these labels was left by a finished run.
+
+    Never one of `session` (this process), one made on another host (its pid means
+    nothing here), or one whose owning process is still alive (a concurrent build).
+    """
+    if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == session:
+        return False
+    pid = str(labels.get(LABEL_PID, ""))
+    return not (pid.isdigit() and process_alive(int(pid)))
+
+
+class ContainerApi(Protocol):
+    """What steps use of a running container (`Container`, or a fake in unit tests)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        on_output: OutputSink,
+        environment: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> int: ...
+
+    def put_archive(self, path: str, data: bytes) -> None: ...
+
+    def get_archive(self, path: str) -> Iterator[bytes]: ...
+
+
+class LabelledContainer(Protocol):
+    """An entry of `managed_containers()`: its labels, and a way to remove it."""
+
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+    def remove(self, *, force: bool = False) -> None: ...
+
+
+class EngineApi(Protocol):
+    """Everything the rest of the code uses of `Engine` (connect aside)."""
+
+    session: str
+
+    def version(self) -> dict[str, Any]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def image(self, reference: str) -> ImageInfo | None: ...
+
+    def managed_images(self) -> list[ImageInfo]: ...
+
+    def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str: ...
+
+    def build_image(
+        self,
+        context: Path,
+        reference: str,
+        *,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        on_output: OutputSink,
+    ) -> str: ...
+
+    def remove_image(self, reference: str) -> None: ...
+
+    def container(
+        self, spec: ContainerSpec, *, keep: bool = False
+    ) -> AbstractContextManager[ContainerApi]: ...
+
+    def volume(self, purpose: str, *, keep: bool = False) -> AbstractContextManager[str]: ...
+
+    def remove_managed_volumes(self) -> int: ...
+
+    def remove_stale_volumes(self) -> int: ...
+
+    def managed_containers(self) -> Sequence[LabelledContainer]: ...
+
+    def remove_stale_containers(self) -> int: ...
+
+    def remove_leftovers(self) -> tuple[int, int]: ...
+
+    def probe(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        privileges: Privileges = Privileges(),
+        user: str | None = None,
+    ) -> tuple[int, str]: ...
+
+
 class Container:
     """A running container that steps `exec` into."""
 
@@ -128,13 +228,13 @@ class Container:
         else:
             reason = "the Engine refused"
         if not done:
-            raise OrchestratorError(f"could not copy files into the container at {path}: {reason}")
+            raise ContainerError(f"could not copy files into the container at {path}: {reason}")
 
     def get_archive(self, path: str) -> Iterator[bytes]:
         try:
             chunks, _stat = self._sdk.get_archive(path)
         except docker.errors.NotFound:
-            raise OrchestratorError(f"{path} does not exist in the build container") from None
+            raise ContainerError(f"{path} does not exist in the build container") from None
         return iter(chunks)
 
 
@@ -281,7 +381,7 @@ class Engine:
             )
         except docker.errors.APIError as exc:
             reason = str(exc.explanation or exc).strip()
-            raise OrchestratorError(
+            raise ContainerError(
                 f"cannot start a {spec.purpose} container from {spec.image}: {reason}"
             ) from exc
         try:
@@ -315,14 +415,12 @@ class Engine:
         return removed
 
     def remove_stale_volumes(self) -> int:
+        """Remove volumes left by runs on this host whose process is gone."""
         removed = 0
         host = socket.gethostname()
         for volume in self._client.volumes.list(filters={"label": f"{LABEL_MANAGED}=1"}):
             labels = volume.attrs.get("Labels") or {}
-            pid = str(labels.get(LABEL_PID, ""))
-            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
-                continue
-            if pid.isdigit() and process_alive(int(pid)):
+            if not is_leftover(labels, session=self.session, host=host):
                 continue
             with suppress(docker.errors.APIError):
                 volume.remove(force=True)
@@ -343,16 +441,20 @@ class Engine:
         removed = 0
         host = socket.gethostname()
         for sdk in self.managed_containers():
-            labels = sdk.labels or {}
-            if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == self.session:
-                continue
-            pid = labels.get(LABEL_PID, "")
-            if pid.isdigit() and process_alive(int(pid)):
+            if not is_leftover(sdk.labels or {}, session=self.session, host=host):
                 continue
             with suppress(docker.errors.APIError):  # e.g. its removal is already under way
                 self._force_remove(sdk)
                 removed += 1
         return removed
+
+    def remove_leftovers(self) -> tuple[int, int]:
+        """(containers, volumes) removed: those of finished runs, never a running build's.
+
+        Exactly `remove_stale_containers()` and `remove_stale_volumes()`: the same rule
+        (`is_leftover`) for both, so `clean` can run while another build is under way.
+        """
+        return self.remove_stale_containers(), self.remove_stale_volumes()
 
     def probe(
         self,
@@ -381,3 +483,9 @@ def _image_info(image: SdkImage) -> ImageInfo:
         labels=dict(image.labels or {}),
         size=int(image.attrs.get("Size", 0)),
     )
+
+
+if TYPE_CHECKING:  # mypy checks that the real classes satisfy the Protocols
+
+    def _satisfies_protocols(engine: Engine, box: Container) -> tuple[EngineApi, ContainerApi]:
+        return engine, box

@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator.model.hashing import content_hash, sha256_file
+from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.supply.minisign import SecretKey, SigningError, dsse_sign, write_key_pair
 from orchestrator.supply.provenance import PAYLOAD_TYPE, statement
 
@@ -102,22 +102,22 @@ def resolve_signer(
     )
 
 
-def artifact_comment(manifest: Mapping[str, Any], folder: str) -> str:
-    artifact = manifest["artifact"]
-    inputs = content_hash(manifest.get("inputs", {}))
+def artifact_comment(manifest: BuildManifest, folder: str) -> str:
+    artifact = manifest.artifact
+    inputs = content_hash(manifest.inputs.dump())
     return (
-        f"orchestrator: {folder}/{artifact['file']} {artifact['name']} "
-        f"{artifact['version']} inputs:{inputs[:16]}"
+        f"orchestrator: {folder}/{artifact.file} {artifact.name} "
+        f"{artifact.version} inputs:{inputs[:16]}"
     )
 
 
-def release_artifacts(release_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+def release_artifacts(release_dir: Path) -> list[tuple[str, BuildManifest]]:
     """(folder name, build.json) for every published artifact of a release."""
     found = []
     for folder in sorted(p for p in release_dir.iterdir() if p.is_dir()):
         manifest = folder / "build.json"
         if manifest.is_file():
-            found.append((folder.name, json.loads(manifest.read_text())))
+            found.append((folder.name, read_record(manifest, BuildManifest)))
     return found
 
 
@@ -126,7 +126,7 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
     artifacts = release_artifacts(release_dir)
     lines = []
     for folder, manifest in artifacts:
-        for name in (manifest["artifact"]["file"], "sbom.cdx.json"):
+        for name in (manifest.artifact.file, "sbom.cdx.json"):
             path = release_dir / folder / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
@@ -141,7 +141,7 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
     inputs = (
         "lock:" + sha256_file(lockfile)[:16]
         if lockfile.is_file()
-        else content_hash([m.get("inputs", {}) for _, m in artifacts])[:16]
+        else content_hash([m.inputs.dump() for _, m in artifacts])[:16]
     )
     payload = json.dumps(
         statement(release=release, artifacts=artifacts), sort_keys=True, separators=(",", ":")

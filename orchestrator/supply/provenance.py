@@ -6,10 +6,10 @@ envelope is sign.dsse_sign's job.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from orchestrator import __version__
+from orchestrator.model.records import BuildManifest
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -27,63 +27,57 @@ def _dependency(uri: str, sha256: str | None, name: str | None = None) -> dict[s
     return entry
 
 
-def resolved_dependencies(manifest: Mapping[str, Any]) -> list[dict[str, object]]:
+def resolved_dependencies(manifest: BuildManifest) -> list[dict[str, object]]:
     deps: list[dict[str, object]] = []
-    inputs = manifest.get("inputs", {})
-    dependencies = manifest.get("dependencies", {})
-    rootfs = dependencies.get("rootfs", {})
-    if rootfs:
-        deps.append(
-            _dependency(
-                f"debian:{rootfs.get('suite')}:rootfs",
-                rootfs.get("sha256"),
-                "base root filesystem (mmdebstrap)",
-            )
+    inputs, dependencies = manifest.inputs, manifest.dependencies
+    rootfs = dependencies.rootfs
+    deps.append(
+        _dependency(
+            f"debian:{rootfs.suite}:rootfs", rootfs.sha256, "base root filesystem (mmdebstrap)"
         )
+    )
     deps.append(
         _dependency(
             "source:crate-archive",
-            inputs.get("source_archive_sha256"),
+            inputs.source_archive_sha256,
             "the crate's sources as a deterministic tar",
         )
     )
-    deps.append(_dependency("source:Cargo.lock", inputs.get("cargo_lock_sha256")))
-    for package in dependencies.get("debian_packages", []):
+    deps.append(_dependency("source:Cargo.lock", inputs.cargo_lock_sha256))
+    for package in dependencies.debian_packages:
         deps.append(
             _dependency(
-                f"pkg:deb/debian/{package['name']}@{package['version']}?arch={package['arch']}",
-                package.get("sha256"),
+                f"pkg:deb/debian/{package.name}@{package.version}?arch={package.arch}",
+                package.sha256,
             )
         )
-    for crate in dependencies.get("crates", []):
-        deps.append(
-            _dependency(f"pkg:cargo/{crate['name']}@{crate['version']}", crate.get("sha256"))
-        )
-    for name, record in (manifest.get("profiles") or {}).items():
-        deps.append(_dependency(f"profile:{name}", record.get("sha256"), name))
+    for crate in dependencies.crates:
+        deps.append(_dependency(f"pkg:cargo/{crate.name}@{crate.version}", crate.sha256))
+    for name, record in manifest.profiles.items():
+        deps.append(_dependency(f"profile:{name}", record.sha256, name))
     return deps
 
 
 def statement(
     *,
     release: str,
-    artifacts: Sequence[tuple[str, Mapping[str, Any]]],  # (artifact folder, its build.json)
+    artifacts: Sequence[tuple[str, BuildManifest]],  # (artifact folder, its build.json)
 ) -> dict[str, object]:
     """One statement for the release: every artifact a subject, every input a dependency."""
     subjects = []
     dependencies: dict[str, dict[str, object]] = {}
     flavors, started, finished = [], [], []
-    first: Mapping[str, Any] = artifacts[0][1] if artifacts else {}
+    first = artifacts[0][1] if artifacts else None
     for folder, manifest in artifacts:
-        artifact = manifest["artifact"]
+        artifact = manifest.artifact
         subjects.append(
-            {"name": f"{folder}/{artifact['file']}", "digest": {"sha256": artifact["sha256"]}}
+            {"name": f"{folder}/{artifact.file}", "digest": {"sha256": artifact.sha256}}
         )
-        flavors.append(artifact["flavor"])
+        flavors.append(artifact.flavor)
         for dep in resolved_dependencies(manifest):
             dependencies[f"{dep['uri']}#{dep.get('digest')}"] = dep
-        started.append(manifest.get("started_at", ""))
-        finished.append(manifest.get("finished_at", ""))
+        started.append(manifest.started_at)
+        finished.append(manifest.finished_at)
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects,
@@ -93,18 +87,18 @@ def statement(
                 "buildType": BUILD_TYPE,
                 "externalParameters": {
                     "release": release,
-                    "config": first.get("inputs", {}).get("config"),
-                    "config_sha256": first.get("inputs", {}).get("config_sha256"),
+                    "config": first.inputs.config if first else None,
+                    "config_sha256": first.inputs.config_sha256 if first else None,
                     "flavors": sorted(set(flavors)),
-                    "source": first.get("source", {}),
+                    "source": first.source.dump() if first else {},
                 },
                 "internalParameters": {
                     folder: {
-                        "toolchain": manifest["toolchain"]["spec"]["name"],
-                        "target_cpu": manifest["flags"]["target_cpu"],
-                        "rustflags": manifest["flags"]["rustflags"],
-                        "release_profile": manifest["flags"]["release_profile"],
-                        "optimizations": manifest["artifact"].get("optimizations", []),
+                        "toolchain": manifest.toolchain.spec.get("name"),
+                        "target_cpu": manifest.flags.target_cpu,
+                        "rustflags": manifest.flags.rustflags,
+                        "release_profile": manifest.flags.release_profile,
+                        "optimizations": manifest.artifact.optimizations,
                     }
                     for folder, manifest in artifacts
                 },
@@ -121,7 +115,7 @@ def statement(
                     {
                         "name": f"{folder}/build.json",
                         "uri": f"file:{folder}/build.json",
-                        "annotations": {"steps": manifest.get("steps", [])},
+                        "annotations": {"steps": manifest.steps},
                     }
                     for folder, manifest in artifacts
                 ],

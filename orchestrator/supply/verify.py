@@ -1,4 +1,8 @@
-"""`orchestrator verify`: every signature, checksum, provenance subject and SBOM of a release."""
+"""`orchestrator verify`: every signature, checksum, provenance subject and SBOM of a release.
+
+A failed check is a VerificationError (exit 48: the files are not what was signed); a
+folder without SHA256SUMS is not a release at all, a NotAReleaseError (exit 56).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import NotAReleaseError, OrchestratorError
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.attest import CHECKSUMS, PROVENANCE, PUBLIC_KEY, SIGNATURE_SUFFIX
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from orchestrator.supply.sbom import SBOM_FILE, sbom_subject
+
+__all__ = ["Check", "NotAReleaseError", "Verifier", "verify_release"]
 
 
 @dataclass(frozen=True)
@@ -110,10 +116,7 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
     """All checks of a release folder, and which key they were made against."""
     release_dir = release_dir.resolve()
     if not (release_dir / CHECKSUMS).is_file():
-        raise VerificationError(
-            f"{release_dir} has no {CHECKSUMS}: not a release folder",
-            hint="Point at artifacts/<name>-<version>/.",
-        )
+        raise NotAReleaseError(f"{release_dir} has no {CHECKSUMS}: not a release folder")
     shipped_key = release_dir / PUBLIC_KEY
     key_note = f"key {key_path}" if key_path else f"the release's own {PUBLIC_KEY} (integrity only)"
     verifier = Verifier(release_dir, PublicKey.load(key_path or shipped_key))

@@ -108,3 +108,61 @@ def test_flavor_settings_and_describe(project: Path) -> None:
     assert settings.default_features is False
     rows = {key: (value, source) for key, value, source in options.describe()}
     assert rows["flavors.cpu.features"] == ("['simd', 'parallel']", "file orchestrator.toml")
+
+
+BUILD_KEYS = "artifacts_dir, cache_dir, flavors, source_date_epoch, target_cpu, toolchain"
+SECTIONS = "bench, bolt, build, flavors, package, pgo, profiling, release, signing, train, validate"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[package]\ncrate = "crate"\n[build]\ntarget_pcu = "x"\n',
+            "unknown key 'build.target_pcu'; did you mean 'build.target_cpu'? "
+            f"[build] takes: {BUILD_KEYS}",
+        ),
+        (
+            '[package]\ncrate = "crate"\n[build]\nruns = 3\n',
+            f"unknown key 'build.runs'; did you mean 'bench.runs'? [build] takes: {BUILD_KEYS}",
+        ),
+        (
+            '[package]\ncrate = "crate"\n[bulid]\n',
+            f"unknown section [bulid]; did you mean [build]? expected one of: {SECTIONS}",
+        ),
+        (
+            '[package]\ncrate = "crate"\n[flavors.cdua]\n',
+            "unknown flavor [flavors.cdua]; did you mean [flavors.cuda]? "
+            "known flavors: cpu, cuda, rocm, aarch64",
+        ),
+        (
+            '[package]\ncrate = "crate"\n[flavors.cpu]\nfeature = ["simd"]\n',
+            "unknown key 'flavors.cpu.feature'; did you mean 'flavors.cpu.features'? "
+            "a flavor takes: default_features, features, gpu_targets, levels",
+        ),
+        (  # nothing close: no guess, only the list
+            '[package]\ncrate = "crate"\ncolour = "red"\n',
+            "unknown key 'package.colour'; [package] takes: binary, crate, version",
+        ),
+        (
+            '[package]\ncrate = "crate"\n[zzz]\n',
+            f"unknown section [zzz]; expected one of: {SECTIONS}",
+        ),
+    ],
+)
+def test_unknown_names_suggest_the_closest_known_one(
+    project: Path, text: str, message: str
+) -> None:
+    config = write_config(project, text)
+    with pytest.raises(ConfigError) as caught:
+        resolve(config, env={})
+    assert caught.value.message == f"{config}: {message}"
+
+
+def test_unknown_flavor_in_build_flavors_suggests_one(project: Path) -> None:
+    config = write_config(project, '[package]\ncrate = "crate"\n[build]\nflavors = ["cdua"]\n')
+    with pytest.raises(ConfigError) as caught:
+        resolve(config, env={})
+    assert caught.value.message == (
+        "build.flavors: unknown flavor 'cdua'; did you mean 'cuda'? known: cpu, cuda, rocm, aarch64"
+    )

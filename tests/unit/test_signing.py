@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import resolve
 from orchestrator.supply.attest import refuse_inside_repository
 from orchestrator.supply.minisign import (
     PublicKey,
@@ -27,6 +28,9 @@ from orchestrator.supply.sbom import (
     crates_from_metadata,
     sbom_subject,
 )
+
+from .conftest import plan_for
+from .manifests import produced_manifest
 
 KAT = Path(__file__).resolve().parents[1] / "fixtures" / "minisign-kat"
 
@@ -99,52 +103,21 @@ def test_dsse_envelope_round_trip_and_tamper() -> None:
         dsse_verify(envelope, key.public)
 
 
-MANIFEST = {
-    "artifact": {
-        "file": "demo",
-        "sha256": "ab" * 32,
-        "flavor": "cpu",
-        "name": "demo",
-        "version": "1.0",
-        "optimizations": ["lto-fat", "pgo"],
-    },
-    "inputs": {
-        "config": "orchestrator.toml",
-        "config_sha256": "cd" * 32,
-        "source_archive_sha256": "ef" * 32,
-        "cargo_lock_sha256": "01" * 32,
-    },
-    "dependencies": {
-        "rootfs": {"suite": "trixie", "sha256": "23" * 32},
-        "debian_packages": [
-            {"name": "gcc", "version": "4:14.2.0-1", "arch": "amd64", "sha256": "45" * 32}
-        ],
-        "crates": [{"name": "either", "version": "1.15.0", "sha256": "67" * 32}],
-    },
-    "profiles": {"pgo.profdata": {"sha256": "89" * 32, "size": 10}},
-    "toolchain": {"spec": {"name": "rustc-web-1.96"}},
-    "flags": {
-        "target_cpu": "x86-64-v2",
-        "rustflags": ["-Ctarget-cpu=x86-64-v2"],
-        "release_profile": {"lto": "fat"},
-    },
-    "source": {"git_commit": "0123abcd", "dirty": False},
-    "started_at": "2026-11-21T10:00:00+00:00",
-    "finished_at": "2026-11-21T10:02:00+00:00",
-}
-
-
-def test_provenance_statement_structure() -> None:
-    result = statement(release="demo-1.0", artifacts=[("demo-1.0-linux-x86_64-cpu", MANIFEST)])
+def test_provenance_statement_structure(project: Path, tmp_path: Path) -> None:
+    options = resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    plan = plan_for(options)
+    manifest = produced_manifest(options, plan, tmp_path)
+    result = statement(release="demo-1.2.3", artifacts=[(plan.artifact_dir, manifest)])
     assert result["_type"] == STATEMENT_TYPE
     assert result["predicateType"] == PREDICATE_TYPE
     assert result["subject"] == [
-        {"name": "demo-1.0-linux-x86_64-cpu/demo", "digest": {"sha256": "ab" * 32}}
+        {"name": f"{plan.artifact_dir}/demo", "digest": {"sha256": manifest.artifact.sha256}}
     ]
     predicate = result["predicate"]
     assert isinstance(predicate, dict)
     definition = predicate["buildDefinition"]
-    assert definition["externalParameters"]["source"] == {"git_commit": "0123abcd", "dirty": False}
+    assert set(definition["externalParameters"]["source"]) == {"git_commit", "dirty"}
+    assert definition["externalParameters"]["config_sha256"] == manifest.inputs.config_sha256
     assert definition["externalParameters"]["flavors"] == ["cpu"]
     uris = {d["uri"]: d.get("digest") for d in definition["resolvedDependencies"]}
     assert uris["pkg:deb/debian/gcc@4:14.2.0-1?arch=amd64"] == {"sha256": "45" * 32}
@@ -154,6 +127,7 @@ def test_provenance_statement_structure() -> None:
     details = predicate["runDetails"]
     assert details["builder"]["version"]["orchestrator"]
     assert details["metadata"]["startedOn"] == "2026-11-21T10:00:00+00:00"
+    assert details["byproducts"][0]["annotations"]["steps"] == manifest.steps
 
 
 def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:

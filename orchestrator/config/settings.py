@@ -1,0 +1,448 @@
+"""Every setting of orchestrator.toml, declared once: kind, default, help, choices,
+environment variables, the `Options` attribute it fills and its CLI flag. options.py's
+layers and `describe()`, the CLI's flags and the README's table all derive from `SETTINGS`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.errors import ConfigError
+
+Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[argv]"]
+# A default as `Options` holds it: lists are tuples so that declarations stay immutable.
+Value = str | int | float | bool | tuple[str, ...] | tuple[tuple[str, ...], ...]
+
+ENV_PREFIX = "ORCHESTRATOR_"
+KIND_TEXT: dict[Kind, str] = {
+    "str": "a string",
+    "int": "a non-negative integer",
+    "float": "a non-negative number",
+    "bool": "true or false",
+    "path": "a path (string)",
+    "list[str]": "a list of strings",
+    "list[argv]": 'a list of argument lists, e.g. [["generate", "--seed", "1"]]',
+}
+# How text (environment variables) spells the kinds that are not plain text.
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_BOOLS = {word: word in _TRUE for word in _TRUE + _FALSE}
+_TEXT_HINT: dict[Kind, str] = {
+    "bool": "true or false (1/0, true/false, yes/no, on/off)",
+    "list[argv]": 'JSON: a list of argument lists, e.g. [["--help"]]',
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of orchestrator.toml and everything derived from it."""
+
+    key: str  # dotted: "build.target_cpu"
+    kind: Kind
+    default: Value | None  # None: computed at resolve time (see `computed`) or unset
+    help: str
+    attr: str  # the `Options` attribute it fills
+    flag: str | None = None  # "--target-cpu"; bools: "--pgo/--no-pgo"
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # older environment variables, still accepted
+    computed: str = ""  # what a None default means: "the package name"
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split(".", 1)[1]
+
+    @property
+    def env(self) -> str:
+        """The canonical environment variable: ORCHESTRATOR_<SECTION>_<KEY>."""
+        return ENV_PREFIX + self.key.replace(".", "_").upper()
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """Every variable read, the canonical one first (it wins when several are set)."""
+        return (self.env, *self.aliases)
+
+    @property
+    def flag_names(self) -> tuple[str, ...]:
+        """("--target-cpu",) or ("--pgo", "--no-pgo"); () when the setting has no flag."""
+        return tuple(self.flag.split("/")) if self.flag else ()
+
+
+# The seeds' BOLT recipe, spelled for LLVM 19-22.
+DEFAULT_BOLT_FLAGS = (
+    "-reorder-blocks=ext-tsp",
+    "-reorder-functions=cdsort",
+    "-split-functions",
+    "-split-all-cold",
+    "-icf=1",
+    "-dyno-stats",
+)
+
+# The fixed part of the schema. `flavors.<name>` tables are declared by FLAVOR_SETTINGS.
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "package.crate",
+        "path",
+        None,
+        "folder of the crate to release (has Cargo.toml and Cargo.lock)",
+        attr="crate_dir",
+        computed="required",
+    ),
+    Setting(
+        "package.binary",
+        "str",
+        None,
+        "binary target to ship",
+        attr="binary",
+        computed="the package name",
+    ),
+    Setting(
+        "package.version",
+        "str",
+        None,
+        "release version",
+        attr="version",
+        computed="the version in the crate's Cargo.toml",
+    ),
+    Setting(
+        "build.toolchain",
+        "str",
+        "rustc-web-1.96",
+        "pinned toolchain, a file in toolchains/",
+        attr="toolchain",
+        flag="--toolchain",
+        aliases=("ORCHESTRATOR_TOOLCHAIN",),
+    ),
+    Setting(
+        "build.target_cpu",
+        "str",
+        "x86-64-v2",
+        "rustc -Ctarget-cpu for x86_64 builds",
+        attr="target_cpu",
+        flag="--target-cpu",
+        aliases=("ORCHESTRATOR_TARGET_CPU",),
+    ),
+    Setting(
+        "build.flavors",
+        "list[str]",
+        ("cpu",),
+        "flavors that `release` builds",
+        attr="flavors",
+        flag="--flavors",
+    ),
+    Setting(
+        "build.source_date_epoch",
+        "int",
+        None,
+        "SOURCE_DATE_EPOCH of every build",
+        attr="source_date_epoch",
+        aliases=("SOURCE_DATE_EPOCH",),
+        computed="HEAD's commit time (1980-01-01 outside git)",
+    ),
+    Setting(
+        "build.artifacts_dir",
+        "path",
+        "artifacts",
+        "where releases are published",
+        attr="artifacts_dir",
+        flag="--artifacts-dir",
+        aliases=("ORCHESTRATOR_ARTIFACTS_DIR",),
+    ),
+    Setting(
+        "build.cache_dir",
+        "path",
+        None,
+        "host cache: rootfs tarballs, .debs, vendored crates",
+        attr="cache_dir",
+        flag="--cache-dir",
+        aliases=("ORCHESTRATOR_CACHE_DIR",),
+        computed="$XDG_CACHE_HOME/orchestrator, else ~/.cache/orchestrator",
+    ),
+    Setting(
+        "train.workloads",
+        "list[argv]",
+        (),
+        "argument lists run to train PGO/BOLT profiles",
+        attr="workloads",
+    ),
+    Setting(
+        "pgo.enabled",
+        "bool",
+        True,
+        "profile-guided optimization",
+        attr="pgo",
+        flag="--pgo/--no-pgo",
+    ),
+    Setting(
+        "pgo.max_missing_ratio",
+        "float",
+        0.1,
+        "fail when rustc's missing-profile warnings exceed this share of profiled functions",
+        attr="pgo_max_missing_ratio",
+    ),
+    Setting(
+        "bolt.enabled",
+        "bool",
+        True,
+        "BOLT post-link optimization",
+        attr="bolt",
+        flag="--bolt/--no-bolt",
+    ),
+    Setting(
+        "bolt.mode",
+        "str",
+        "auto",
+        "how to profile for BOLT: auto (best available), lbr, sample, instrument",
+        attr="bolt_mode",
+        flag="--bolt-mode",
+        choices=("auto", "lbr", "sample", "instrument"),
+    ),
+    Setting(
+        "bolt.policy",
+        "str",
+        "fallback",
+        "when BOLT fails: fallback (ship the PGO binary, loudly) or require (fail)",
+        attr="bolt_policy",
+        flag="--bolt-policy",
+        choices=("fallback", "require"),
+    ),
+    Setting(
+        "bolt.flags",
+        "list[str]",
+        DEFAULT_BOLT_FLAGS,
+        "llvm-bolt optimization flags",
+        attr="bolt_flags",
+    ),
+    Setting(
+        "profiling.privileges",
+        "bool",
+        True,
+        "let the profiling container ask for perf access (off: BOLT instrumentation only)",
+        attr="profiling_privileges",
+        flag="--privileged/--no-privileged",
+    ),
+    Setting(
+        "validate.command",
+        "list[str]",
+        (),
+        "arguments whose output must not change",
+        attr="validate_command",
+    ),
+    Setting(
+        "validate.tolerance",
+        "float",
+        0.0,
+        "relative tolerance for numbers in that output (0: byte-identical)",
+        attr="validate_tolerance",
+    ),
+    Setting(
+        "bench.command",
+        "list[str]",
+        (),
+        "arguments that benchmark the binary",
+        attr="bench_command",
+    ),
+    Setting("bench.runs", "int", 10, "timed runs per variant", attr="bench_runs", flag="--runs"),
+    Setting(
+        "bench.warmup",
+        "int",
+        2,
+        "untimed runs per variant first",
+        attr="bench_warmup",
+        flag="--warmup",
+    ),
+    Setting(
+        "release.glibc_floor",
+        "str",
+        "2.34",
+        "warn when a release artifact needs a newer glibc than this",
+        attr="glibc_floor",
+    ),
+    Setting(
+        "signing.secret_key",
+        "path",
+        None,
+        "minisign secret key, outside any repository",
+        attr="signing_key",
+        aliases=("ORCHESTRATOR_SIGNING_KEY",),
+        computed="a throwaway key in the cache",
+    ),
+)
+SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(s.section for s in SETTINGS))
+
+
+@dataclass(frozen=True)
+class FlavorKey:
+    """One key of a `[flavors.<name>]` table (no environment variable, no flag)."""
+
+    name: str
+    kind: Kind
+    default: Value
+    help: str
+
+
+FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
+    FlavorKey("features", "list[str]", (), "cargo features to enable"),
+    FlavorKey("default_features", "bool", True, "keep the crate's default features"),
+    FlavorKey("levels", "list[str]", (), "CPU levels `release` builds (empty: build.target_cpu)"),
+    FlavorKey("gpu_targets", "list[str]", (), "cuda: sm_80, sm_90; rocm: gfx90a (empty: its list)"),
+)
+FLAVOR_KEYS: dict[str, Kind] = {f.name: f.kind for f in FLAVOR_SETTINGS}
+
+
+def default_of(key: str) -> Any:  # noqa: ANN401 - typed by the dataclass field it fills
+    """A setting's declared default, for dataclass field defaults."""
+    return SETTINGS_BY_KEY[key].default
+
+
+def flavor_default_of(name: str) -> Any:  # noqa: ANN401 - typed by the field it fills
+    return next(f.default for f in FLAVOR_SETTINGS if f.name == name)
+
+
+def check_kind(value: object, kind: Kind, where: str) -> object:
+    """Return `value` if it has `kind` (TOML shape: lists), else a ConfigError naming `where`."""
+    ok: bool
+    if kind in ("str", "path"):
+        ok = isinstance(value, str) and value != ""
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif kind == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "list[str]":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, list) and all(
+            isinstance(argv, list) and all(isinstance(a, str) for a in argv) for argv in value
+        )
+    if not ok:
+        raise ConfigError(
+            f"{where}: expected {KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def check_choice(value: object, spec: Setting, where: str) -> object:
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(f"{where}: expected one of {', '.join(spec.choices)}, got {value!r}")
+    return value
+
+
+def parse_text(spec: Setting, raw: str, where: str) -> object:
+    """A setting's value from text (an environment variable, a comma-separated flag).
+
+    bool: 1/0, true/false, yes/no, on/off; int, float; list[str]: comma-separated;
+    list[argv]: JSON, e.g. '[["--help"]]'; str and path: as given.
+    """
+    word = raw.strip()
+    value: object = raw
+    try:
+        if spec.kind == "bool":
+            value = _BOOLS[word.lower()]
+        elif spec.kind == "int":
+            value = int(word)
+        elif spec.kind == "float":
+            value = float(word)
+        elif spec.kind == "list[str]":
+            value = [part.strip() for part in raw.split(",") if part.strip()]
+        elif spec.kind == "list[argv]":
+            value = json.loads(raw)
+    except (KeyError, ValueError):  # json.JSONDecodeError is a ValueError
+        expected = _TEXT_HINT.get(spec.kind, KIND_TEXT[spec.kind])
+        raise ConfigError(f"{where}: expected {expected}, got {raw!r}") from None
+    return check_choice(check_kind(value, spec.kind, where), spec, where)
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str | None:
+    """The closest candidate to a misspelt `word`, if any is close enough."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1)
+    return matches[0] if matches else None
+
+
+def toml_shape(value: object) -> object:
+    """Tuples (as `Options` holds lists) back to lists, as TOML and the layers hold them."""
+    return [toml_shape(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+def default_text(spec: Setting | FlavorKey, *, for_flag: bool = False) -> str:
+    """The default as a person reads it: "x86-64-v2", "on", "none", "the package name"."""
+    value = spec.default
+    text = str(value)
+    if value is None:
+        text = spec.computed if isinstance(spec, Setting) else "none"
+    elif isinstance(value, bool):
+        text = ("on" if value else "off") if for_flag else text.lower()
+    elif value == ():
+        text = "none"
+    elif spec.kind == "list[argv]":
+        text = json.dumps(toml_shape(value))
+    elif isinstance(value, tuple):
+        text = ", ".join(str(v) for v in value)
+    return text
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """How the CLI declares one setting's option: typer.Option(*decls, help=help)."""
+
+    key: str  # the dotted key to put in `resolve(cli=...)`
+    decls: tuple[str, ...]  # ("--target-cpu",) or ("--pgo/--no-pgo",)
+    names: tuple[str, ...]  # ("--target-cpu",) or ("--pgo", "--no-pgo")
+    kind: Kind
+    choices: tuple[str, ...]
+    help: str  # "... (default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU)."
+
+
+def flag_help(spec: Setting) -> str:
+    """`spec.help` with the default and the environment variable appended."""
+    return f"{spec.help} (default {default_text(spec, for_flag=True)}; env {spec.env})."
+
+
+def flag_specs() -> dict[str, FlagSpec]:
+    """Per dotted key of each setting that has a CLI flag, in declaration order."""
+    return {
+        s.key: FlagSpec(s.key, (s.flag,), s.flag_names, s.kind, s.choices, flag_help(s))
+        for s in SETTINGS
+        if s.flag is not None
+    }
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default_cell(spec: Setting | FlavorKey) -> str:
+    """A literal default in backticks; "none" and computed defaults as plain words."""
+    text = _cell(default_text(spec))
+    return text if spec.default in (None, ()) else f"`{text}`"
+
+
+def settings_table_markdown() -> str:
+    """The README's settings table: key | type | default | env var | flag | meaning."""
+    rows = [
+        "| key | type | default | env var | flag | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in SETTINGS:
+        env = " or ".join(f"`{name}`" for name in spec.env_names)
+        flag = f"`{spec.flag}`" if spec.flag else ""
+        listed = all(choice in spec.help for choice in spec.choices)
+        meaning = spec.help + ("" if listed else f"; one of: {', '.join(spec.choices)}")
+        rows.append(
+            f"| `{spec.key}` | {spec.kind} | {_default_cell(spec)} | {env} | {flag} "
+            f"| {_cell(meaning)} |"
+        )
+    for key in FLAVOR_SETTINGS:
+        rows.append(
+            f"| `flavors.<name>.{key.name}` | {key.kind} | {_default_cell(key)} | "
+            f"| | {_cell(key.help)} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,361 @@
+"""Typed records of the JSON files orchestrator writes, validated whenever they are read.
+
+pydantic v2 rather than msgspec: its errors carry the exact key path (`loc`) of every
+bad value, which is what a person needs to fix a file by hand, and its models export a
+JSON Schema; our files are small, so msgspec's speed would buy nothing.
+
+Every record names its `schema` and `schema_version`. `read_record` refuses a file from
+a newer orchestrator, migrates the older layouts it knows (each migration says what it
+changes), and reports any other mismatch as RecordError with the file and the key path.
+Informative sections that no code reads back (step timings, the validation transcript,
+tool reports) stay free-form dictionaries; everything another module reads is typed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from orchestrator.errors import OrchestratorError
+
+JsonDict = dict[str, Any]
+
+
+class RecordError(OrchestratorError):
+    """A JSON record is unreadable, malformed, or from a schema this version cannot read."""
+
+    exit_code = 59
+    default_hint = (
+        "The file was edited, truncated, or written by another orchestrator version; "
+        "rebuild it (orchestrator build / release) rather than editing it by hand."
+    )
+
+
+class Record(BaseModel):
+    """Base of every file record: strict keys, immutable once read."""
+
+    # `schema_` in Python, `schema` in JSON: it dodges BaseModel's deprecated `schema` method.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    SCHEMA: ClassVar[str]
+    VERSION: ClassVar[int]
+    # version -> a function that turns a document of that version into the next one
+    MIGRATIONS: ClassVar[Mapping[int, Callable[[JsonDict], JsonDict]]] = {}
+
+    def dump(self) -> JsonDict:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# -- build.json ---------------------------------------------------------------------
+class ArtifactInfo(Record):
+    name: str
+    version: str
+    flavor: str
+    arch: str
+    target: str
+    file: str
+    sha256: str
+    size: int
+    optimizations: list[str]
+
+
+class ToolchainInfo(Record):
+    spec: JsonDict
+    reported: JsonDict
+
+
+class ImageRecord(Record):
+    reference: str
+    id: str
+    input_hash: str
+    built_this_run: bool
+    labels: dict[str, str]
+
+
+class ImagesInfo(Record):
+    base: ImageRecord
+    toolchain: ImageRecord
+
+
+class FlagsInfo(Record):
+    target_cpu: str
+    rustflags: list[str]
+    release_profile: dict[str, str | int | bool]
+    features: list[str]
+    default_features: bool
+    variants: dict[str, JsonDict]
+    cargo_test: list[str]
+    environment: dict[str, str]
+
+
+class InputsInfo(Record):
+    config: str
+    config_sha256: str
+    source_archive_sha256: str
+    cargo_lock_sha256: str
+    vendored_crates_sha256: str
+    source_date_epoch: int
+    workloads: list[list[str]]
+
+
+class PgoInfo(Record):
+    profile: JsonDict
+    profile_key: str | None
+    coverage: JsonDict | None
+
+
+class BoltInfo(Record):
+    policy: str
+    flags: list[str]
+    mode: str | None = None
+    mode_reason: str | None = None
+    profile: JsonDict | None = None
+    coverage: JsonDict | None = None
+    applied: bool = False
+    fallback_reason: str | None = None
+
+
+class FileDigest(Record):
+    sha256: str
+    size: int
+
+
+class RootfsDependency(Record):
+    suite: str
+    sha256: str | None
+
+
+class DebDependency(Record):
+    name: str
+    version: str
+    arch: str
+    sha256: str | None
+
+
+class CrateDependency(Record):
+    name: str
+    version: str
+    sha256: str | None
+
+
+class Dependencies(Record):
+    rootfs: RootfsDependency
+    debian_packages: list[DebDependency]
+    crates: list[CrateDependency]
+
+
+class SourceIdentity(Record):
+    git_commit: str | None
+    dirty: bool | None
+
+
+class PortabilityInfo(Record):
+    target: str
+    target_cpu: str
+    glibc_max: str | None
+    needed: list[str]
+    cpu_features: list[str]
+
+
+def _build_v1_to_v2(document: JsonDict) -> JsonDict:
+    """v1 spelled its version inside `schema` ("orchestrator/build@1")."""
+    return {**document, "schema": "orchestrator/build", "schema_version": 2}
+
+
+class BuildManifest(Record):
+    """build.json: what one artifact is, what it was built from and how, what was checked."""
+
+    SCHEMA = "orchestrator/build"
+    VERSION = 2
+    MIGRATIONS = {1: _build_v1_to_v2}
+
+    schema_: Literal["orchestrator/build"] = Field("orchestrator/build", alias="schema")
+    schema_version: Literal[2] = 2
+    orchestrator_version: str
+    artifact: ArtifactInfo
+    toolchain: ToolchainInfo
+    images: ImagesInfo
+    flags: FlagsInfo
+    inputs: InputsInfo
+    pgo: PgoInfo | None
+    bolt: BoltInfo | None
+    profiling: JsonDict
+    validation: JsonDict
+    variants: dict[str, FileDigest]
+    steps: list[JsonDict]
+    dependencies: Dependencies
+    profiles: dict[str, FileDigest]
+    source: SourceIdentity
+    portability: PortabilityInfo | None
+    device_code: JsonDict | None
+    started_at: str
+    finished_at: str
+
+
+# -- release.json ---------------------------------------------------------------------
+class TargetSummary(Record):
+    flavor: str
+    level: str
+    artifact: str
+    status: Literal["planned", "ok", "failed"]
+    seconds: float
+    size: int
+    sha256: str | None
+    speedup_vs_baseline: float | None
+    error: str | None
+    error_class: str | None = None
+    exit_code: int | None = None
+    warnings: list[str]
+
+
+def _release_v1_to_v2(document: JsonDict) -> JsonDict:
+    """v1 spelled its version inside `schema` ("orchestrator/release@1")."""
+    return {**document, "schema": "orchestrator/release", "schema_version": 2}
+
+
+class ReleaseSummary(Record):
+    """release.json: every target of the release and how its last build went."""
+
+    SCHEMA = "orchestrator/release"
+    VERSION = 2
+    MIGRATIONS = {1: _release_v1_to_v2}
+
+    schema_: Literal["orchestrator/release"] = Field("orchestrator/release", alias="schema")
+    schema_version: Literal[2] = 2
+    name: str
+    version: str
+    artifacts: list[TargetSummary]
+
+
+# -- variants.json and profile records (cache) -----------------------------------------
+def _variants_v0_to_v1(document: JsonDict) -> JsonDict:
+    """v0 (before records had a schema) held the same keys without naming its schema."""
+    return {**document, "schema": "orchestrator/variants", "schema_version": 1}
+
+
+class VariantsRecord(Record):
+    """<cache>/variants/<sha256>/variants.json: every variant binary `bench` compares."""
+
+    SCHEMA = "orchestrator/variants"
+    VERSION = 1
+    MIGRATIONS = {0: _variants_v0_to_v1}
+
+    schema_: Literal["orchestrator/variants"] = Field("orchestrator/variants", alias="schema")
+    schema_version: Literal[1] = 1
+    image: str
+    variants: dict[str, FileDigest]
+
+
+def _profile_v0_to_v1(document: JsonDict) -> JsonDict:
+    """v0 kept the tool's details at top level beside sha256 and size."""
+    core = {"sha256", "size"}
+    return {
+        "schema": "orchestrator/profile",
+        "schema_version": 1,
+        **{k: v for k, v in document.items() if k in core},
+        "details": {k: v for k, v in document.items() if k not in core},
+    }
+
+
+class ProfileSidecar(Record):
+    """The .json beside a cached .profdata/.fdata: its hash, size and what made it."""
+
+    SCHEMA = "orchestrator/profile"
+    VERSION = 1
+    MIGRATIONS = {0: _profile_v0_to_v1}
+
+    schema_: Literal["orchestrator/profile"] = Field("orchestrator/profile", alias="schema")
+    schema_version: Literal[1] = 1
+    sha256: str
+    size: int
+    details: JsonDict
+
+
+R = TypeVar("R", bound=Record)
+
+
+def _version_of(document: JsonDict, model: type[Record]) -> int:
+    """The document's schema version; 0 for the records written before they had one."""
+    schema = document.get("schema")
+    if schema is None and "schema_version" not in document:
+        return 0
+    if isinstance(schema, str) and "@" in schema and "schema_version" not in document:
+        name, _, spelled = schema.partition("@")
+        if name == model.SCHEMA and spelled.isdigit():
+            return int(spelled)
+    if schema != model.SCHEMA:
+        raise RecordError(f"is not a {model.SCHEMA} record (schema {schema!r})")
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RecordError(f"schema_version must be an integer, not {version!r}")
+    return version
+
+
+def _migrated(document: object, model: type[Record]) -> JsonDict:
+    """The document in the model's current layout, or RecordError saying why not."""
+    if not isinstance(document, dict):
+        raise RecordError(f"expected a JSON object, got {type(document).__name__}")
+    version = _version_of(document, model)
+    if version > model.VERSION:
+        raise RecordError(
+            f"has {model.SCHEMA} schema version {version}; this orchestrator reads up to "
+            f"{model.VERSION}",
+            hint="Read it with the orchestrator version that wrote it, or a newer one.",
+        )
+    while version < model.VERSION:
+        migrate = model.MIGRATIONS.get(version)
+        if migrate is None:
+            raise RecordError(
+                f"has {model.SCHEMA} schema version {version}, which this orchestrator "
+                f"cannot migrate (it migrates from {sorted(model.MIGRATIONS) or 'none'})",
+                hint="Rebuild it with this orchestrator.",
+            )
+        document = migrate(document)
+        version += 1
+    return document
+
+
+def parse_record(document: object, model: type[R], where: str) -> R:
+    """Validate (and migrate) a decoded JSON document; errors name `where` and the key."""
+    try:
+        return model.model_validate(_migrated(document, model))
+    except RecordError as error:
+        raise RecordError(f"{where}: {error.message}", hint=error.hint) from None
+    except PydanticValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        raise RecordError(f"{where}: {path}: {first['msg']}{more}") from None
+
+
+def read_record(path: Path, model: type[R]) -> R:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RecordError(f"{path}: not readable JSON: {exc}") from None
+    return parse_record(document, model, str(path))
+
+
+def record_text(record: Record) -> str:
+    """Stable text: sorted keys, two-space indent, a final newline."""
+    return json.dumps(record.dump(), indent=2, sort_keys=True) + "\n"
+
+
+def write_record(path: Path, record: Record) -> Path:
+    """Write atomically (a temporary file in the same folder, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, delete=False, prefix=f".{path.name}.", suffix=".partial"
+    ) as handle:
+        handle.write(record_text(record))
+    os.chmod(handle.name, 0o644)  # noqa: PTH101 - published files are for everyone to read
+    Path(handle.name).replace(path)
+    return path

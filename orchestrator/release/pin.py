@@ -1,0 +1,221 @@
+"""Pin a release: put every input blob in the vault and write release.lock.
+
+`record_release` runs after `orchestrator release` (and for `orchestrator lock`);
+`check_lock` compares a lockfile with what the configuration would build now.
+`release/reproduce.py` rebuilds from what is pinned here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config.options import Options
+from orchestrator.execute.build import prepare_plan
+from orchestrator.host.bootstrap import (
+    MANIFEST,
+    deb_identity,
+    read_manifest,
+    recipe_file,
+    rootfs_recipe,
+)
+from orchestrator.host.source import registry_crates
+from orchestrator.host.system import git, source_identity
+from orchestrator.host.vault import Vault
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.lockfile import (
+    LOCK_FILE,
+    LockedTarget,
+    LockfileError,
+    drift,
+    lock_document,
+    write_lock,
+)
+from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.serialize import plan_inputs
+from orchestrator.release.run import Target
+from orchestrator.runtime.images import package_set_dir
+
+
+def vault_for(options: Options) -> Vault:
+    return Vault(options.cache_dir / "vault")
+
+
+# -- writing the lock ---------------------------------------------------------------
+def _locked_target(
+    target: Target, plan: BuildPlan, manifest: dict[str, Any], artifact: Path, vault: Vault
+) -> LockedTarget:
+    options = target.options
+    built = {
+        "toolchain image": manifest["images"]["toolchain"]["input_hash"],
+        "sources": manifest["inputs"]["source_archive_sha256"],
+    }
+    planned = {"toolchain image": plan.image.input_hash, "sources": plan.source.archive_sha256}
+    stale = [what for what in built if built[what] != planned[what]]
+    if stale:
+        raise LockfileError(
+            f"{plan.artifact_dir} was built from other {' and '.join(stale)} than the config "
+            "gives now: a lock of it would pin inputs it was not built from",
+            hint="Build it again (orchestrator release), then lock.",
+        )
+    set_dir = package_set_dir(
+        plan.base, plan.packages, options.cache_dir, plan.apt_sources, plan.unpack
+    )
+    recorded = read_manifest(set_dir)
+    if recorded is None:
+        raise LockfileError(
+            f"the .debs that built {plan.artifact_dir} are no longer in {set_dir}",
+            hint=f"Rebuild it (orchestrator build --flavor {plan.flavor}) and lock again.",
+        )
+    packages = []
+    for entry in recorded:
+        name, version, arch = deb_identity(entry.file)
+        vault.put(set_dir / entry.file, expected=entry.sha256)
+        packages.append(
+            {
+                "name": name,
+                "version": version,
+                "arch": arch,
+                "file": entry.file,
+                "sha256": entry.sha256,
+                "size": entry.size,
+            }
+        )
+    profiles: dict[str, dict[str, Any]] = {}
+    bolt = manifest.get("bolt") or {}
+    for name, record in (manifest.get("profiles") or {}).items():
+        digest = vault.put(artifact / "profiles" / name, expected=record["sha256"])
+        if name == "pgo.profdata" and plan.pgo:
+            stored = (manifest.get("pgo") or {}).get("profile", {})
+            key = f"pgo/{plan.pgo.profile_key}.profdata"
+        else:
+            stored = bolt.get("profile", {})
+            key = f"bolt/{stored.get('cache_key')}.fdata"
+        profiles[name] = {
+            "sha256": digest,
+            "size": record["size"],
+            "cache_file": key,
+            # what the build knew about it (function counts, BOLT mode), as the cache has it
+            "details": {
+                k: v for k, v in stored.items() if k not in ("sha256", "size", "reused_from_cache")
+            },
+        }
+    device = manifest.get("device_code") or {}
+    resolved = {
+        "packages": packages,
+        "package_set_sha256": sha256_file(set_dir / MANIFEST),
+        "toolchain_reported": manifest["toolchain"]["reported"],
+        "gpu_compiler": device.get("compiler"),
+        "profiles": profiles,
+        "bolt": {"mode": bolt.get("mode"), "applied": bolt.get("applied")} if bolt else None,
+    }
+    output = {
+        "file": manifest["artifact"]["file"],
+        "sha256": manifest["artifact"]["sha256"],
+        "size": manifest["artifact"]["size"],
+    }
+    return LockedTarget(target.level, plan_inputs(plan), resolved, output)
+
+
+def record_release(
+    options: Options, chosen: Sequence[Target], release_dir: Path, vault: Vault
+) -> Path:
+    """Write release.lock for the published targets of `chosen`; fill the vault."""
+    locked: list[LockedTarget] = []
+    plans: list[BuildPlan] = []
+    for target in chosen:
+        plan = prepare_plan(target.options, target.flavor)
+        artifact = release_dir / plan.artifact_dir
+        if not (artifact / "build.json").is_file():
+            continue  # failed or never built: not part of the release
+        manifest = json.loads((artifact / "build.json").read_text())
+        locked.append(_locked_target(target, plan, manifest, artifact, vault))
+        plans.append(plan)
+    if not locked:
+        raise LockfileError(
+            f"{release_dir} holds no published artifact of the configured targets",
+            hint="Run `orchestrator release` first.",
+        )
+    plan = plans[0]
+    rootfs = options.cache_dir / "rootfs" / f"{plan.base_image.input_hash}.tar"
+    if not rootfs.is_file():
+        raise LockfileError(
+            f"the base rootfs tarball {rootfs} is no longer in the cache",
+            hint="Remove the base image (orchestrator clean --images) and release again.",
+        )
+    vendor = options.cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
+    if not vendor.is_file():
+        raise LockfileError(f"the vendored crates {vendor} are no longer in the cache")
+    rootfs_sha256 = vault.put(rootfs)
+    identity = source_identity(options.crate_dir)
+    if not options.crate_dir.is_relative_to(options.project_dir):
+        raise LockfileError(
+            f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "
+            "records it relative to the config file",
+            hint="Keep orchestrator.toml in the crate's repository, at or above the crate.",
+        )
+    cargo_lock = (options.crate_dir / "Cargo.lock").read_text()
+    document = lock_document(
+        name=options.binary,
+        version=options.version,
+        config={
+            "file": options.config_path.name,
+            "sha256": sha256_file(options.config_path),
+            "text": options.config_path.read_text(),
+        },
+        source={
+            **identity,
+            "repository_path": _repository_path(options),
+            "crate": options.crate_dir.relative_to(options.project_dir).as_posix(),
+            "source_date_epoch": options.source_date_epoch,
+            "source_archive_sha256": plan.source.archive_sha256,
+            "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+            "vendor_sha256": vault.put(vendor),
+            "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
+        },
+        base={
+            **plan.base.as_dict(),
+            "mmdebstrap": _rootfs_recipe(plan, rootfs, rootfs_sha256),
+            "rootfs_sha256": rootfs_sha256,
+        },
+        targets=locked,
+    )
+    return write_lock(release_dir / LOCK_FILE, document)
+
+
+def _rootfs_recipe(plan: BuildPlan, tarball: Path, digest: str) -> dict[str, Any]:
+    """How the rootfs was made: the command, and mmdebstrap's version where it was recorded.
+
+    A record that names another sha256 belongs to an earlier tarball (this one came from a
+    vault), so it says nothing about this one.
+    """
+    record = recipe_file(tarball)
+    made = json.loads(record.read_text()) if record.is_file() else {}
+    if made.get("sha256") != digest:
+        made = {}
+    return {
+        "command": made.get("command") or ["mmdebstrap", *rootfs_recipe(plan.base)],
+        "version": made.get("mmdebstrap_version"),
+    }
+
+
+def _repository_path(options: Options) -> str | None:
+    """The config file's path inside its git repository (for `git archive`)."""
+    prefix = git(options.project_dir, "rev-parse", "--show-prefix")
+    if prefix is None:
+        return None
+    return (Path(prefix) / options.config_path.name).as_posix()
+
+
+def check_lock(options: Options, document: dict[str, Any], chosen: Sequence[Target]) -> list[str]:
+    """Differences between the lock and what the configuration would build now."""
+    current = {}
+    for target in chosen:
+        plan = prepare_plan(target.options, target.flavor)
+        current[plan.artifact_dir] = plan_inputs(plan)
+    changes = drift(document, current)
+    if document["config"].get("sha256") != sha256_file(options.config_path):
+        changes.insert(0, f"{options.config_path.name} changed since the lock was written")
+    return changes

@@ -1,0 +1,306 @@
+"""In-memory stand-ins for `Engine` and `Container` (the `EngineApi`/`ContainerApi` Protocols).
+
+Nothing here talks to Docker. Images are a dict of reference -> ImageInfo; containers
+record what is exec'd in them and answer through a responder; archives are kept per path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.host.archive import single_file_tar
+from orchestrator.runtime.engine import (
+    LABEL_HOST,
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_PID,
+    LABEL_SESSION,
+    ContainerApi,
+    ContainerSpec,
+    Engine,
+    EngineApi,
+    ImageInfo,
+    OutputSink,
+    Privileges,
+    is_leftover,
+)
+
+Responder = Callable[[Sequence[str]], tuple[int, list[str]]]
+Prober = Callable[[str, Sequence[str], Privileges], tuple[int, str]]
+BuildHook = Callable[["BuildCall", OutputSink], None]
+
+
+def succeed(_argv: Sequence[str]) -> tuple[int, list[str]]:
+    return 0, []
+
+
+def labels_of(
+    kind: str, *, session: str, pid: int | None = None, host: str | None = None
+) -> dict[str, str]:
+    """The labels Engine puts on what it makes; pid and host default to this process's."""
+    return {
+        LABEL_MANAGED: "1",
+        LABEL_KIND: kind,
+        LABEL_SESSION: session,
+        LABEL_PID: str(os.getpid() if pid is None else pid),
+        LABEL_HOST: socket.gethostname() if host is None else host,
+    }
+
+
+@dataclass
+class Managed:
+    """A managed container or volume as `managed_containers()` lists it."""
+
+    name: str
+    labels: dict[str, str]
+    removed: bool = False
+
+    def remove(self, *, force: bool = False) -> None:
+        del force
+        self.removed = True
+
+
+@dataclass
+class Exec:
+    argv: tuple[str, ...]
+    environment: dict[str, str]
+    workdir: str | None
+    user: str | None
+
+
+@dataclass
+class FakeContainer:
+    id: str
+    spec: ContainerSpec
+    responder: Responder = succeed
+    # Content of the single file `get_archive` returns for a path never put; None: raise.
+    missing: Callable[[str], bytes] | None = None
+    execs: list[Exec] = field(default_factory=list)
+    archives: dict[str, bytes] = field(default_factory=dict)  # path -> last tar put there
+    puts: list[tuple[str, bytes]] = field(default_factory=list)
+    removed: bool = False
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        on_output: OutputSink,
+        environment: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        user: str | None = None,
+    ) -> int:
+        self.execs.append(Exec(tuple(argv), dict(environment or {}), workdir, user))
+        code, lines = self.responder(argv)
+        for line in lines:
+            on_output(line)
+        return code
+
+    @property
+    def argvs(self) -> list[tuple[str, ...]]:
+        return [e.argv for e in self.execs]
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        self.puts.append((path, data))
+        self.archives[path] = data
+
+    def get_archive(self, path: str) -> Iterator[bytes]:
+        data = self.archives.get(path)
+        if data is None:
+            if self.missing is None:
+                raise OrchestratorError(f"{path} does not exist in the build container")
+            data = single_file_tar(path, self.missing(path))
+        third = max(len(data) // 3, 1)  # in chunks, as the Engine streams it
+        return iter([data[i : i + third] for i in range(0, len(data), third)])
+
+
+@dataclass
+class BuildCall:
+    context: Path
+    reference: str
+    buildargs: dict[str, str]
+    labels: dict[str, str]
+    files: tuple[str, ...]  # the build context's files, relative, at build time
+
+
+@dataclass
+class ImportCall:
+    tarball: Path
+    reference: str
+    labels: dict[str, str]
+
+
+class FakeEngine:
+    def __init__(
+        self,
+        *,
+        responder: Responder = succeed,
+        prober: Prober | None = None,
+        missing: Callable[[str], bytes] | None = None,
+        build_hook: BuildHook | None = None,
+        info: Mapping[str, Any] | None = None,
+        version: Mapping[str, Any] | None = None,
+        session: str = "fake-session",
+    ) -> None:
+        self.session = session
+        self.responder = responder
+        self.prober = prober
+        self.missing = missing
+        self.build_hook = build_hook
+        self._info = dict(info or {"NCPU": 4, "Driver": "overlay2"})
+        self._version = dict(version or {"Version": "27.0.0", "ApiVersion": "1.46"})
+        self.images: dict[str, ImageInfo] = {}
+        self.builds: list[BuildCall] = []
+        self.imports: list[ImportCall] = []
+        self.removed_images: list[str] = []
+        self.containers: list[FakeContainer] = []  # every one started, removed or not
+        self.managed: list[Managed] = []  # managed containers, as managed_containers() lists
+        self.volumes: list[Managed] = []
+        self.probes: list[tuple[str, tuple[str, ...], Privileges, str | None]] = []
+        self._serial = 0
+
+    def _next_id(self) -> str:
+        self._serial += 1
+        return f"{self._serial:064x}"
+
+    # -- facts ---------------------------------------------------------------------
+    def version(self) -> dict[str, Any]:
+        return dict(self._version)
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    # -- images --------------------------------------------------------------------
+    def add_image(
+        self, reference: str, labels: Mapping[str, str] | None = None, *, size: int = 0
+    ) -> ImageInfo:
+        info = ImageInfo(
+            id=f"sha256:{self._next_id()}",
+            tags=(reference,),
+            labels={**labels_of("image", session=self.session), **(labels or {})},
+            size=size,
+        )
+        self.images[reference] = info
+        return info
+
+    def image(self, reference: str) -> ImageInfo | None:
+        if reference in self.images:
+            return self.images[reference]
+        return next((i for i in self.images.values() if i.id == reference), None)
+
+    def managed_images(self) -> list[ImageInfo]:
+        return [i for i in self.images.values() if i.labels.get(LABEL_MANAGED) == "1"]
+
+    def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str:
+        self.imports.append(ImportCall(tarball, reference, dict(labels)))
+        return self.add_image(reference, labels).id
+
+    def build_image(
+        self,
+        context: Path,
+        reference: str,
+        *,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        on_output: OutputSink,
+    ) -> str:
+        files = tuple(
+            sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
+        )
+        call = BuildCall(context, reference, dict(buildargs), dict(labels), files)
+        self.builds.append(call)
+        if self.build_hook is not None:
+            self.build_hook(call, on_output)  # may raise ImageBuildError
+        return self.add_image(reference, labels).id
+
+    def remove_image(self, reference: str) -> None:
+        for key, info in list(self.images.items()):
+            if reference in (key, info.id):
+                del self.images[key]
+                self.removed_images.append(reference)
+
+    # -- containers and volumes ----------------------------------------------------
+    @contextmanager
+    def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[FakeContainer]:
+        box = FakeContainer(self._next_id(), spec, self.responder, self.missing)
+        record = Managed(box.id, labels_of("container", session=self.session))
+        self.containers.append(box)
+        self.managed.append(record)
+        try:
+            yield box
+        finally:
+            if not keep:
+                box.removed = record.removed = True
+
+    @contextmanager
+    def volume(self, purpose: str, *, keep: bool = False) -> Iterator[str]:
+        record = Managed(
+            f"orchestrator-{purpose}-{self.session}", labels_of("volume", session=self.session)
+        )
+        self.volumes.append(record)
+        try:
+            yield record.name
+        finally:
+            if not keep:
+                record.removed = True
+
+    def remove_managed_volumes(self) -> int:
+        live = [v for v in self.volumes if not v.removed]
+        for volume in live:
+            volume.remove(force=True)
+        return len(live)
+
+    def _remove_stale(self, records: Sequence[Managed]) -> int:
+        host = socket.gethostname()
+        stale = [
+            r
+            for r in records
+            if not r.removed and is_leftover(r.labels, session=self.session, host=host)
+        ]
+        for record in stale:
+            record.remove(force=True)
+        return len(stale)
+
+    def remove_stale_volumes(self) -> int:
+        return self._remove_stale(self.volumes)
+
+    def managed_containers(self) -> list[Managed]:
+        return [c for c in self.managed if not c.removed]
+
+    def remove_stale_containers(self) -> int:
+        return self._remove_stale(self.managed)
+
+    def remove_leftovers(self) -> tuple[int, int]:
+        return self.remove_stale_containers(), self.remove_stale_volumes()
+
+    def probe(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        privileges: Privileges = Privileges(),
+        user: str | None = None,
+    ) -> tuple[int, str]:
+        self.probes.append((image, tuple(argv), privileges, user))
+        if self.prober is None:
+            return 0, ""
+        return self.prober(image, argv, privileges)
+
+
+def as_engine(fake: FakeEngine) -> Engine:
+    """The fake where a caller is still annotated with `Engine` rather than `EngineApi`."""
+    return cast("Engine", fake)
+
+
+if TYPE_CHECKING:  # mypy checks that the fakes satisfy the Protocols
+
+    def _satisfies_protocols(
+        engine: FakeEngine, box: FakeContainer
+    ) -> tuple[EngineApi, ContainerApi]:
+        return engine, box

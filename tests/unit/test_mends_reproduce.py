@@ -1,0 +1,157 @@
+"""`reproduce`: exit codes from the real error, no foreign workdir removed, no sudo."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import orchestrator.release.reproduce as repro
+from orchestrator.cli import app
+from orchestrator.config.options import resolve
+from orchestrator.host.cachedir import WORKDIR_MARKER
+from orchestrator.host.vault import Vault, VaultError
+from orchestrator.release.reproduce import Reproduced, ReproduceRun, diffoscope_report
+from orchestrator.release.run import Target
+from orchestrator.runtime.engine import Engine
+from tests.unit.conftest import plan_for
+from tests.unit.fakes import FakeEngine
+
+runner = CliRunner()
+
+
+def _connect(monkeypatch: pytest.MonkeyPatch, *, allowed: bool) -> None:
+    def connect() -> FakeEngine:
+        if not allowed:
+            raise AssertionError("must not reach the Engine")
+        return FakeEngine()
+
+    monkeypatch.setattr(Engine, "connect", staticmethod(connect))
+    monkeypatch.setattr("orchestrator.supply.attest.resolve_signer", lambda *_a, **_k: object())
+
+
+def test_a_target_error_keeps_its_class(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run_build(*_a: Any, **_k: Any) -> None:
+        raise VaultError("the vault has no blob 00ff\nmore detail")
+
+    monkeypatch.setattr(repro, "run_build", run_build)
+    monkeypatch.setattr(repro, "seed_cache", lambda *_a: None)
+    monkeypatch.setattr(repro, "differing_inputs", lambda *_a: [])
+    options = resolve(project / "orchestrator.toml", env={})
+    run = ReproduceRun(
+        {},
+        tmp_path,
+        FakeEngine(),  # type: ignore[arg-type]
+        Vault(tmp_path / "vault"),
+        Console(file=io.StringIO()),
+        None,  # type: ignore[arg-type]
+        tmp_path / "cache",
+        False,
+        lambda _line: None,
+    )
+    result = Reproduced("demo-1.2.3-linux-x86_64-cpu", "e" * 64)
+    entry = {"resolved": {}, "output": {"file": "demo", "sha256": "e" * 64}}
+    repro._reproduce_one(run, entry, Target("cpu", "x86-64-v2", options), plan_for(options), result)
+    assert isinstance(result.exception, VaultError)
+    assert result.error == "the vault has no blob 00ff"
+    assert result.as_dict()["error_class"] == "VaultError"
+    assert result.as_dict()["exit_code"] == 51
+
+
+def _cli_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, results: list[Reproduced]) -> Any:
+    _connect(monkeypatch, allowed=True)
+    monkeypatch.setattr(repro, "reproduce", lambda *_a, **_k: results)
+    release = tmp_path / "demo-1.2.3"
+    release.mkdir()
+    return runner.invoke(app, ["reproduce", str(release), "--cache-dir", str(tmp_path / "cache")])
+
+
+def test_reproduce_exits_with_the_code_of_a_target_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed = Reproduced("a", "e" * 64, error="no blob", exception=VaultError("no blob"))
+    same = Reproduced("b", "f" * 64, got="f" * 64)
+    result = _cli_with(monkeypatch, tmp_path, [failed, same])
+    assert result.exit_code == 51, result.output
+    assert "VaultError" in result.output
+
+
+def test_reproduce_exits_55_only_when_bytes_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    differs = Reproduced("a", "e" * 64, got="d" * 64)
+    result = _cli_with(monkeypatch, tmp_path, [differs])
+    assert result.exit_code == 55, result.output
+
+
+def test_reproduce_refuses_a_workdir_it_did_not_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _connect(monkeypatch, allowed=False)
+    release = tmp_path / "demo-1.2.3"
+    release.mkdir()
+    workdir = tmp_path / "home"
+    workdir.mkdir()
+    (workdir / "thesis.tex").write_text("years of work")
+    result = runner.invoke(
+        app,
+        ["reproduce", str(release), "--workdir", str(workdir), "--cache-dir", str(tmp_path / "c")],
+    )
+    assert result.exit_code == 12, result.output
+    assert str(workdir) in result.output
+    assert (workdir / "thesis.tex").read_text() == "years of work"
+
+
+def test_reproduce_reuses_a_workdir_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / WORKDIR_MARKER).write_text("made by orchestrator\n")
+    (workdir / "old-run").write_text("stale")
+    seen: list[bool] = []
+
+    def fake(*_a: Any, workdir: Path, **_k: Any) -> list[Reproduced]:
+        seen.append((workdir / "old-run").exists())
+        return [Reproduced("a", "e" * 64, got="e" * 64)]
+
+    _connect(monkeypatch, allowed=True)
+    monkeypatch.setattr(repro, "reproduce", fake)
+    release = tmp_path / "demo-1.2.3"
+    release.mkdir()
+    result = runner.invoke(
+        app,
+        ["reproduce", str(release), "--workdir", str(workdir), "--cache-dir", str(tmp_path / "c")],
+    )
+    assert result.exit_code == 0, result.output
+    assert seen == [False]
+    assert (workdir / WORKDIR_MARKER).is_file()
+
+
+def test_missing_diffoscope_is_reported_never_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def which(name: str) -> str | None:
+        return None if name == "diffoscope" else f"/usr/bin/{name}"
+
+    def run(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("library code must not run commands to install tools")
+
+    monkeypatch.setattr(shutil, "which", which)
+    monkeypatch.setattr(subprocess, "run", run)
+    expected, got = tmp_path / "expected", tmp_path / "got"
+    expected.write_bytes(b"abcdef")
+    got.write_bytes(b"abXdeY")
+    report = diffoscope_report(expected, got, tmp_path / "report.txt", lambda _line: None)
+    text = report.read_text()
+    assert "apt-get install diffoscope-minimal" in text
+    assert "pip install diffoscope" in text
+    assert "2 differing bytes" in text
