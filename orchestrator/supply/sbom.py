@@ -18,7 +18,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import SbomError
 
 SBOM_FILE = "sbom.cdx.json"
 # SBOMs of the same inputs must be the same bytes: the serial number is derived, not random.
@@ -131,7 +131,7 @@ def build_sbom(
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if errors is not None:
-        raise OrchestratorError(f"generated SBOM is not valid CycloneDX 1.6: {errors}")
+        raise SbomError(f"generated SBOM is not valid CycloneDX 1.6: {errors}")
     # Stable bytes for the same inputs: sort keys once more (the library orders sets).
     return json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
 

@@ -59,11 +59,6 @@ def test_a_new_subclass_without_its_own_code_is_refused() -> None:
             pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="orchestrator/supply/sbom.py:134 still raises OrchestratorError: it should raise "
-    "errors.SbomError (58); that file belongs to another engineer. Drop this mark then.",
-)
 def test_no_bare_orchestrator_error_is_raised() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{number}"
