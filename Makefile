@@ -47,7 +47,7 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
 integration: host-deps $(STAMP)
-	$(BIN)/pytest tests/integration -v
+	$(BIN)/pytest tests/integration -v --durations=15
 
 test: lint unit integration
 

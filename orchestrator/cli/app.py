@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from orchestrator.config.options import Options, default_cache_dir, resolve
+from orchestrator.config.settings import flag_specs
 from orchestrator.errors import BuildInterruptedError, OrchestratorError
 from orchestrator.host.system import git_commit_time
 
@@ -105,35 +106,19 @@ AllowDirtyOption = Annotated[
         "reproduce then needs --source).",
     ),
 ]
-ToolchainOption = Annotated[
-    str | None,
-    typer.Option(
-        "--toolchain",
-        help="Pinned toolchain from toolchains/ "
-        "(default rustc-web-1.96; env ORCHESTRATOR_TOOLCHAIN).",
-    ),
-]
-TargetCpuOption = Annotated[
-    str | None,
-    typer.Option(
-        "--target-cpu", help="rustc -Ctarget-cpu (default x86-64-v2; env ORCHESTRATOR_TARGET_CPU)."
-    ),
-]
-ArtifactsOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--artifacts-dir",
-        help="Where releases are published (default ./artifacts; env ORCHESTRATOR_ARTIFACTS_DIR).",
-    ),
-]
-CacheOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--cache-dir",
-        help="Host cache for rootfs, .debs and crates "
-        "(default ~/.cache/orchestrator; env ORCHESTRATOR_CACHE_DIR).",
-    ),
-]
+_FLAGS = flag_specs()
+
+
+def setting_option(key: str, **extra: Any) -> Any:  # noqa: ANN401 - typer's OptionInfo
+    """The typer option of a declared setting: its flag and help come from config/settings."""
+    spec = _FLAGS[key]
+    return typer.Option(*spec.decls, help=spec.help, **extra)
+
+
+ToolchainOption = Annotated[str | None, setting_option("build.toolchain")]
+TargetCpuOption = Annotated[str | None, setting_option("build.target_cpu")]
+ArtifactsOption = Annotated[Path | None, setting_option("build.artifacts_dir")]
+CacheOption = Annotated[Path | None, setting_option("build.cache_dir")]
 
 
 def resolve_options(config: Path | None, flags: Mapping[str, object] | None = None) -> Options:

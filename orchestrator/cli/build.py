@@ -18,6 +18,7 @@ from orchestrator.cli.app import (
     app,
     console,
     resolve_options,
+    setting_option,
     signer_for,
 )
 from orchestrator.errors import (
@@ -45,36 +46,11 @@ def build(
             "--verbose", "-v", help="Stream every command's output, not only the step lines."
         ),
     ] = False,
-    pgo: Annotated[
-        bool | None,
-        typer.Option("--pgo/--no-pgo", help="Profile-guided optimization (default on)."),
-    ] = None,
-    bolt: Annotated[
-        bool | None,
-        typer.Option("--bolt/--no-bolt", help="BOLT post-link optimization (default on)."),
-    ] = None,
-    bolt_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--bolt-mode",
-            help="How to profile for BOLT: auto (best available), lbr, sample, instrument.",
-        ),
-    ] = None,
-    bolt_policy: Annotated[
-        str | None,
-        typer.Option(
-            "--bolt-policy",
-            help="If BOLT fails: fallback (ship the PGO binary, loudly) or require (fail).",
-        ),
-    ] = None,
-    privileged: Annotated[
-        bool | None,
-        typer.Option(
-            "--privileged/--no-privileged",
-            help="Let the profiling container ask for perf access (--no-privileged: never; "
-            "BOLT then uses instrumentation).",
-        ),
-    ] = None,
+    pgo: Annotated[bool | None, setting_option("pgo.enabled")] = None,
+    bolt: Annotated[bool | None, setting_option("bolt.enabled")] = None,
+    bolt_mode: Annotated[str | None, setting_option("bolt.mode")] = None,
+    bolt_policy: Annotated[str | None, setting_option("bolt.policy")] = None,
+    privileged: Annotated[bool | None, setting_option("profiling.privileges")] = None,
     retrain: Annotated[
         bool,
         typer.Option("--retrain", help="Profile again even when a stored profile matches."),
@@ -88,6 +64,7 @@ def build(
       orchestrator build --no-pgo --no-bolt     # the plain release profile only
     """
     from orchestrator.execute.build import prepare_plan, run_build
+    from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.progress import Reporter
     from orchestrator.runtime.engine import Engine
 
@@ -109,6 +86,7 @@ def build(
     if dry_run:
         console.print_json(json.dumps(plan.summary()))
         return
+    ensure_cache_dir(options.cache_dir)
     engine = Engine.connect()
     stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
     if stale:
@@ -141,16 +119,8 @@ def bench(
     target_cpu: TargetCpuOption = None,
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
-    runs: Annotated[
-        int | None,
-        typer.Option("--runs", min=2, help="Timed runs per variant (default bench.runs, 10)."),
-    ] = None,
-    warmup: Annotated[
-        int | None,
-        typer.Option(
-            "--warmup", min=0, help="Untimed runs per variant first (default bench.warmup, 2)."
-        ),
-    ] = None,
+    runs: Annotated[int | None, setting_option("bench.runs", min=2)] = None,
+    warmup: Annotated[int | None, setting_option("bench.warmup", min=0)] = None,
 ) -> None:
     """Benchmark a built flavor: plain cargo, release profile, +PGO, +PGO+BOLT, side by side.
 

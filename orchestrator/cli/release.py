@@ -64,6 +64,7 @@ def release(
       orchestrator release --dry-run
       orchestrator release --flavors cpu --bench-runs 0
     """
+    from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.reproduce import record_release, vault_for
     from orchestrator.release.run import ReleaseIncompleteError, run_release, targets
@@ -102,6 +103,7 @@ def release(
         return
     _refuse_dirty(options, allow_dirty=allow_dirty)
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    ensure_cache_dir(options.cache_dir)
     engine = Engine.connect()
     signer = signer_for(options)
     results = run_release(

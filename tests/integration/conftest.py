@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -30,22 +31,33 @@ class Run:
     output: str
 
 
+# Process ids of the orchestrator runs this test session started: containers carry their
+# starter's pid as a label, so checks for leftovers look at this session's runs only and
+# a concurrent build on the same Engine cannot break them.
+STARTED_PIDS: set[int] = set()
+
+
 def orchestrator(
     args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 1800
 ) -> Run:
     """Run the real CLI as a user would, output captured (so: plain, non-terminal mode)."""
-    result = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
     )
-    output = result.stdout + result.stderr
+    STARTED_PIDS.add(process.pid)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    output = stdout + stderr
     sys.stdout.write(output)  # shown by pytest when a test fails
-    return Run(result.returncode, output)
+    return Run(process.returncode, output)
 
 
 def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> Run:
@@ -58,6 +70,7 @@ def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> 
         stderr=subprocess.STDOUT,
         text=True,
     )
+    STARTED_PIDS.add(process.pid)
     lines: list[str] = []
     assert process.stdout is not None
     for line in process.stdout:
@@ -81,9 +94,15 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 
 def managed_containers(client: docker.DockerClient) -> list[str]:
-    """Containers orchestrator started (not ones someone ran by hand from its images)."""
+    """Containers that orchestrator runs of this test session started and left behind."""
     labels = ["org.orchestrator.managed=1", "org.orchestrator.kind=container"]
-    return [str(c.name) for c in client.containers.list(all=True, filters={"label": labels})]
+    return [
+        str(c.name)
+        for c in client.containers.list(all=True, filters={"label": labels})
+        if (c.labels or {}).get("org.orchestrator.host") == socket.gethostname()
+        and (c.labels or {}).get("org.orchestrator.pid", "").isdigit()
+        and int((c.labels or {})["org.orchestrator.pid"]) in STARTED_PIDS
+    ]
 
 
 ARTIFACT = Path("tinyllm-0.1.0") / "tinyllm-0.1.0-linux-x86_64-cpu"
@@ -95,7 +114,7 @@ class Release:
     artifacts: Path
     directory: Path
     manifest: dict[str, Any]
-    engine_was_clean: bool
+    images_before: frozenset[str]  # tags of orchestrator images before the build
 
 
 def managed_images(client: docker.DockerClient) -> dict[str, str]:
@@ -110,13 +129,13 @@ def managed_images(client: docker.DockerClient) -> dict[str, str]:
 def release(
     docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Release:
-    engine_was_clean = not managed_images(docker_client)
+    images_before = frozenset(managed_images(docker_client))
     artifacts = tmp_path_factory.mktemp("artifacts")
     run = orchestrator(["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)])
     assert run.returncode == 0, run.output
     directory = artifacts / ARTIFACT
     manifest = json.loads((directory / "build.json").read_text())
-    return Release(run, artifacts, directory, manifest, engine_was_clean)
+    return Release(run, artifacts, directory, manifest, images_before)
 
 
 @dataclass(frozen=True)

@@ -86,12 +86,12 @@ def test_aarch64_cross_build_runs_under_qemu(
     assert "pgo" in manifest["artifact"]["optimizations"]
     assert manifest["pgo"]["profile"]["size"] > 0
     assert manifest["validation"]["identical"] is True
-    # BOLT either really applied, or the manifest says why not: never claimed blindly
+    # BOLT by instrumentation works for Arm (its runtime is unpacked into the image)
     bolt = manifest["bolt"]
     assert bolt["mode"] == "instrument"
-    assert ("bolt" in manifest["artifact"]["optimizations"]) == bolt["applied"]
-    if not bolt["applied"]:
-        assert bolt["fallback_reason"]
+    assert bolt["applied"] is True, bolt.get("fallback_reason")
+    assert "bolt" in manifest["artifact"]["optimizations"]
+    assert bolt["coverage"]["profiled_functions"] > 0
 
     code, output = _in_image(
         docker_client,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import docker
@@ -72,20 +73,24 @@ def test_corrupted_profile_fails_and_publishes_nothing(
     tmp_path: Path,
     docker_client: docker.DockerClient,
 ) -> None:
-    cache_dir = resolve(REPO / "orchestrator.toml").cache_dir
+    # A private cache with the stored profile (altered) and the vendored crates: the
+    # images exist, so nothing else is needed, and the real cache is never written to.
+    real = resolve(REPO / "orchestrator.toml").cache_dir
+    cache = tmp_path / "cache"
     key = release.manifest["pgo"]["profile_key"]
-    stored = cache_dir / "profiles" / "pgo" / f"{key}.profdata"
+    for name in (f"profiles/pgo/{key}.profdata", f"profiles/pgo/{key}.json"):
+        (cache / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(real / name, cache / name)
+    shutil.copytree(real / "crates", cache / "crates")
+    stored = cache / "profiles" / "pgo" / f"{key}.profdata"
     original = stored.read_bytes()
-    try:
-        stored.write_bytes(original[:100] + b"\xff" * 64 + original[164:])
-        # the same epoch as the release fixture: a commit since then must not change the key
-        epoch = str(release.manifest["inputs"]["source_date_epoch"])
-        run = orchestrator(
-            ["build", "--artifacts-dir", str(tmp_path / "artifacts")],
-            env={"SOURCE_DATE_EPOCH": epoch},
-        )
-    finally:
-        stored.write_bytes(original)
+    stored.write_bytes(original[:100] + b"\xff" * 64 + original[164:])
+    # the same epoch as the release fixture: a commit since then must not change the key
+    epoch = str(release.manifest["inputs"]["source_date_epoch"])
+    run = orchestrator(
+        ["build", "--artifacts-dir", str(tmp_path / "artifacts"), "--cache-dir", str(cache)],
+        env={"SOURCE_DATE_EPOCH": epoch},
+    )
     assert run.returncode == 44, run.output
     assert "does not match its recorded sha256" in run.output
     assert "--retrain" in run.output
@@ -139,7 +144,7 @@ def test_bench_writes_json_table_and_chart(release: Release) -> None:
     assert baseline["speedup_vs_baseline"] == 1.0
     for variant in report["variants"]:
         assert variant["runs"] == 3
-        assert variant["median_s"] > 0 and variant["p95_s"] >= variant["median_s"] * 0.5
+        assert variant["median_s"] > 0 and variant["p95_s"] >= variant["median_s"]
         low, high = variant["speedup_ci95"]
         assert low <= variant["speedup_vs_baseline"] <= high
         assert variant["size_bytes"] > 0 and variant["max_rss_kb"] > 0

@@ -4,12 +4,14 @@ bit-identical; a tampered vault file refused; a changed source byte reported."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import docker
 import pytest
 
+from orchestrator.config.options import default_cache_dir
 from orchestrator.host.vault import Vault
 from tests.integration.conftest import (
     AARCH64_ARTIFACT,
@@ -21,11 +23,26 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
-CACHE = Path.home() / ".cache" / "orchestrator"
-
 
 def _vault() -> Vault:
-    return Vault(CACHE / "vault")
+    return Vault(default_cache_dir(os.environ) / "vault")
+
+
+def _vault_copy(cache: Path, tampered: str) -> Path:
+    """A cache whose vault links every blob of the real one, but holds its own altered
+    copy of `tampered`: the test never writes into the developer's cache."""
+    real = _vault()
+    for blob in (real.root / "sha256").rglob("*"):
+        if not blob.is_file():
+            continue
+        target = cache / "vault" / blob.relative_to(real.root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if blob.name == tampered:
+            data = blob.read_bytes()
+            target.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        else:
+            os.link(blob, target)
+    return cache
 
 
 def test_lock_pins_every_input_and_checks_drift(cross_release: CrossRelease) -> None:
@@ -96,27 +113,23 @@ def test_tampered_vault_file_is_refused(cross_release: CrossRelease, tmp_path: P
         t for t in cross_release.lock["targets"] if t["inputs"]["artifact"] == AARCH64_ARTIFACT
     )
     package = next(p for p in aarch64["resolved"]["packages"] if p["name"] == "qemu-user")
-    blob = _vault().path(package["sha256"])
-    original = blob.read_bytes()
-    blob.chmod(0o644)
-    try:
-        blob.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
-        run = orchestrator(
-            [
-                "reproduce",
-                str(cross_release.directory),
-                "--source",
-                str(cross_release.crate),
-                "--workdir",
-                str(tmp_path / "w"),
-                "--reuse-images",
-                "--artifact",
-                AARCH64_ARTIFACT,
-            ]
-        )
-    finally:
-        blob.write_bytes(original)
-        blob.chmod(0o444)
+    cache = _vault_copy(tmp_path / "cache", package["sha256"])
+    run = orchestrator(
+        [
+            "reproduce",
+            str(cross_release.directory),
+            "--source",
+            str(cross_release.crate),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--cache-dir",
+            str(cache),
+            "--reuse-images",
+            "--artifact",
+            AARCH64_ARTIFACT,
+        ]
+    )
+    _vault().verify(package["sha256"])  # the real vault's copy is untouched
     assert run.returncode == 52, run.output
     assert "refusing to use it" in run.output
     assert "reproducing" not in run.output  # refused before any build started
