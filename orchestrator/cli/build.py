@@ -65,6 +65,7 @@ def build(
     """
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
+    from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress import Reporter
     from orchestrator.runtime.engine import Engine
 
@@ -84,7 +85,7 @@ def build(
     )
     plan = prepare_plan(options, flavor)
     if dry_run:
-        console.print_json(json.dumps(plan.summary()))
+        console.print_json(json.dumps(plan_summary(plan)))
         return
     ensure_cache_dir(options.cache_dir)
     engine = Engine.connect()

@@ -14,7 +14,6 @@ tool reports) stay free-form dictionaries; everything another module reads is ty
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -350,12 +349,18 @@ def record_text(record: Record) -> str:
 
 
 def write_record(path: Path, record: Record) -> Path:
-    """Write atomically (a temporary file in the same folder, then a rename)."""
+    """Write atomically (a temporary file in the same folder, then a rename); a failed
+    write leaves neither a partial file nor a half-written record behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    text = record_text(record)
     with tempfile.NamedTemporaryFile(
         "w", dir=path.parent, delete=False, prefix=f".{path.name}.", suffix=".partial"
     ) as handle:
-        handle.write(record_text(record))
-    os.chmod(handle.name, 0o644)  # noqa: PTH101 - published files are for everyone to read
-    Path(handle.name).replace(path)
+        partial = Path(handle.name)
+    try:
+        partial.write_text(text)
+        partial.chmod(0o644)  # published files are for everyone to read
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path

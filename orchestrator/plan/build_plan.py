@@ -126,43 +126,6 @@ class BuildPlan:
     def build(self) -> CargoCommand:
         return self.final.build
 
-    def summary(self) -> dict[str, object]:
-        """What build.json and --dry-run show about the plan."""
-        return {
-            "flavor": self.flavor,
-            "arch": self.arch,
-            "rust_target": self.rust_target,
-            "target_cpu": self.target_cpu,
-            "toolchain": self.toolchain.name,
-            "base_image": {
-                "reference": self.base_image.reference,
-                "input_hash": self.base_image.input_hash,
-            },
-            "image": {"reference": self.image.reference, "input_hash": self.image.input_hash},
-            "source_archive_sha256": self.source.archive_sha256,
-            "cargo_lock_sha256": self.source.cargo_lock_sha256,
-            "rustflags": list(self.rustflags),
-            "variants": {
-                name: {"argv": list(v.build.argv), "rustflags": v.rustflags}
-                for name, v in self.variants.items()
-            },
-            "test": list(self.test.argv),
-            "pgo": {"profile_key": self.pgo.profile_key} if self.pgo else None,
-            "bolt": {
-                "mode": self.bolt.mode,
-                "policy": self.bolt.policy,
-                "flags": list(self.bolt.flags),
-            }
-            if self.bolt
-            else None,
-            "workloads": [list(w) for w in self.workloads],
-            "runner": list(self.runner),
-            "gpu_targets": list(self.device_code.targets) if self.device_code else [],
-            "validate": list(self.validate_command),
-            "artifact": f"{self.release_dir}/{self.artifact_dir}",
-            "steps": [s.name for s in self.steps],
-        }
-
 
 def base_image_plan(base: BaseSpec) -> ImagePlan:
     digest = content_hash({"kind": "base-rootfs", "spec": base.as_dict()})
@@ -470,21 +433,3 @@ def make_plan(
         + flavor.artifact_suffix(options),
         steps=steps,
     )
-
-
-__all__ = [
-    "RELEASE_PROFILE",
-    "BoltPlan",
-    "BuildPlan",
-    "CargoCommand",
-    "ImagePlan",
-    "PgoPlan",
-    "SourceSnapshot",
-    "Step",
-    "Variant",
-    "apt_sources",
-    "base_image_plan",
-    "content_hash",
-    "make_plan",
-    "toolchain_image_plan",
-]

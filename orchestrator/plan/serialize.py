@@ -40,3 +40,41 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
         "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
     }
+
+
+def plan_summary(plan: BuildPlan) -> dict[str, object]:
+    """What `build --dry-run` prints about the plan."""
+    return {
+        "flavor": plan.flavor,
+        "arch": plan.arch,
+        "rust_target": plan.rust_target,
+        "target_cpu": plan.target_cpu,
+        "toolchain": plan.toolchain.name,
+        "base_image": {
+            "reference": plan.base_image.reference,
+            "input_hash": plan.base_image.input_hash,
+        },
+        "image": {"reference": plan.image.reference, "input_hash": plan.image.input_hash},
+        "source_archive_sha256": plan.source.archive_sha256,
+        "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+        "rustflags": list(plan.rustflags),
+        "variants": {
+            name: {"argv": list(v.build.argv), "rustflags": v.rustflags}
+            for name, v in plan.variants.items()
+        },
+        "test": list(plan.test.argv),
+        "pgo": {"profile_key": plan.pgo.profile_key} if plan.pgo else None,
+        "bolt": {
+            "mode": plan.bolt.mode,
+            "policy": plan.bolt.policy,
+            "flags": list(plan.bolt.flags),
+        }
+        if plan.bolt
+        else None,
+        "workloads": [list(w) for w in plan.workloads],
+        "runner": list(plan.runner),
+        "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
+        "validate": list(plan.validate_command),
+        "artifact": f"{plan.release_dir}/{plan.artifact_dir}",
+        "steps": [s.name for s in plan.steps],
+    }

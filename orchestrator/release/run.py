@@ -8,11 +8,11 @@ warning on its target.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 
@@ -24,6 +24,7 @@ from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.portability import version_tuple
+from orchestrator.model.records import ReleaseSummary, TargetSummary, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress import Reporter
 from orchestrator.runtime.engine import Engine
@@ -48,7 +49,7 @@ class Target:
 class TargetResult:
     target: Target
     artifact: str
-    status: str = "planned"  # planned | ok | failed
+    status: Literal["planned", "ok", "failed"] = "planned"
     seconds: float = 0.0
     size: int = 0
     sha256: str = ""
@@ -57,21 +58,24 @@ class TargetResult:
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
 
+    def summary(self) -> TargetSummary:
+        return TargetSummary(
+            flavor=self.target.flavor,
+            level=self.target.level,
+            artifact=self.artifact,
+            status=self.status,
+            seconds=round(self.seconds, 1),
+            size=self.size,
+            sha256=self.sha256 or None,
+            speedup_vs_baseline=self.speedup,
+            error=self.error or None,
+            error_class=type(self.exception).__name__ if self.exception else None,
+            exit_code=self.exception.exit_code if self.exception else None,
+            warnings=list(self.warnings),
+        )
+
     def as_dict(self) -> dict[str, object]:
-        return {
-            "flavor": self.target.flavor,
-            "level": self.target.level,
-            "artifact": self.artifact,
-            "status": self.status,
-            "seconds": round(self.seconds, 1),
-            "size": self.size,
-            "sha256": self.sha256 or None,
-            "speedup_vs_baseline": self.speedup,
-            "error": self.error or None,
-            "error_class": type(self.exception).__name__ if self.exception else None,
-            "exit_code": self.exception.exit_code if self.exception else None,
-            "warnings": self.warnings,
-        }
+        return self.summary().dump()
 
 
 def targets(options: Options, flavors: Sequence[str]) -> list[Target]:
@@ -194,20 +198,16 @@ def write_release_json(
     release_dir: Path, options: Options, results: Sequence[TargetResult]
 ) -> None:
     """release.json: every target of this run, merged with artifacts published earlier."""
-    release_dir.mkdir(parents=True, exist_ok=True)
     path = release_dir / RELEASE_JSON
-    previous: dict[str, dict[str, object]] = {}
+    previous: dict[str, TargetSummary] = {}
     if path.is_file():
-        for entry in json.loads(path.read_text()).get("artifacts", []):
-            previous[str(entry["artifact"])] = entry
+        for entry in read_record(path, ReleaseSummary).artifacts:
+            previous[entry.artifact] = entry
     for result in results:
-        previous[result.artifact] = result.as_dict()
-    data = {
-        "schema": "orchestrator/release@1",
-        "name": options.binary,
-        "version": options.version,
-        "artifacts": [previous[name] for name in sorted(previous)],
-    }
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(data, indent=2) + "\n")
-    partial.replace(path)
+        previous[result.artifact] = result.summary()
+    summary = ReleaseSummary(
+        name=options.binary,
+        version=options.version,
+        artifacts=[previous[name] for name in sorted(previous)],
+    )
+    write_record(path, summary)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
@@ -27,154 +26,29 @@ from orchestrator.errors import (
     OrchestratorError,
 )
 from orchestrator.host.system import process_alive
-
-LABEL_MANAGED = "org.orchestrator.managed"
-LABEL_SESSION = "org.orchestrator.session"
-LABEL_PID = "org.orchestrator.pid"
-LABEL_HOST = "org.orchestrator.host"
-LABEL_INPUT_HASH = "org.orchestrator.input-hash"
-LABEL_KIND = "org.orchestrator.kind"
-LABEL_STAGE = "org.orchestrator.stage"
-LABEL_BUILD_ID = "org.orchestrator.build-id"  # set on intermediate stages: <pid>-<session>
-BUILD_ID_ARG = "ORCHESTRATOR_BUILD_ID"
+from orchestrator.runtime.api import (
+    BUILD_ID_ARG,
+    LABEL_BUILD_ID,
+    LABEL_HOST,
+    LABEL_INPUT_HASH,
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_PID,
+    LABEL_SESSION,
+    LABEL_STAGE,
+    ContainerApi,
+    ContainerSpec,
+    EngineApi,
+    ImageInfo,
+    LabelledContainer,
+    OutputSink,
+    Privileges,
+    is_leftover,
+)
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
 # timeout would abort them.
 API_TIMEOUT_S = 4 * 3600
-
-OutputSink = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    id: str
-    tags: tuple[str, ...]
-    labels: Mapping[str, str]
-    size: int
-
-
-@dataclass(frozen=True)
-class Privileges:
-    """Extra rights for a container; the default is none at all."""
-
-    privileged: bool = False
-    cap_add: tuple[str, ...] = ()
-    security_opt: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        if self.privileged:
-            return "privileged"
-        parts = [f"cap-add {c}" for c in self.cap_add] + [
-            f"security-opt {s}" for s in self.security_opt
-        ]
-        return ", ".join(parts) or "none"
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    image: str
-    network: bool = False
-    environment: Mapping[str, str] = field(default_factory=dict)
-    privileges: Privileges = Privileges()
-    user: str | None = None  # None: the image's USER (non-root in our images)
-    purpose: str = "build"
-    volumes: Mapping[str, str] = field(default_factory=dict)  # volume name -> mount path
-    cpuset: str | None = None  # pin to these CPUs (benchmarks)
-
-
-def is_leftover(labels: Mapping[str, str], *, session: str, host: str) -> bool:
-    """Whether a managed container or volume with these labels was left by a finished run.
-
-    Never one of `session` (this process), one made on another host (its pid means
-    nothing here), or one whose owning process is still alive (a concurrent build).
-    """
-    if labels.get(LABEL_HOST) != host or labels.get(LABEL_SESSION) == session:
-        return False
-    pid = str(labels.get(LABEL_PID, ""))
-    return not (pid.isdigit() and process_alive(int(pid)))
-
-
-class ContainerApi(Protocol):
-    """What steps use of a running container (`Container`, or a fake in unit tests)."""
-
-    @property
-    def id(self) -> str: ...
-
-    def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        on_output: OutputSink,
-        environment: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-        user: str | None = None,
-    ) -> int: ...
-
-    def put_archive(self, path: str, data: bytes) -> None: ...
-
-    def get_archive(self, path: str) -> Iterator[bytes]: ...
-
-
-class LabelledContainer(Protocol):
-    """An entry of `managed_containers()`: its labels, and a way to remove it."""
-
-    @property
-    def labels(self) -> dict[str, str]: ...
-
-    def remove(self, *, force: bool = False) -> None: ...
-
-
-class EngineApi(Protocol):
-    """Everything the rest of the code uses of `Engine` (connect aside)."""
-
-    session: str
-
-    def version(self) -> dict[str, Any]: ...
-
-    def info(self) -> dict[str, Any]: ...
-
-    def image(self, reference: str) -> ImageInfo | None: ...
-
-    def managed_images(self) -> list[ImageInfo]: ...
-
-    def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str: ...
-
-    def build_image(
-        self,
-        context: Path,
-        reference: str,
-        *,
-        buildargs: Mapping[str, str],
-        labels: Mapping[str, str],
-        on_output: OutputSink,
-    ) -> str: ...
-
-    def remove_image(self, reference: str) -> None: ...
-
-    def container(
-        self, spec: ContainerSpec, *, keep: bool = False
-    ) -> AbstractContextManager[ContainerApi]: ...
-
-    def volume(self, purpose: str, *, keep: bool = False) -> AbstractContextManager[str]: ...
-
-    def remove_managed_volumes(self) -> int: ...
-
-    def remove_stale_volumes(self) -> int: ...
-
-    def managed_containers(self) -> Sequence[LabelledContainer]: ...
-
-    def remove_stale_containers(self) -> int: ...
-
-    def remove_leftovers(self) -> tuple[int, int]: ...
-
-    def probe(
-        self,
-        image: str,
-        argv: Sequence[str],
-        *,
-        privileges: Privileges = Privileges(),
-        user: str | None = None,
-    ) -> tuple[int, str]: ...
 
 
 class Container:
@@ -489,3 +363,28 @@ if TYPE_CHECKING:  # mypy checks that the real classes satisfy the Protocols
 
     def _satisfies_protocols(engine: Engine, box: Container) -> tuple[EngineApi, ContainerApi]:
         return engine, box
+
+
+# The records and labels live in runtime/api.py; callers may take them from here too.
+__all__ = [
+    "API_TIMEOUT_S",
+    "BUILD_ID_ARG",
+    "LABEL_BUILD_ID",
+    "LABEL_HOST",
+    "LABEL_INPUT_HASH",
+    "LABEL_KIND",
+    "LABEL_MANAGED",
+    "LABEL_PID",
+    "LABEL_SESSION",
+    "LABEL_STAGE",
+    "Container",
+    "ContainerApi",
+    "ContainerSpec",
+    "Engine",
+    "EngineApi",
+    "ImageInfo",
+    "LabelledContainer",
+    "OutputSink",
+    "Privileges",
+    "is_leftover",
+]
