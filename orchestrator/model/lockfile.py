@@ -1,22 +1,30 @@
-"""release.lock: every input of a release, pinned, in a versioned JSON document.
+"""release.lock: every input of a release, pinned, in a versioned, typed JSON record.
 
 The lock has one entry per target. Each entry separates what the plan decided before
 anything ran (`inputs`: recomputed and compared by `orchestrator lock --check`), what
 the build resolved (Debian package closure with sha256s, toolchain versions as the tools
 reported them, profiles), and what came out (`output`). Every blob it names by sha256
 lives in the vault, so `orchestrator reproduce` needs the lockfile and the vault only.
+
+A lockfile is untrusted input (it travels with a vault archive): every path in it must
+stay inside the folder it is joined onto, every digest that names a file must be a
+sha256, and the git commit must be a commit id. `read_lock` refuses anything else with
+LockfileError naming the file and the key path, before anything is written.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
+from orchestrator.model.records import JsonDict, Record, record_text
 
 LOCK_FILE = "release.lock"
 SCHEMA = "orchestrator/lock"
@@ -36,22 +44,198 @@ class LockDriftError(OrchestratorError):
     )
 
 
-@dataclass(frozen=True)
-class LockedTarget:
+# -- field types ----------------------------------------------------------------------
+def _inside(value: str, *, folder: bool) -> str:
+    """`value` as a relative path that cannot leave the folder it is joined onto."""
+    if not value:
+        raise ValueError("must not be empty")
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    path = PurePosixPath(value)
+    if path.is_absolute():
+        raise ValueError(f"{value!r} is absolute; it must be relative to its folder")
+    if ".." in path.parts:
+        raise ValueError(f"{value!r} leaves its folder ('..')")
+    if not folder and not path.parts:
+        raise ValueError(f"{value!r} names no file")
+    return value
+
+
+def _file_path(value: str) -> str:
+    return _inside(value, folder=False)
+
+
+def _folder_path(value: str) -> str:
+    return _inside(value, folder=True)
+
+
+# a file below its folder: no absolute path, no `..`, not empty, no NUL
+RelativeFile = Annotated[str, AfterValidator(_file_path)]
+# the same for a folder, which may be the folder itself (".")
+RelativeFolder = Annotated[str, AfterValidator(_folder_path)]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+GitCommit = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")]
+
+
+# -- the record -----------------------------------------------------------------------
+class LockRelease(Record):
+    name: str
+    version: str
+
+
+class LockConfig(Record):
+    """The config file, verbatim: reproduce writes `text` to `file` in a fresh folder."""
+
+    file: RelativeFile
+    sha256: Sha256
+    text: str
+
+
+class LockCrate(Record):
+    name: str
+    version: str
+    checksum: str
+
+
+class LockSource(Record):
+    git_commit: GitCommit | None
+    dirty: bool | None
+    repository_path: RelativeFile | None  # the config file's path in its git repository
+    crate: RelativeFolder  # the crate's folder, relative to the config file's
+    source_date_epoch: int
+    source_archive_sha256: Sha256
+    cargo_lock_sha256: Sha256
+    vendor_sha256: Sha256
+    crates: list[LockCrate]
+
+
+class RootfsRecipe(Record):
+    command: list[str]
+    version: str | None
+
+
+class LockBase(Record):
+    suite: str
+    mirror: str
+    variant: str
+    components: list[str]
+    source_date_epoch: int
+    mmdebstrap: RootfsRecipe
+    rootfs_sha256: Sha256
+
+
+class AptInputs(Record):
+    components: list[str]
+    architectures: list[str]
+
+
+class BoltInputs(Record):
+    mode: str
+    flags: list[str]
+
+
+class LockInputs(Record):
+    """What the plan fixes before anything runs (plan/serialize.py's `plan_inputs`)."""
+
+    artifact: RelativeFolder
+    flavor: str
+    rust_target: str
+    target_cpu: str
+    toolchain: str
+    base_image_input_hash: str
+    image_input_hash: str
+    apt: AptInputs
+    packages: dict[str, str]
+    unpack: dict[str, str]
+    source_archive_sha256: Sha256
+    cargo_lock_sha256: Sha256
+    rustflags: list[str]
+    cargo: list[str]
+    environment: dict[str, str]
+    encoded_rustflags: dict[str, list[str]]
+    cargo_test: list[str]
+    gpu_targets: list[str]
+    workloads: list[list[str]]
+    validate_: list[str] = Field(alias="validate")  # `validate` is a BaseModel method
+    pgo_profile_key: str | None
+    bolt: BoltInputs | None
+
+
+class LockedPackage(Record):
+    name: str
+    version: str
+    arch: str
+    file: RelativeFile
+    sha256: Sha256
+    size: int
+
+
+class LockedProfile(Record):
+    sha256: Sha256
+    size: int
+    cache_file: RelativeFile  # below <cache>/profiles
+    details: JsonDict  # what the build knew about it (function counts, BOLT mode)
+
+
+class LockedBolt(Record):
+    mode: str | None
+    applied: bool | None
+
+
+class LockResolved(Record):
+    """What the build resolved: the .debs, the tools' own version reports, profiles."""
+
+    packages: list[LockedPackage]
+    package_set_sha256: Sha256
+    toolchain_reported: JsonDict
+    gpu_compiler: str | None
+    profiles: dict[str, LockedProfile]
+    bolt: LockedBolt | None
+
+
+class LockOutput(Record):
+    file: RelativeFile
+    sha256: Sha256
+    size: int
+
+
+class LockedTarget(Record):
     """One target's entry, from its plan and the build.json of its published artifact."""
 
     level: str
-    inputs: dict[str, Any]
-    resolved: dict[str, Any]
-    output: dict[str, Any]
+    inputs: LockInputs
+    resolved: LockResolved
+    output: LockOutput
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "inputs": self.inputs,
-            "resolved": self.resolved,
-            "output": self.output,
-        }
+
+class LockDocument(Record):
+    """release.lock."""
+
+    SCHEMA = SCHEMA
+    VERSION = SCHEMA_VERSION
+
+    schema_: Literal["orchestrator/lock"] = Field("orchestrator/lock", alias="schema")
+    schema_version: Literal[1] = 1
+    written_by: str
+    release: LockRelease
+    config: LockConfig
+    source: LockSource
+    base: LockBase
+    targets: list[LockedTarget]
+
+
+M = TypeVar("M", bound=Record)
+
+
+def _validated(model: type[M], document: object, where: str) -> M:
+    """The document as `model`, or LockfileError naming `where` and the bad key's path."""
+    try:
+        return model.model_validate(document)
+    except PydanticValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+        raise LockfileError(f"{where}: {path}: {first['msg']}{more}") from None
 
 
 def lock_document(
@@ -62,8 +246,8 @@ def lock_document(
     source: Mapping[str, Any],
     base: Mapping[str, Any],
     targets: Sequence[LockedTarget],
-) -> dict[str, Any]:
-    return {
+) -> LockDocument:
+    document = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "written_by": f"orchestrator {__version__}",
@@ -71,23 +255,38 @@ def lock_document(
         "config": dict(config),
         "source": dict(source),
         "base": dict(base),
-        "targets": [t.as_dict() for t in sorted(targets, key=lambda t: t.inputs["artifact"])],
+        "targets": sorted(targets, key=lambda t: t.inputs.artifact),
     }
+    return _validated(LockDocument, document, "the new lockfile")
 
 
-def dumps(document: Mapping[str, Any]) -> str:
+def dumps(document: LockDocument) -> str:
     """Stable text: sorted keys, two-space indent, a final newline (diffs stay readable)."""
-    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+    return record_text(document)
 
 
-def write_lock(path: Path, document: Mapping[str, Any]) -> Path:
+def write_lock(path: Path, document: LockDocument) -> Path:
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(dumps(document))
     partial.replace(path)
     return path
 
 
-def read_lock(path: Path) -> dict[str, Any]:
+def parse_lock(document: object, where: str) -> LockDocument:
+    """A decoded lockfile as a LockDocument; LockfileError names `where` and the key."""
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise LockfileError(f"{where} is not an orchestrator lockfile (schema {SCHEMA!r})")
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+        raise LockfileError(
+            f"{where} has lockfile schema version {version!r}; this orchestrator reads up "
+            f"to {SCHEMA_VERSION}",
+            hint="Use the orchestrator version that wrote it (see written_by), or a newer one.",
+        )
+    return _validated(LockDocument, document, where)
+
+
+def read_lock(path: Path) -> LockDocument:
     if path.is_dir():
         path = path / LOCK_FILE
     try:
@@ -96,60 +295,48 @@ def read_lock(path: Path) -> dict[str, Any]:
         raise LockfileError(f"no lockfile at {path}") from None
     except (OSError, ValueError) as exc:
         raise LockfileError(f"{path} is not a readable lockfile: {exc}") from exc
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise LockfileError(f"{path} is not an orchestrator lockfile (schema {SCHEMA!r})")
-    version = document.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise LockfileError(
-            f"{path} has lockfile schema version {version!r}; this orchestrator reads up "
-            f"to {SCHEMA_VERSION}",
-            hint="Use the orchestrator version that wrote it (see written_by), or a newer one.",
-        )
-    for key in ("release", "config", "source", "base", "targets"):
-        if key not in document:
-            raise LockfileError(f"{path}: lockfile schema {version} needs a {key!r} entry")
-    return document
+    return parse_lock(document, str(path))
 
 
-def blobs(document: Mapping[str, Any]) -> dict[str, str]:
+def blobs(document: LockDocument) -> dict[str, str]:
     """Every vault blob the lock names: sha256 -> what it is (for messages and export)."""
-    found: dict[str, str] = {}
-    base = document["base"]
-    if base.get("rootfs_sha256"):
-        found[base["rootfs_sha256"]] = f"rootfs {base['suite']}"
-    vendor = document["source"].get("vendor_sha256")
-    if vendor:
-        found[vendor] = "vendored crates"
-    for target in document["targets"]:
-        resolved = target["resolved"]
-        for package in resolved.get("packages", []):
-            found[package["sha256"]] = package["file"]
-        for name, profile in resolved.get("profiles", {}).items():
-            found[profile["sha256"]] = f"{target['inputs']['artifact']}/{name}"
+    found = {
+        document.base.rootfs_sha256: f"rootfs {document.base.suite}",
+        document.source.vendor_sha256: "vendored crates",
+    }
+    for target in document.targets:
+        for package in target.resolved.packages:
+            found[package.sha256] = package.file
+        for name, profile in target.resolved.profiles.items():
+            found[profile.sha256] = f"{target.inputs.artifact}/{name}"
     return found
 
 
-def drift(document: Mapping[str, Any], current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def drift(
+    locked: LockDocument | Sequence[LockedTarget], current: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     """Human-readable differences between the locked inputs and the current plans.
 
-    `current` maps artifact names to `plan_inputs` of what the config builds now.
+    `locked` is a lock or some of its targets; `current` maps artifact names to
+    `plan_inputs` of what the config builds now.
     """
-    locked = {t["inputs"]["artifact"]: t["inputs"] for t in document["targets"]}
+    entries = locked.targets if isinstance(locked, LockDocument) else locked
+    before = {t.inputs.artifact: t.inputs.dump() for t in entries}
     changes = [
-        f"target {name} is new (not in the lock)" for name in sorted(set(current) - set(locked))
+        f"target {name} is new (not in the lock)" for name in sorted(set(current) - set(before))
     ]
     changes += [
         f"target {name} is locked but no longer configured"
-        for name in sorted(set(locked) - set(current))
+        for name in sorted(set(before) - set(current))
     ]
-    for name in sorted(set(locked) & set(current)):
-        changes += [f"{name}: {line}" for line in _differences(locked[name], current[name])]
+    for name in sorted(set(before) & set(current)):
+        changes += [f"{name}: {line}" for line in _differences(before[name], current[name])]
     return changes
 
 
 def _differences(before: object, after: object, path: str = "") -> list[str]:
     """`key changed: old -> new` lines, descending into tables so the key is exact."""
-    if isinstance(before, dict) and isinstance(after, dict):
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
         lines: list[str] = []
         for key in sorted(set(before) | set(after), key=str):
             where = f"{path}.{key}" if path else str(key)

@@ -27,12 +27,20 @@ from orchestrator.host.vault import Vault
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import (
     LOCK_FILE,
+    LockDocument,
+    LockedBolt,
+    LockedPackage,
+    LockedProfile,
     LockedTarget,
     LockfileError,
+    LockInputs,
+    LockOutput,
+    LockResolved,
     drift,
     lock_document,
     write_lock,
 )
+from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.run import Target
@@ -45,12 +53,12 @@ def vault_for(options: Options) -> Vault:
 
 # -- writing the lock ---------------------------------------------------------------
 def _locked_target(
-    target: Target, plan: BuildPlan, manifest: dict[str, Any], artifact: Path, vault: Vault
+    target: Target, plan: BuildPlan, manifest: BuildManifest, artifact: Path, vault: Vault
 ) -> LockedTarget:
     options = target.options
     built = {
-        "toolchain image": manifest["images"]["toolchain"]["input_hash"],
-        "sources": manifest["inputs"]["source_archive_sha256"],
+        "toolchain image": manifest.images.toolchain.input_hash,
+        "sources": manifest.inputs.source_archive_sha256,
     }
     planned = {"toolchain image": plan.image.input_hash, "sources": plan.source.archive_sha256}
     stale = [what for what in built if built[what] != planned[what]]
@@ -74,49 +82,51 @@ def _locked_target(
         name, version, arch = deb_identity(entry.file)
         vault.put(set_dir / entry.file, expected=entry.sha256)
         packages.append(
-            {
-                "name": name,
-                "version": version,
-                "arch": arch,
-                "file": entry.file,
-                "sha256": entry.sha256,
-                "size": entry.size,
-            }
+            LockedPackage(
+                name=name,
+                version=version,
+                arch=arch,
+                file=entry.file,
+                sha256=entry.sha256,
+                size=entry.size,
+            )
         )
-    profiles: dict[str, dict[str, Any]] = {}
-    bolt = manifest.get("bolt") or {}
-    for name, record in (manifest.get("profiles") or {}).items():
-        digest = vault.put(artifact / "profiles" / name, expected=record["sha256"])
+    profiles: dict[str, LockedProfile] = {}
+    bolt = manifest.bolt
+    for name, record in manifest.profiles.items():
+        digest = vault.put(artifact / "profiles" / name, expected=record.sha256)
         if name == "pgo.profdata" and plan.pgo:
-            stored = (manifest.get("pgo") or {}).get("profile", {})
+            stored = manifest.pgo.profile if manifest.pgo else {}
             key = f"pgo/{plan.pgo.profile_key}.profdata"
         else:
-            stored = bolt.get("profile", {})
+            stored = (bolt.profile if bolt else None) or {}
             key = f"bolt/{stored.get('cache_key')}.fdata"
-        profiles[name] = {
-            "sha256": digest,
-            "size": record["size"],
-            "cache_file": key,
+        profiles[name] = LockedProfile(
+            sha256=digest,
+            size=record.size,
+            cache_file=key,
             # what the build knew about it (function counts, BOLT mode), as the cache has it
-            "details": {
+            details={
                 k: v for k, v in stored.items() if k not in ("sha256", "size", "reused_from_cache")
             },
-        }
-    device = manifest.get("device_code") or {}
-    resolved = {
-        "packages": packages,
-        "package_set_sha256": sha256_file(set_dir / MANIFEST),
-        "toolchain_reported": manifest["toolchain"]["reported"],
-        "gpu_compiler": device.get("compiler"),
-        "profiles": profiles,
-        "bolt": {"mode": bolt.get("mode"), "applied": bolt.get("applied")} if bolt else None,
-    }
-    output = {
-        "file": manifest["artifact"]["file"],
-        "sha256": manifest["artifact"]["sha256"],
-        "size": manifest["artifact"]["size"],
-    }
-    return LockedTarget(target.level, plan_inputs(plan), resolved, output)
+        )
+    resolved = LockResolved(
+        packages=packages,
+        package_set_sha256=sha256_file(set_dir / MANIFEST),
+        toolchain_reported=manifest.toolchain.reported,
+        gpu_compiler=(manifest.device_code or {}).get("compiler"),
+        profiles=profiles,
+        bolt=LockedBolt(mode=bolt.mode, applied=bolt.applied) if bolt else None,
+    )
+    output = LockOutput(
+        file=manifest.artifact.file, sha256=manifest.artifact.sha256, size=manifest.artifact.size
+    )
+    return LockedTarget(
+        level=target.level,
+        inputs=LockInputs.model_validate(plan_inputs(plan)),
+        resolved=resolved,
+        output=output,
+    )
 
 
 def record_release(
@@ -130,7 +140,7 @@ def record_release(
         artifact = release_dir / plan.artifact_dir
         if not (artifact / "build.json").is_file():
             continue  # failed or never built: not part of the release
-        manifest = json.loads((artifact / "build.json").read_text())
+        manifest = read_record(artifact / "build.json", BuildManifest)
         locked.append(_locked_target(target, plan, manifest, artifact, vault))
         plans.append(plan)
     if not locked:
@@ -209,13 +219,13 @@ def _repository_path(options: Options) -> str | None:
     return (Path(prefix) / options.config_path.name).as_posix()
 
 
-def check_lock(options: Options, document: dict[str, Any], chosen: Sequence[Target]) -> list[str]:
+def check_lock(options: Options, document: LockDocument, chosen: Sequence[Target]) -> list[str]:
     """Differences between the lock and what the configuration would build now."""
     current = {}
     for target in chosen:
         plan = prepare_plan(target.options, target.flavor)
         current[plan.artifact_dir] = plan_inputs(plan)
     changes = drift(document, current)
-    if document["config"].get("sha256") != sha256_file(options.config_path):
+    if document.config.sha256 != sha256_file(options.config_path):
         changes.insert(0, f"{options.config_path.name} changed since the lock was written")
     return changes

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -32,7 +31,16 @@ from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import LockDriftError, LockfileError, blobs, drift, read_lock
+from orchestrator.model.lockfile import (
+    LockDocument,
+    LockDriftError,
+    LockedTarget,
+    LockfileError,
+    blobs,
+    drift,
+    read_lock,
+)
+from orchestrator.model.records import ProfileSidecar, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.progress import Reporter
@@ -95,34 +103,34 @@ class Reproduced:
         }
 
 
-def lay_out_sources(document: dict[str, Any], workdir: Path, source_dir: Path | None) -> Path:
+def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | None) -> Path:
     """The config and the crate in a fresh folder; returns the config's path there.
 
     The crate comes from `source_dir` when given, else from `git archive` of the locked
     commit in the repository this command runs in.
     """
-    source = document["source"]
-    config: Path = workdir / str(document["config"]["file"])
+    source = document.source  # its paths stay inside `workdir`: the lock's model checks
+    config = workdir / document.config.file
     workdir.mkdir(parents=True, exist_ok=True)
-    config.write_text(document["config"]["text"])
-    crate = workdir / str(source["crate"])
+    config.write_text(document.config.text)
+    crate = workdir / source.crate
     if source_dir is not None:
         shutil.copytree(source_dir, crate, ignore=shutil.ignore_patterns("target", ".git"))
         return config
-    commit, repository_path = source.get("git_commit"), source.get("repository_path")
+    commit, repository_path = source.git_commit, source.repository_path
     root = git(Path.cwd(), "rev-parse", "--show-toplevel")
     if not commit or repository_path is None or root is None:
         raise SourceError(
             "the lockfile names no git commit, or this folder is not in its repository",
             hint="Run reproduce inside the project's repository, or pass --source <crate dir>.",
         )
-    if source.get("dirty"):
+    if source.dirty:
         raise SourceError(
             f"the release was built from a dirty tree (changes on top of {commit[:12]}): "
             "its sources are not in git",
             hint="Pass --source <crate dir> with exactly those sources.",
         )
-    crate_in_repo = (Path(repository_path).parent / source["crate"]).as_posix()
+    crate_in_repo = (Path(repository_path).parent / source.crate).as_posix()
     archive = subprocess.run(
         ["git", "-C", root, "archive", "--format=tar", commit, "--", crate_in_repo],
         capture_output=True,
@@ -143,39 +151,33 @@ def lay_out_sources(document: dict[str, Any], workdir: Path, source_dir: Path | 
 
 
 def seed_cache(
-    document: dict[str, Any], plan: BuildPlan, target: dict[str, Any], cache: Path, vault: Vault
+    document: LockDocument, plan: BuildPlan, target: LockedTarget, cache: Path, vault: Vault
 ) -> None:
-    """Put every locked input of one target where the build looks for it, from the vault."""
-    base, source, resolved = document["base"], document["source"], target["resolved"]
-    vault.materialize(base["rootfs_sha256"], cache / "rootfs" / f"{plan.base_image.input_hash}.tar")
-    vault.materialize(
-        source["vendor_sha256"], cache / "crates" / f"{source['cargo_lock_sha256']}.tar"
-    )
+    """Put every locked input of one target where the build looks for it, from the vault.
+
+    Digests and paths come from the lock, whose model refuses any that would name a
+    file outside its folder.
+    """
+    base, source, resolved = document.base, document.source, target.resolved
+    vault.materialize(base.rootfs_sha256, cache / "rootfs" / f"{plan.base_image.input_hash}.tar")
+    vault.materialize(source.vendor_sha256, cache / "crates" / f"{source.cargo_lock_sha256}.tar")
     set_dir = package_set_dir(plan.base, plan.packages, cache, plan.apt_sources, plan.unpack)
     entries = []
-    for package in resolved["packages"]:
-        vault.materialize(package["sha256"], set_dir / package["file"])
-        entries.append(
-            {"file": package["file"], "sha256": package["sha256"], "size": package["size"]}
-        )
+    for package in resolved.packages:
+        vault.materialize(package.sha256, set_dir / package.file)
+        entries.append({"file": package.file, "sha256": package.sha256, "size": package.size})
     (set_dir / MANIFEST).write_text(json.dumps(entries, indent=1) + "\n")
-    for profile in resolved.get("profiles", {}).values():
-        path = cache / "profiles" / profile["cache_file"]
-        vault.materialize(profile["sha256"], path)
-        meta = {
-            "sha256": profile["sha256"],
-            "size": profile["size"],
-            **profile.get("details", {}),
-        }
-        path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+    for profile in resolved.profiles.values():
+        path = cache / "profiles" / profile.cache_file
+        vault.materialize(profile.sha256, path)
+        sidecar = ProfileSidecar(sha256=profile.sha256, size=profile.size, details=profile.details)
+        write_record(path.with_suffix(".json"), sidecar)
 
 
-def differing_inputs(
-    document: dict[str, Any], target: dict[str, Any], plan: BuildPlan
-) -> list[str]:
-    name = target["inputs"]["artifact"]
-    changes = drift({"targets": [target]}, {name: plan_inputs(plan)})
-    if plan.source.archive_sha256 != document["source"]["source_archive_sha256"]:
+def differing_inputs(document: LockDocument, target: LockedTarget, plan: BuildPlan) -> list[str]:
+    name = target.inputs.artifact
+    changes = drift([target], {name: plan_inputs(plan)})
+    if plan.source.archive_sha256 != document.source.source_archive_sha256:
         changes.insert(0, f"{name}: the source tree differs from the locked one")
     return changes
 
@@ -212,7 +214,7 @@ def diffoscope_report(expected: Path, got: Path, report: Path, log: Callable[[st
 class ReproduceRun:
     """What every target's reproduction shares."""
 
-    document: dict[str, Any]
+    document: LockDocument
     release_dir: Path
     engine: Engine
     vault: Vault
@@ -238,7 +240,7 @@ def reproduce(
     only: Sequence[str] = (),
 ) -> list[Reproduced]:
     document = read_lock(lock_path)
-    known = {t["inputs"]["artifact"] for t in document["targets"]}
+    known = {t.inputs.artifact for t in document.targets}
     unknown = sorted(set(only) - known)
     if unknown:
         raise LockfileError(
@@ -246,10 +248,8 @@ def reproduce(
             hint="It locks: " + ", ".join(sorted(known)),
         )
     if only:
-        document = {
-            **document,
-            "targets": [t for t in document["targets"] if t["inputs"]["artifact"] in only],
-        }
+        chosen = [t for t in document.targets if t.inputs.artifact in only]
+        document = document.model_copy(update={"targets": chosen})
     missing = [
         f"{what} ({digest[:12]})"
         for digest, what in blobs(document).items()
@@ -264,12 +264,12 @@ def reproduce(
     cache = workdir / "cache"
     options = resolve(
         config,
-        env={"SOURCE_DATE_EPOCH": str(document["source"]["source_date_epoch"])},
+        env={"SOURCE_DATE_EPOCH": str(document.source.source_date_epoch)},
         cli={"build.artifacts_dir": str(workdir / "artifacts"), "build.cache_dir": str(cache)},
         cwd=config.parent,
     )
     configured: dict[str, tuple[Target, BuildPlan]] = {}
-    flavors = sorted({t["inputs"]["flavor"] for t in document["targets"]})
+    flavors = sorted({t.inputs.flavor for t in document.targets})
     for target in targets(replace(options, offline=True), flavors):
         plan = prepare_plan(target.options, target.flavor)
         configured.setdefault(plan.artifact_dir, (target, plan))
@@ -285,9 +285,9 @@ def reproduce(
         announce,
     )
     results = []
-    for entry in sorted(document["targets"], key=lambda t: str(t["inputs"]["artifact"])):
-        name = entry["inputs"]["artifact"]
-        result = Reproduced(name, entry["output"]["sha256"])
+    for entry in sorted(document.targets, key=lambda t: t.inputs.artifact):
+        name = entry.inputs.artifact
+        result = Reproduced(name, entry.output.sha256)
         results.append(result)
         if name not in configured:
             result.fail(LockDriftError("the locked config no longer yields this target"))
@@ -297,10 +297,10 @@ def reproduce(
 
 
 def _reproduce_one(
-    run: ReproduceRun, entry: dict[str, Any], target: Target, plan: BuildPlan, result: Reproduced
+    run: ReproduceRun, entry: LockedTarget, target: Target, plan: BuildPlan, result: Reproduced
 ) -> None:
     result.inputs_differing = differing_inputs(run.document, entry, plan)
-    locked_mode = (entry["resolved"].get("bolt") or {}).get("mode")
+    locked_mode = entry.resolved.bolt.mode if entry.resolved.bolt else None
     if plan.bolt is not None and locked_mode and plan.bolt.mode != locked_mode:
         # `auto` picks a BOLT mode from what perf can do on this machine; the release's
         # choice is a resolved input, and its profile is keyed by it.
@@ -323,7 +323,7 @@ def _reproduce_one(
     finally:
         result.seconds = time.monotonic() - started
     result.got = sha256_file(outcome.binary)
-    expected = run.release_dir / result.artifact / entry["output"]["file"]
+    expected = run.release_dir / result.artifact / entry.output.file
     if not result.identical and expected.is_file():
         report = outcome.artifact.parent.parent / f"{result.artifact}.diffoscope.txt"
         result.report = diffoscope_report(expected, outcome.binary, report, run.announce)

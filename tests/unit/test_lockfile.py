@@ -1,4 +1,7 @@
-"""release.lock round-trip, schema versions, drift detection; the vault's hash checks."""
+"""release.lock round-trip, schema versions, drift detection; the vault's hash checks.
+
+The typed record's refusals (extra keys, wrong types, hostile paths): test_lock_record.py.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.host.vault import Vault, VaultCorruptError, VaultError
 from orchestrator.model.lockfile import (
     SCHEMA_VERSION,
+    LockDocument,
     LockedTarget,
     LockfileError,
     blobs,
@@ -40,51 +44,81 @@ def _plan(options: Options, flavor_name: str = "cpu") -> BuildPlan:
     return plan_for(options, flavor_name)
 
 
-def _document(plan: BuildPlan) -> dict[str, Any]:
-    target = LockedTarget(
-        level=plan.target_cpu,
-        inputs=plan_inputs(plan),
-        resolved={
-            "packages": [
-                {
-                    "name": "gcc",
-                    "version": "4:14.2.0-1",
-                    "arch": "amd64",
-                    "file": "gcc_4%3a14.2.0-1_amd64.deb",
-                    "sha256": "c" * 64,
-                    "size": 1,
+def lock_for(plan: BuildPlan) -> LockDocument:
+    """A lock of one target of `plan`, as `record_release` writes it (minus the build)."""
+    target = LockedTarget.model_validate(
+        {
+            "level": plan.target_cpu,
+            "inputs": plan_inputs(plan),
+            "resolved": {
+                "packages": [
+                    {
+                        "name": "gcc",
+                        "version": "4:14.2.0-1",
+                        "arch": "amd64",
+                        "file": "gcc_4%3a14.2.0-1_amd64.deb",
+                        "sha256": "c" * 64,
+                        "size": 1,
+                    },
+                ],
+                "package_set_sha256": "9" * 64,
+                "toolchain_reported": {"rustc": "1.96.0", "llvm_major": 20},
+                "gpu_compiler": None,
+                "profiles": {
+                    "pgo.profdata": {
+                        "sha256": "d" * 64,
+                        "size": 2,
+                        "cache_file": "pgo/k.profdata",
+                        "details": {"functions": 12},
+                    }
                 },
-            ],
-            "profiles": {
-                "pgo.profdata": {"sha256": "d" * 64, "size": 2, "cache_file": "pgo/k.profdata"}
+                "bolt": {"mode": "lbr", "applied": True},
             },
-        },
-        output={"file": "demo", "sha256": "e" * 64, "size": 3},
+            "output": {"file": "demo", "sha256": "e" * 64, "size": 3},
+        }
     )
     return lock_document(
         name="demo",
         version="1.2.3",
         config={"file": "orchestrator.toml", "sha256": "f" * 64, "text": ""},
-        source={"git_commit": "0" * 40, "dirty": False, "vendor_sha256": "1" * 64},
-        base={**plan.base.as_dict(), "rootfs_sha256": "2" * 64},
+        source={
+            "git_commit": "0" * 40,
+            "dirty": False,
+            "repository_path": "orchestrator.toml",
+            "crate": "crate",
+            "source_date_epoch": 1700000000,
+            "source_archive_sha256": plan.source.archive_sha256,
+            "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+            "vendor_sha256": "1" * 64,
+            "crates": [{"name": "libc", "version": "0.2.170", "checksum": "3" * 64}],
+        },
+        base={
+            **plan.base.as_dict(),
+            "mmdebstrap": {"command": ["mmdebstrap", "trixie"], "version": "1.5.6"},
+            "rootfs_sha256": "2" * 64,
+        },
         targets=[target],
     )
 
 
 def test_round_trip_is_stable_text(options: Options, tmp_path: Path) -> None:
-    document = _document(_plan(options))
+    document = lock_for(_plan(options))
     path = write_lock(tmp_path / "release.lock", document)
     assert read_lock(path) == document
     assert read_lock(tmp_path) == document  # a release folder works too
     assert path.read_text() == dumps(read_lock(path))  # sorted keys: rewriting is a no-op
-    assert document["schema_version"] == SCHEMA_VERSION
+    assert document.schema_version == SCHEMA_VERSION
+    assert json.loads(path.read_text())["schema"] == "orchestrator/lock"
     assert not list(tmp_path.glob(".*partial"))
 
 
 def test_blobs_names_every_vaulted_input(options: Options) -> None:
-    found = blobs(_document(_plan(options)))
+    found = blobs(lock_for(_plan(options)))
     assert set(found) == {"c" * 64, "d" * 64, "1" * 64, "2" * 64}
     assert found["c" * 64] == "gcc_4%3a14.2.0-1_amd64.deb"
+    assert found["1" * 64] == "vendored crates"
+    assert found["2" * 64].startswith("rootfs ")
+    assert found["d" * 64] == f"{_plan(options).artifact_dir}/pgo.profdata"
 
 
 @pytest.mark.parametrize(
@@ -92,16 +126,15 @@ def test_blobs_names_every_vaulted_input(options: Options) -> None:
     [
         ({"schema_version": SCHEMA_VERSION + 1}, "reads up to"),
         ({"schema": "something/else"}, "not an orchestrator lockfile"),
-        ({"targets": None}, None),
+        ({"targets": None}, r"release\.lock: targets: Field required"),
     ],
 )
 def test_schema_versioning(
-    options: Options, tmp_path: Path, change: dict[str, Any], message: str | None
+    options: Options, tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
-    document = {**_document(_plan(options)), **change}
+    document = {**lock_for(_plan(options)).dump(), **change}
     if change == {"targets": None}:
         del document["targets"]
-        message = "needs a 'targets' entry"
     (tmp_path / "release.lock").write_text(json.dumps(document))
     with pytest.raises(LockfileError, match=message):
         read_lock(tmp_path / "release.lock")
@@ -110,8 +143,9 @@ def test_schema_versioning(
 
 def test_check_detects_drift(options: Options) -> None:
     plan = _plan(options)
-    document = _document(plan)
+    document = lock_for(plan)
     assert drift(document, {plan.artifact_dir: plan_inputs(plan)}) == []
+    assert drift(document.targets, {plan.artifact_dir: plan_inputs(plan)}) == []
     # a flag changed: the same target, other rustflags
     v3 = _plan(replace(options, target_cpu="x86-64-v3"))
     changes = drift(document, {plan.artifact_dir: plan_inputs(v3)})

@@ -22,6 +22,7 @@ from orchestrator.release.run import Target
 from orchestrator.runtime.engine import Engine
 from tests.unit.conftest import plan_for
 from tests.unit.fakes import FakeEngine
+from tests.unit.test_lockfile import lock_for
 
 runner = CliRunner()
 
@@ -46,8 +47,14 @@ def test_a_target_error_keeps_its_class(
     monkeypatch.setattr(repro, "seed_cache", lambda *_a: None)
     monkeypatch.setattr(repro, "differing_inputs", lambda *_a: [])
     options = resolve(project / "orchestrator.toml", env={})
+    plan = plan_for(options)
+    document = lock_for(plan)
+    locked = document.targets[0]
+    entry = locked.model_copy(
+        update={"resolved": locked.resolved.model_copy(update={"bolt": None})}
+    )
     run = ReproduceRun(
-        {},
+        document,
         tmp_path,
         FakeEngine(),  # type: ignore[arg-type]
         Vault(tmp_path / "vault"),
@@ -58,8 +65,7 @@ def test_a_target_error_keeps_its_class(
         lambda _line: None,
     )
     result = Reproduced("demo-1.2.3-linux-x86_64-cpu", "e" * 64)
-    entry = {"resolved": {}, "output": {"file": "demo", "sha256": "e" * 64}}
-    repro._reproduce_one(run, entry, Target("cpu", "x86-64-v2", options), plan_for(options), result)
+    repro._reproduce_one(run, entry, Target("cpu", "x86-64-v2", options), plan, result)
     assert isinstance(result.exception, VaultError)
     assert result.error == "the vault has no blob 00ff"
     assert result.as_dict()["error_class"] == "VaultError"
