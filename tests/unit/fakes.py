@@ -147,8 +147,11 @@ class FakeEngine:
         info: Mapping[str, Any] | None = None,
         version: Mapping[str, Any] | None = None,
         session: str = "fake-session",
+        archives: Mapping[str, bytes] | None = None,
     ) -> None:
         self.session = session
+        # Tars every container started from now on serves at these paths (get_archive).
+        self.archives: dict[str, bytes] = dict(archives or {})
         self.responder = responder
         self.prober = prober
         self.missing = missing
@@ -228,7 +231,9 @@ class FakeEngine:
     # -- containers and volumes ----------------------------------------------------
     @contextmanager
     def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[FakeContainer]:
-        box = FakeContainer(self._next_id(), spec, self.responder, self.missing)
+        box = FakeContainer(
+            self._next_id(), spec, self.responder, self.missing, archives=dict(self.archives)
+        )
         record = Managed(box.id, labels_of("container", session=self.session))
         self.containers.append(box)
         self.managed.append(record)

@@ -84,8 +84,10 @@ def test_release_v1_is_migrated_to_v2(tmp_path: Path) -> None:
 
 
 def test_variants_v0_without_schema_is_migrated(tmp_path: Path) -> None:
-    document = {"image": "orchestrator/cpu:abc", "variants": {"baseline": {"sha256": "aa" * 32,
-                                                                           "size": 3}}}
+    document = {
+        "image": "orchestrator/cpu:abc",
+        "variants": {"baseline": {"sha256": "aa" * 32, "size": 3}},
+    }
     read = read_record(dump_to(tmp_path / "variants.json", document), VariantsRecord)
     assert read.schema_ == "orchestrator/variants"
     assert read.schema_version == 1

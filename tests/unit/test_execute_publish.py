@@ -1,0 +1,412 @@
+"""The steps at the end of the pipeline through the fake Engine: GPU target checks,
+validation, portability, the SBOM inventory, and extract + publish with a real key."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.errors import StepFailedError, ValidationError
+from orchestrator.execute import device, inventory, publish, validate
+from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
+from orchestrator.host.bootstrap import MANIFEST
+from orchestrator.host.source import CRATES_IO
+from orchestrator.host.staging import staging_area, staging_root
+from orchestrator.model.hashing import sha256_bytes
+from orchestrator.model.layout import PATHS
+from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.runtime.images import ImageOutcome, package_set_dir
+from orchestrator.supply.attest import Signer
+from orchestrator.supply.minisign import SecretKey, verify_file
+from orchestrator.supply.sbom import SBOM_FILE, Crate, DebPackage
+
+from .execute_rig import EITHER_SUM, LOCK, answers, make_options, make_rig
+from .fakes import FakeEngine
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+# -- GPU targets and device code -----------------------------------------------------------
+NVCC_VERSION = [
+    "nvcc: NVIDIA (R) Cuda compiler driver",
+    "Cuda compilation tools, release 12.8, V12.8.93",
+]
+NVCC_CODES = ["sm_50", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"]
+
+
+def test_cuda_targets_are_checked_against_nvcc(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(
+        responder=answers(("--version", 0, NVCC_VERSION), ("--list-gpu-code", 0, NVCC_CODES))
+    )
+    rig = make_rig(make_options(project), stack, tmp_path, flavor="cuda", engine=engine)
+    device.gpu_targets(rig.pipeline, rig.log)
+    assert rig.box.argvs == [("nvcc", "--version"), ("nvcc", "--list-gpu-code")]
+    assert rig.pipeline.state.gpu == {
+        "kind": "cuda",
+        "requested": ["sm_80", "sm_86", "sm_89", "sm_90"],
+        "compiler": "Cuda compilation tools, release 12.8, V12.8.93",
+        "supported": sorted(NVCC_CODES),
+    }
+    assert rig.log.detail == "nvcc supports all 4 targets"
+
+
+def test_a_target_nvcc_lacks_is_a_gpu_target_error(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(responder=answers(("--list-gpu-code", 0, ["sm_80", "sm_86"])))
+    rig = make_rig(make_options(project), stack, tmp_path, flavor="cuda", engine=engine)
+    with pytest.raises(
+        GpuTargetError, match=r"cannot compile for sm_89, sm_90; it supports: sm_80, sm_86"
+    ):
+        device.gpu_targets(rig.pipeline, rig.log)
+
+
+def test_cuda_device_code_is_listed_with_cuobjdump(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    listing = [
+        f"ELF file    {i}: demo.{i}.{sm}.cubin"
+        for i, sm in enumerate(["sm_80", "sm_86", "sm_89", "sm_90"])
+    ]
+    engine = FakeEngine(responder=answers(("cuobjdump", 0, listing)))
+    rig = make_rig(make_options(project), stack, tmp_path, flavor="cuda", engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    rig.pipeline.state.gpu = {"kind": "cuda"}
+    device.device_code(rig.pipeline, rig.log)
+    assert rig.box.argvs == [("cuobjdump", "--list-elf", f"{BIN_DIR}/optimized")]
+    assert rig.pipeline.state.gpu == {
+        "kind": "cuda",
+        "binary": {
+            "kind": "cuda",
+            "checked_with": "cuobjdump --list-elf",
+            "embedded": ["sm_80", "sm_86", "sm_89", "sm_90"],
+        },
+    }
+    rig.engine.responder = answers(("cuobjdump", 0, listing[:1]))
+    missing = make_rig(make_options(project), stack, tmp_path, flavor="cuda", engine=rig.engine)
+    missing.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(DeviceCodeMissingError, match=r"no device code for sm_86, sm_89, sm_90"):
+        device.device_code(missing.pipeline, missing.log)
+
+
+def _offload_bundle(*ids: str) -> bytes:
+    """A clang offload bundle header as flavors.gpu.offload_bundle_targets reads it."""
+    header = b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(ids))
+    for entry in ids:
+        header += struct.pack("<QQQ", 4096, 100, len(entry)) + entry.encode()
+    return header
+
+
+def test_rocm_targets_and_offload_bundles(project: Path, stack: ExitStack, tmp_path: Path) -> None:
+    processors = [
+        f"    {g}  - Select the {g} processor" for g in ("gfx906", "gfx90a", "gfx1030", "gfx1100")
+    ]
+    binary = (
+        b"\x7fELF"
+        + _offload_bundle(
+            "host-x86_64-unknown-linux-gnu-", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"
+        )
+        + b"padding"
+        + _offload_bundle("hipv4-amdgcn-amd-amdhsa--gfx1030", "hipv4-amdgcn-amd-amdhsa--gfx1100")
+    )
+    engine = FakeEngine(
+        responder=answers(
+            ("hipcc --version", 0, ["HIP version: 6.2.41134", "clang 17"]), ("llc", 0, processors)
+        ),
+        missing=lambda path: binary,
+    )
+    rig = make_rig(make_options(project), stack, tmp_path, flavor="rocm", engine=engine)
+    device.gpu_targets(rig.pipeline, rig.log)
+    gpu = rig.pipeline.state.gpu
+    assert gpu is not None
+    assert (gpu["compiler"], gpu["supported"]) == (
+        "HIP version: 6.2.41134",
+        ["gfx1030", "gfx1100", "gfx906", "gfx90a"],
+    )
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    device.device_code(rig.pipeline, rig.log)
+    assert rig.pipeline.state.gpu["binary"] == {  # type: ignore[index]
+        "kind": "rocm",
+        "checked_with": "clang offload bundle entries",
+        "embedded": ["gfx1030", "gfx1100", "gfx90a"],
+    }
+    assert "code object: gfx90a" in rig.text
+    assert list((rig.pipeline.scratch / "device-code").iterdir()) == []  # fetched copy removed
+
+
+def test_device_steps_in_a_plan_for_no_gpu_are_an_internal_error(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    with pytest.raises(StepFailedError, match="plan for no GPU"):
+        device.gpu_targets(rig.pipeline, rig.log)
+
+
+# -- validate and portability -----------------------------------------------------------
+def test_without_a_validate_command_nothing_is_compared(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    validate.validate(rig.pipeline, rig.log)
+    assert rig.pipeline.state.validation == {"command": [], "compared": False}
+    assert rig.log.detail == "nothing to compare"
+    assert rig.engine.containers == []
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "got", "identical", "detail"),
+    [
+        (0.0, "loss: 0.3", True, "outputs identical"),
+        (1e-3, "loss: 0.3000001", False, "within tolerance"),
+    ],
+)
+def test_validate_compares_the_shipped_binary_with_the_baseline(
+    project: Path,
+    stack: ExitStack,
+    tmp_path: Path,
+    tolerance: float,
+    got: str,
+    identical: bool,
+    detail: str,
+) -> None:
+    options = make_options(
+        project, validate_command=("eval", "--seed", "1"), validate_tolerance=tolerance
+    )
+    engine = FakeEngine(
+        responder=answers(
+            ("baseline", 0, ["step 1", "loss: 0.3"]), ("optimized", 0, ["step 1", got])
+        )
+    )
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    validate.validate(rig.pipeline, rig.log)
+    assert rig.box.argvs == [
+        (f"{BIN_DIR}/baseline", "eval", "--seed", "1"),
+        (f"{BIN_DIR}/optimized", "eval", "--seed", "1"),
+    ]
+    assert rig.pipeline.state.validation == {
+        "command": ["eval", "--seed", "1"],
+        "compared": True,
+        "tolerance": tolerance,
+        "identical": identical,
+        "output_lines": 2,
+    }
+    assert rig.log.detail == detail
+
+
+def test_differing_outputs_are_a_validation_error_with_a_diff(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project, validate_command=("eval",))
+    engine = FakeEngine(
+        responder=answers(
+            ("baseline", 0, ["same", "loss: 0.3"]), ("optimized", 0, ["same", "loss: 0.4"])
+        )
+    )
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(ValidationError) as caught:
+        validate.validate(rig.pipeline, rig.log)
+    message = caught.value.message
+    assert "1 line(s) differ" in message
+    assert "-loss: 0.3" in message and "+loss: 0.4" in message
+    assert rig.pipeline.state.validation == {}
+
+
+VERSION_INFO = [
+    "Version needs section '.gnu.version_r' contains 1 entry:",
+    "  0x0010:   Name: GLIBC_2.17  Flags: none  Version: 4",
+    "  0x0020:   Name: GLIBC_2.34  Flags: none  Version: 3",
+    "  0x0030:   Name: GLIBC_2.2.5  Flags: none  Version: 2",
+]
+DYNAMIC = [
+    " 0x0000000000000001 (NEEDED)             Shared library: [libgcc_s.so.1]",
+    " 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]",
+]
+CFG = ['target_arch="x86_64"', 'target_feature="sse2"', 'target_feature="avx2"']
+
+
+def test_portability_reads_glibc_libraries_and_cpu_features(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(
+        responder=answers(
+            ("--version-info", 0, VERSION_INFO), ("--dynamic", 0, DYNAMIC), ("--print cfg", 0, CFG)
+        )
+    )
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    with pytest.raises(StepFailedError, match="before any binary"):
+        validate.portability(rig.pipeline, rig.log)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    validate.portability(rig.pipeline, rig.log)
+    plan = rig.pipeline.plan
+    report = rig.pipeline.state.portability
+    assert report is not None
+    assert (report.glibc_max, report.needed, report.cpu_features) == (
+        "2.34",
+        ("libgcc_s.so.1", "libc.so.6"),
+        ("avx2", "sse2"),
+    )
+    assert (report.target, report.target_cpu) == (plan.rust_target, plan.target_cpu)
+    rustc = rig.box.argvs[-1]
+    assert rustc[:5] == (
+        plan.toolchain.tool("rustc"),
+        "--print",
+        "cfg",
+        "--target",
+        plan.rust_target,
+    )
+    assert [f for f in rustc[5:] if f.startswith("-Ctarget-cpu")] == [
+        f"-Ctarget-cpu={plan.target_cpu}"
+    ]
+    assert rig.log.detail == "glibc 2.34, needs libgcc_s.so.1, libc.so.6"
+
+
+# -- SBOM inventory ----------------------------------------------------------------------
+METADATA = {
+    "packages": [
+        {"id": "demo 1.2.3", "name": "demo", "version": "1.2.3", "source": None, "license": None},
+        {
+            "id": "either 1.15.0",
+            "name": "either",
+            "version": "1.15.0",
+            "source": CRATES_IO,
+            "license": "MIT OR Apache-2.0",
+        },
+    ],
+    "resolve": {"nodes": [{"id": "demo 1.2.3"}, {"id": "either 1.15.0"}]},
+}
+DPKG = ["gcc 4:14.2.0-1 amd64", "libc6 2.41-7 amd64", ""]
+
+
+def test_sbom_reads_crates_from_cargo_metadata_and_packages_from_dpkg(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    (project / "crate" / "Cargo.lock").write_text(LOCK)
+    engine = FakeEngine(
+        responder=answers(("dpkg-query", 0, DPKG)),
+        missing=lambda path: json.dumps(METADATA).encode(),
+    )
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    plan, options = rig.pipeline.plan, rig.pipeline.options
+    recorded = package_set_dir(
+        plan.base, plan.packages, options.cache_dir, plan.apt_sources, plan.unpack
+    )
+    recorded.mkdir(parents=True)
+    (recorded / MANIFEST).write_text(
+        json.dumps([{"file": "gcc_4%3a14.2.0-1_amd64.deb", "sha256": "45" * 32, "size": 9}])
+    )
+    inventory.sbom(rig.pipeline, rig.log)
+    state = rig.pipeline.state
+    assert state.crates == [Crate("either", "1.15.0", "MIT OR Apache-2.0", EITHER_SUM, CRATES_IO)]
+    assert state.packages == [
+        DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32),
+        DebPackage("libc6", "2.41-7", "amd64", None),
+    ]
+    metadata_call = rig.box.execs[0]
+    assert metadata_call.argv[:2] == ("sh", "-c")
+    assert metadata_call.argv[2].endswith(f"> {PATHS.out}/cargo-metadata.json")
+    argv = list(metadata_call.argv)
+    assert argv[3:6] == ["sh", plan.toolchain.tool("cargo"), "metadata"]
+    assert argv[argv.index("--filter-platform") + 1] == plan.rust_target
+    assert {"--offline", "--locked"} <= set(argv)
+    assert metadata_call.environment == {"CARGO_HOME": PATHS.cargo_home}
+    assert rig.box.argvs[1][0] == "dpkg-query"
+    assert rig.log.detail == "1 crates, 2 toolchain packages"
+
+
+# -- extract and publish -----------------------------------------------------------------
+def test_extract_and_publish_assemble_sign_and_move_the_artifact(
+    project: Path, tmp_path: Path
+) -> None:
+    options = make_options(project)
+    key = SecretKey.generate()
+    engine = FakeEngine(missing=lambda path: f"binary {path}".encode())
+    with ExitStack() as stack:
+        staging = stack.enter_context(staging_area(options.artifacts_dir, engine.session))
+        rig = make_rig(
+            options,
+            stack,
+            tmp_path,
+            engine=engine,
+            staging=staging,
+            signer=Signer(key, True, "test key"),
+        )
+        plan, state = rig.pipeline.plan, rig.pipeline.state
+        vendor, profile = tmp_path / "vendor.tar", tmp_path / "merged.profdata"
+        vendor.write_bytes(b"vendored")
+        profile.write_bytes(b"pgo profile")
+        state.base = ImageOutcome(plan.base_image.reference, "sha256:b", "b" * 64, False, {})
+        state.toolchain = ToolchainReport(
+            {"release": "1.96.0"}, "cargo 1.96.0", "LLVM 22", "BOLT 22", 22
+        )
+        state.vendor = vendor
+        state.unbolted, state.shipped = f"{BIN_DIR}/optimized", f"{BIN_DIR}/optimized.bolt"
+        state.pgo = ProfileRecord(
+            profile, sha256_bytes(b"pgo profile"), 11, False, {"functions": 3}
+        )
+        state.bolt_report = {"policy": "fallback", "flags": [], "mode": "lbr", "applied": True}
+        state.crates = [Crate("either", "1.15.0", "MIT", EITHER_SUM, CRATES_IO)]
+        state.packages = [DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)]
+        reporter = rig.pipeline.reporter
+        with pytest.raises(StepFailedError, match="publish runs before"):
+            publish.publish(rig.pipeline, rig.log)
+        with reporter.step("extract", "extract") as log:
+            publish.extract(rig.pipeline, log)
+        assert state.binary is not None and state.binary.parent == staging / plan.artifact_dir
+        with reporter.step("publish", "publish") as log:
+            publish.publish(rig.pipeline, log)
+    published = options.artifacts_dir / plan.release_dir / plan.artifact_dir
+    assert state.published == published
+    names = sorted(p.name for p in published.iterdir())
+    assert names == sorted(
+        ["demo", "demo.minisig", "SHA256SUMS", "build.json", SBOM_FILE, "logs", "profiles"]
+    )
+    binary = published / "demo"
+    assert binary.read_bytes() == f"binary {BIN_DIR}/optimized.bolt".encode()
+    verify_file(binary, (published / "demo.minisig").read_text(), key.public)
+    manifest = read_record(published / "build.json", BuildManifest)
+    assert manifest == state.manifest
+    assert manifest.artifact.sha256 == sha256_bytes(binary.read_bytes())
+    assert manifest.artifact.optimizations == ["lto-fat", "pgo", "bolt"]
+    assert set(manifest.variants) == {"baseline", "release", "pgo", "pgo-bolt"}
+    assert [s["name"] for s in manifest.steps] == ["extract"]
+    assert (published / "profiles" / "pgo.profdata").read_bytes() == b"pgo profile"
+    assert sorted(p.name for p in (published / "logs").iterdir()) == [
+        "01-extract.log",
+        "02-publish.log",
+    ]
+    sums = (published / "SHA256SUMS").read_text()
+    assert f"{sha256_bytes(binary.read_bytes())}  demo" in sums
+    assert json.loads((published / SBOM_FILE).read_text())["bomFormat"] == "CycloneDX"
+    assert (published.parent / "SHA256SUMS").is_file()  # the release index
+    assert not staging_root(options.artifacts_dir).exists()
+
+
+def test_sbom_asks_cargo_metadata_for_the_flavors_features(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project)
+    cpu = replace(options.flavor_settings["cpu"], features=("simd", "fast"), default_features=False)
+    options = replace(options, flavor_settings={**options.flavor_settings, "cpu": cpu})
+    engine = FakeEngine(missing=lambda path: json.dumps(METADATA).encode())
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    crates, packages = inventory.inventory(rig.pipeline, rig.log)
+    assert rig.box.argvs[0][-3:] == ("--features", "simd,fast", "--no-default-features")
+    assert [c.name for c in crates] == ["either"] and packages == []

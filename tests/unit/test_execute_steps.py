@@ -1,0 +1,373 @@
+"""The step executors through the fake Engine: pipeline plumbing, the image and toolchain
+checks, and vendoring crates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.errors import (
+    ProfileError,
+    SourceError,
+    StepFailedError,
+    ToolchainMismatchError,
+)
+from orchestrator.execute import crates, toolchain
+from orchestrator.execute import pipeline as pipeline_module
+from orchestrator.execute.pipeline import BIN_DIR, fetch_file, put_file, run, run_workloads
+from orchestrator.host.archive import single_file_tar
+from orchestrator.host.vault import VaultError
+from orchestrator.model.layout import PATHS
+from orchestrator.plan.steps import StepName
+from orchestrator.runtime.engine import Privileges
+from orchestrator.runtime.images import ImageOutcome
+from orchestrator.runtime.perf import NO_ACCESS, PerfAccess
+
+from .conftest import plan_for
+from .execute_rig import EITHER_SUM, LOCK, Rig, answers, make_options, make_rig, untar, vendor_tar
+from .fakes import FakeEngine, Responder
+from .test_toolchain import BOLT_19, BOLT_22, PROFDATA_22, RUSTC_VV
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+# -- pipeline ----------------------------------------------------------------------------
+def test_run_logs_the_command_with_rustflags_readable_and_keeps_output(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    rig.engine.responder = answers(("cargo", 0, ["Compiling demo", "Finished"]))
+    environment = {
+        "CARGO_ENCODED_RUSTFLAGS": "-Copt-level=3\x1f-Ctarget-cpu=x86-64-v3",
+        "CC": "gcc",
+    }
+    box = rig.pipeline.box
+    out = run(box, ["/usr/bin/cargo", "build"], rig.log, "s", environment=environment)
+    kept = run(box, ["cargo", "build"], rig.log, "s", keep_output=True)
+    assert out == ""
+    assert kept == "Compiling demo\nFinished"
+    assert "+ CC=gcc RUSTFLAGS='-Copt-level=3 -Ctarget-cpu=x86-64-v3' /usr/bin/cargo build" in (
+        rig.text
+    )
+    assert "Compiling demo" in rig.text
+    assert rig.box.execs[0].environment == environment  # the container gets the encoded form
+
+
+def test_run_turns_a_non_zero_exit_into_step_failed(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    rig.engine.responder = answers(("cargo", 101, ["error[E0425]"]))
+    with pytest.raises(StepFailedError, match=r"step build: `cargo build` exited with 101"):
+        run(rig.pipeline.box, ["/usr/bin/cargo", "build", "--release"], rig.log, "build")
+    assert "error[E0425]" in rig.text
+
+
+def test_fetch_file_and_put_file(project: Path, stack: ExitStack, tmp_path: Path) -> None:
+    engine = FakeEngine(missing=lambda path: f"bytes of {path}".encode())
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    box, fake = rig.pipeline.box, rig.box
+    fetched = fetch_file(box, "/build/out/bin/release", tmp_path / "scratch")
+    assert fetched == tmp_path / "scratch" / "release"
+    assert fetched.read_bytes() == b"bytes of /build/out/bin/release"
+
+    fake.archives["/build/out/x"] = single_file_tar("/elsewhere/y", b"other")
+    with pytest.raises(StepFailedError, match=r"expected only x in the archive"):
+        fetch_file(box, "/build/out/x", tmp_path / "scratch")
+
+    put_file(box, "/build/out/pgo/merged.profdata", b"profile")
+    assert fake.argvs[-1] == ("mkdir", "-p", "/build/out/pgo")
+    parent, data = fake.puts[-1]
+    assert parent == "/build/out/pgo"
+    assert untar(data) == {"merged.profdata": b"profile"}
+
+    rig.engine.responder = answers(("mkdir", 1, []))
+    failing = make_rig(make_options(project), stack, tmp_path, engine=rig.engine)
+    with pytest.raises(StepFailedError, match="cannot create /build"):
+        put_file(failing.pipeline.box, "/build/host-ca.crt", b"ca")
+
+
+def test_build_container_and_volume_start_once_and_close_with_the_stack(
+    project: Path, tmp_path: Path
+) -> None:
+    with ExitStack() as stack:
+        rig = make_rig(make_options(project), stack, tmp_path)
+        assert rig.engine.containers == []  # nothing before first use
+        box = rig.pipeline.box
+        assert rig.pipeline.box is box
+        assert rig.pipeline.volume == "orchestrator-out-fake-session"
+        (started,) = rig.engine.containers
+        assert started.spec.network is False
+        assert started.spec.volumes == {"orchestrator-out-fake-session": PATHS.out}
+        assert started.spec.environment == rig.pipeline.plan.build.environment
+        assert len(rig.engine.volumes) == 1
+        assert rig.pipeline.title(StepName.PUBLISH) == rig.pipeline.plan.steps[-1].title
+        assert rig.pipeline.copy_binary("release", rig.log) == f"{BIN_DIR}/release"
+        assert started.argvs == [
+            ("cp", rig.pipeline.plan.variants["release"].binary, f"{BIN_DIR}/release")
+        ]
+    assert started.removed
+    assert rig.engine.volumes[0].removed
+
+
+def test_a_step_needing_the_image_before_it_exists_fails(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    rig.pipeline.state.image = None
+    with pytest.raises(StepFailedError, match="toolchain image before it exists"):
+        _ = rig.pipeline.box
+
+
+GRANTED = PerfAccess(Privileges(cap_add=("PERFMON",)), NO_ACCESS.capabilities)
+
+
+@pytest.mark.parametrize(("mode", "probed"), [("auto", True), ("instrument", False)])
+def test_profiler_gets_perf_access_only_when_perf_may_sample(
+    project: Path,
+    stack: ExitStack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    probed: bool,
+) -> None:
+    calls: list[tuple[str, bool]] = []
+
+    def fake_access(engine: object, image: str, *, allowed: bool) -> PerfAccess:
+        calls.append((image, allowed))
+        return GRANTED
+
+    monkeypatch.setattr(pipeline_module, "find_perf_access", fake_access)
+    rig = make_rig(make_options(project, bolt_mode=mode), stack, tmp_path)
+    before = rig.pipeline.profiler_started
+    profiler = rig.pipeline.profiler()
+    assert rig.pipeline.profiler() is profiler
+    assert [before, rig.pipeline.profiler_started] == [False, True]
+    image = rig.pipeline.plan.image.reference
+    assert calls == ([(image, True)] if probed else [])
+    (started,) = rig.engine.containers
+    assert started.spec.purpose == "profile"  # the one container is the profiler
+    expected = GRANTED.privileges if probed else Privileges()
+    assert started.spec.privileges == expected
+
+
+def test_run_workloads_wraps_each_with_its_index_and_the_runner(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project, workloads=(("--help",), ("run", "x")), bolt=False)
+    rig = make_rig(options, stack, tmp_path, flavor="aarch64")
+    runner = rig.pipeline.plan.runner
+    assert runner  # aarch64 runs its binaries under qemu
+    wrap = ["perf", "record", "-o", "/raw/perf-{index}.data", "--"]
+    run_workloads(rig.pipeline, "/b/demo", rig.log, "s", environment={"A": "1"}, wrap=wrap)
+    profiler = rig.engine.containers[-1]
+    assert profiler.spec.purpose == "profile"
+    assert profiler.argvs == [
+        ("perf", "record", "-o", "/raw/perf-0.data", "--", *runner, "/b/demo", "--help"),
+        ("perf", "record", "-o", "/raw/perf-1.data", "--", *runner, "/b/demo", "run", "x"),
+    ]
+    assert all(e.environment == {"A": "1"} for e in profiler.execs)
+
+
+def test_run_workloads_without_workloads_is_a_profile_error(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project)
+    plan = replace(plan_for(options), workloads=())  # a plan never has none: make_plan refuses
+    rig = make_rig(options, stack, tmp_path, plan=plan)
+    with pytest.raises(ProfileError, match="no training workloads"):
+        run_workloads(rig.pipeline, "/b/demo", rig.log, "s")
+    assert not rig.pipeline.profiler_started
+
+
+# -- toolchain ---------------------------------------------------------------------------
+def _versions(bolt: str) -> Responder:
+    return answers(
+        ("-vV", 0, RUSTC_VV.splitlines()),
+        ("cargo -V", 0, ["cargo 1.96.0"]),
+        ("profdata", 0, PROFDATA_22.splitlines()),
+        ("bolt", 0, bolt.splitlines()),
+    )
+
+
+def test_toolchain_check_records_a_coherent_toolchain(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(
+        make_options(project), stack, tmp_path, engine=FakeEngine(responder=_versions(BOLT_22))
+    )
+    toolchain.toolchain_check(rig.pipeline, rig.log)
+    spec = rig.pipeline.plan.toolchain
+    assert [argv[0] for argv in rig.box.argvs] == [
+        spec.tool("rustc"),
+        spec.tool("cargo"),
+        spec.tool("llvm_profdata"),
+        spec.tool("llvm_bolt"),
+    ]
+    report = rig.pipeline.state.toolchain
+    assert report is not None
+    assert (report.llvm_major, report.rustc["release"], report.cargo) == (
+        22,
+        "1.96.0",
+        "cargo 1.96.0",
+    )
+    assert rig.log.detail == "LLVM 22 everywhere"
+
+
+def test_toolchain_check_refuses_mismatched_llvm(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(
+        make_options(project), stack, tmp_path, engine=FakeEngine(responder=_versions(BOLT_19))
+    )
+    with pytest.raises(ToolchainMismatchError, match=r"LLVM 19\.1\.7"):
+        toolchain.toolchain_check(rig.pipeline, rig.log)
+    assert rig.pipeline.state.toolchain is None
+
+
+def test_image_steps_hand_the_plan_to_the_image_builders(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = make_rig(make_options(project, offline=True), stack, tmp_path)
+    plan = rig.pipeline.plan
+    seen: dict[str, Any] = {}
+    base = ImageOutcome(plan.base_image.reference, "sha256:b", "b" * 64, False, {})
+    tool = ImageOutcome(plan.image.reference, "sha256:t2", plan.image.input_hash, True, {})
+
+    def ensure_base(
+        engine: object, spec: object, image: object, cache: Path, log: object, *, offline: bool
+    ) -> ImageOutcome:
+        seen["base"] = (spec, image, offline)
+        return base
+
+    def ensure_toolchain(engine: object, **kwargs: Any) -> ImageOutcome:
+        seen["toolchain"] = kwargs
+        return tool
+
+    monkeypatch.setattr(toolchain, "ensure_base_image", ensure_base)
+    monkeypatch.setattr(toolchain, "ensure_toolchain_image", ensure_toolchain)
+    with pytest.raises(RuntimeError, match="after the base image"):  # no base yet
+        toolchain.toolchain_image(rig.pipeline, rig.log)
+    toolchain.base_image(rig.pipeline, rig.log)
+    toolchain.toolchain_image(rig.pipeline, rig.log)
+    assert seen["base"] == (plan.base, plan.base_image, True)
+    kwargs = seen["toolchain"]
+    assert kwargs["base_image"] is base and kwargs["plan"] == plan.image
+    assert kwargs["dockerfile"] == plan.dockerfile and kwargs["offline"] is True
+    assert rig.pipeline.state.base is base and rig.pipeline.state.image is tool
+
+
+# -- fetch-crates ------------------------------------------------------------------------
+def _cache(rig: Rig) -> Path:
+    return (
+        rig.pipeline.options.cache_dir
+        / "crates"
+        / f"{rig.pipeline.plan.source.cargo_lock_sha256}.tar"
+    )
+
+
+@pytest.fixture
+def locked(project: Path) -> Path:
+    (project / "crate" / "Cargo.lock").write_text(LOCK)
+    return project
+
+
+def test_a_verified_cached_vendor_archive_is_used_without_a_container(
+    locked: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(locked), stack, tmp_path)
+    cache = _cache(rig)
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(vendor_tar({"either-1.15.0": EITHER_SUM}))
+    crates.fetch_crates(rig.pipeline, rig.log)
+    assert rig.pipeline.state.vendor == cache
+    assert rig.log.cached and rig.log.detail == "1 crates from cache"
+    assert rig.engine.containers == []
+
+
+@pytest.mark.parametrize("cached", [b"not a tar at all", vendor_tar({"either-1.15.0": "00" * 32})])
+def test_a_corrupt_cache_is_discarded_and_fetched_again_through_the_network(
+    locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bytes
+) -> None:
+    for name in (*crates.PROXY_VARIABLES, *crates._CA_CANDIDATES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
+    good = vendor_tar({"either-1.15.0": EITHER_SUM})
+    engine = FakeEngine(archives={PATHS.vendor: good})
+    rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
+    cache = _cache(rig)
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(cached)
+    crates.fetch_crates(rig.pipeline, rig.log)
+    assert "discarding cached crates" in rig.text
+    (fetch,) = engine.containers
+    assert (fetch.spec.network, fetch.spec.purpose) == (True, "fetch")
+    assert fetch.removed
+    plan = rig.pipeline.plan
+    assert fetch.puts == [(PATHS.root, plan.source.archive)]
+    assert fetch.execs[0].argv == plan.fetch.argv
+    assert fetch.execs[0].environment == dict(plan.fetch.environment)
+    assert cache.read_bytes() == good and rig.pipeline.state.vendor == cache
+    assert rig.log.detail == "1 crates vendored"
+    assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name]  # no .partial left
+
+
+def test_fetched_crates_that_do_not_match_cargo_lock_are_not_cached(
+    locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
+    engine = FakeEngine(archives={PATHS.vendor: vendor_tar({"either-1.15.0": "cd" * 32})})
+    rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
+    with pytest.raises(SourceError, match=r"does not match Cargo\.lock"):
+        crates.fetch_crates(rig.pipeline, rig.log)
+    assert list(_cache(rig).parent.iterdir()) == []
+
+
+def test_offline_without_cached_crates_is_a_vault_error(
+    locked: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(locked, offline=True), stack, tmp_path)
+    with pytest.raises(VaultError, match="offline"):
+        crates.fetch_crates(rig.pipeline, rig.log)
+    assert rig.engine.containers == []
+
+
+def test_the_fetch_container_gets_the_hosts_proxy_and_ca_bundle(
+    locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = tmp_path / "corporate-ca.pem"
+    bundle.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    for name in (*crates.PROXY_VARIABLES, *crates._CA_CANDIDATES):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))  # skipped: no file
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(bundle))
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    monkeypatch.setenv("no_proxy", "localhost")
+    assert crates.host_ca_bundle() == bundle
+    monkeypatch.delenv("CURL_CA_BUNDLE")
+    default = Path("/etc/ssl/certs/ca-certificates.crt")  # the system's, where there is one
+    assert crates.host_ca_bundle() == (default if default.is_file() else None)
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(bundle))
+    engine = FakeEngine(archives={PATHS.vendor: vendor_tar({"either-1.15.0": EITHER_SUM})})
+    rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
+    crates.fetch_crates(rig.pipeline, rig.log)
+    (fetch,) = engine.containers
+    assert fetch.argvs[0] == ("mkdir", "-p", PATHS.root)
+    assert (fetch.puts[1][0], untar(fetch.puts[1][1])) == (
+        PATHS.root,
+        {"host-ca.crt": bundle.read_bytes()},
+    )
+    environment = fetch.execs[-1].environment
+    assert environment["CARGO_HTTP_CAINFO"] == crates.HOST_CA_PATH
+    assert environment["HTTPS_PROXY"] == "http://proxy.corp:3128"
+    assert environment["no_proxy"] == "localhost"
+    assert "http_proxy" not in environment

@@ -1,0 +1,138 @@
+"""The cargo builds through the fake Engine: the baseline's source check, the release and
+optimized builds (with PGO coverage), `cargo test`, and the variants kept for bench."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ProfileError, SourceError, StepFailedError
+from orchestrator.execute import variants
+from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.host.source import snapshot
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.layout import PATHS
+from orchestrator.model.records import VariantsRecord, read_record
+
+from .conftest import plan_for
+from .execute_rig import answers, make_options, make_rig
+from .fakes import FakeEngine
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+# -- the cargo builds --------------------------------------------------------------------
+def test_the_baseline_refuses_sources_changed_since_planning(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)  # planned from a stand-in source
+    rig.pipeline.state.vendor = None
+    with pytest.raises(StepFailedError, match="after fetch-crates"):
+        variants.build_baseline(rig.pipeline, rig.log)
+    rig.pipeline.state.vendor = tmp_path / "vendor.tar"
+    with pytest.raises(SourceError, match="sources changed"):
+        variants.build_baseline(rig.pipeline, rig.log)
+    assert rig.engine.containers[0].puts == []
+
+
+def test_the_baseline_copies_source_and_crates_in_and_builds(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project)
+    plan = replace(plan_for(options), source=snapshot(options.crate_dir, options.source_date_epoch))
+    rig = make_rig(options, stack, tmp_path, plan=plan)
+    vendor = tmp_path / "vendor.tar"
+    vendor.write_bytes(b"vendored")
+    rig.pipeline.state.vendor = vendor
+    variants.build_baseline(rig.pipeline, rig.log)
+    assert rig.box.puts == [(PATHS.root, plan.source.archive), (PATHS.root, b"vendored")]
+    baseline = plan.variants["baseline"]
+    assert rig.box.argvs == [
+        ("mkdir", "-p", BIN_DIR),
+        baseline.build.argv,
+        ("cp", baseline.binary, f"{BIN_DIR}/baseline"),
+    ]
+    assert rig.box.execs[1].environment == dict(baseline.build.environment)
+
+
+def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    variants.build_release(rig.pipeline, rig.log)
+    variants.test(rig.pipeline, rig.log)
+    plan = rig.pipeline.plan
+    assert rig.box.argvs == [
+        plan.variants["release"].build.argv,
+        ("cp", plan.variants["release"].binary, f"{BIN_DIR}/release"),
+        plan.test.argv,
+    ]
+    assert rig.pipeline.state.shipped == rig.pipeline.state.unbolted == f"{BIN_DIR}/release"
+
+
+def _missing(n: int) -> list[str]:
+    return [
+        f"warning: demo: no profile data available for function _ZN4demo{i}f Hash = {i}"
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(("profiled", "missing", "fails"), [(100, 3, False), (10, 6, True)])
+def test_the_optimized_build_measures_profile_coverage(
+    project: Path, stack: ExitStack, tmp_path: Path, profiled: int, missing: int, fails: bool
+) -> None:
+    rig = make_rig(make_options(project), stack, tmp_path)
+    rig.engine.responder = answers(("cargo", 0, [*_missing(missing), *_missing(missing)]))
+    record = ProfileRecord(tmp_path / "p", "00" * 32, 1, True, {"functions": profiled})
+    rig.pipeline.state.pgo = record
+    if fails:
+        with pytest.raises(ProfileError, match="covers too little"):
+            variants.build_optimized(rig.pipeline, rig.log)
+    else:
+        variants.build_optimized(rig.pipeline, rig.log)
+        assert rig.log.detail == "3 functions without profile (3.0%)"
+    coverage = rig.pipeline.state.coverage
+    assert coverage is not None
+    assert (coverage.profiled_functions, coverage.missing_functions) == (profiled, missing)
+    assert rig.pipeline.state.shipped == f"{BIN_DIR}/optimized"
+
+
+def test_the_optimized_build_without_pgo_measures_nothing(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = make_rig(make_options(project, pgo=False), stack, tmp_path)
+    rig.engine.responder = answers(("cargo", 0, _missing(50)))
+    variants.build_optimized(rig.pipeline, rig.log)
+    assert rig.pipeline.state.coverage is None
+    assert rig.pipeline.state.unbolted == f"{BIN_DIR}/optimized"
+
+
+def test_keep_variants_stores_every_variant_under_the_shipped_binarys_hash(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(missing=lambda path: f"binary {path}".encode())
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    state = rig.pipeline.state
+    state.unbolted, state.shipped = f"{BIN_DIR}/optimized", f"{BIN_DIR}/optimized.bolt"
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    (artifact / rig.pipeline.plan.binary).write_bytes(b"shipped")
+    store = rig.pipeline.options.cache_dir / "variants" / sha256_file(artifact / "demo")
+    store.mkdir(parents=True)
+    (store / "stale").write_text("from an earlier run")
+    described = variants.keep_variants(rig.pipeline, artifact, rig.log)
+    assert list(described) == ["baseline", "release", "pgo", "pgo-bolt"]
+    assert sorted(p.name for p in store.iterdir()) == sorted([*described, "variants.json"])
+    assert (store / "pgo-bolt").read_bytes() == f"binary {BIN_DIR}/optimized.bolt".encode()
+    record = read_record(store / "variants.json", VariantsRecord)
+    assert record.image == rig.pipeline.plan.image.reference
+    assert record.variants == described
+    assert described["pgo"].sha256 == sha256_file(store / "pgo")
+    assert not store.with_name(store.name + ".partial").exists()
