@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.config.toolchains import check_coherence
+from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, run
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
@@ -19,7 +20,7 @@ def base_image(pipeline: Pipeline, log: StepLog) -> None:
 def toolchain_image(pipeline: Pipeline, log: StepLog) -> None:
     plan, options, base = pipeline.plan, pipeline.options, pipeline.state.base
     if base is None:
-        raise RuntimeError("the toolchain image step runs after the base image step")
+        raise StepFailedError("internal: the toolchain image step runs after the base image step")
     pipeline.state.image = ensure_toolchain_image(
         pipeline.engine,
         base=plan.base,

@@ -8,7 +8,6 @@ interrupted build removes its staging folder, so artifacts/ never shows a partia
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -62,10 +61,6 @@ def write_checksums(directory: Path) -> Path:
     target = directory / CHECKSUMS
     target.write_text("".join(lines))
     return target
-
-
-def write_json(path: Path, data: object) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def publish(staged: Path, destination: Path) -> Path:

@@ -45,12 +45,17 @@ class Signer:
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename; a failure leaves no temporary behind."""
     with tempfile.NamedTemporaryFile(
         "w", dir=path.parent, delete=False, prefix=f".{path.name}."
     ) as handle:
-        handle.write(text)
-    Path(handle.name).chmod(0o644)  # published files are for everyone to read
-    Path(handle.name).replace(path)
+        partial = Path(handle.name)
+    try:
+        partial.write_text(text)
+        partial.chmod(0o644)  # published files are for everyone to read
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -162,7 +167,10 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
 
 def keygen(path: Path, *, passphrase: str | None, cwd: Path) -> Path:
     """Write a new key pair outside any repository; returns the public key's path."""
-    path = path.expanduser().resolve()
+    given = path.expanduser()
+    if os.path.lexists(given):  # before resolving: a dangling link must not be written through
+        raise SigningError(f"{given} exists; refusing to overwrite a key")
+    path = given.resolve()
     refuse_inside_repository(path, cwd)
     if os.path.lexists(path):
         raise SigningError(f"{path} exists; refusing to overwrite a key")

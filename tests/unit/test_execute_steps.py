@@ -255,7 +255,7 @@ def test_image_steps_hand_the_plan_to_the_image_builders(
 
     monkeypatch.setattr(toolchain, "ensure_base_image", ensure_base)
     monkeypatch.setattr(toolchain, "ensure_toolchain_image", ensure_toolchain)
-    with pytest.raises(RuntimeError, match="after the base image"):  # no base yet
+    with pytest.raises(StepFailedError, match="after the base image"):  # no base yet
         toolchain.toolchain_image(rig.pipeline, rig.log)
     toolchain.base_image(rig.pipeline, rig.log)
     toolchain.toolchain_image(rig.pipeline, rig.log)

@@ -27,6 +27,7 @@ from orchestrator.supply.attest import (
     PUBLIC_KEY,
     THROWAWAY_KEY,
     Signer,
+    _atomic_write,
     artifact_comment,
     keygen,
     release_artifacts,
@@ -437,3 +438,23 @@ def test_keygen(tmp_path: Path) -> None:
     with pytest.raises(SigningError, match="inside the repository"):
         keygen(tmp_path / "cwd" / "k.key", passphrase=None, cwd=tmp_path / "cwd")
     assert not (tmp_path / "cwd").exists()
+
+
+def test_a_failed_index_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(self: Path, target: Path) -> Path:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(Path, "replace", full_disk)
+    with pytest.raises(OSError, match="no space left"):
+        _atomic_write(tmp_path / "SHA256SUMS", "x\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_keygen_refuses_a_dangling_symlink(tmp_path: Path) -> None:
+    link = tmp_path / "signing.key"
+    link.symlink_to(tmp_path / "elsewhere" / "victim.key")
+    with pytest.raises(SigningError, match="exists; refusing to overwrite"):
+        keygen(link, passphrase=None, cwd=tmp_path / "project")
+    assert not (tmp_path / "elsewhere").exists()
