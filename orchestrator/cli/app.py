@@ -31,8 +31,8 @@ R = TypeVar("R")
 
 # Without a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 200
-console = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err_console = Console(stderr=True, highlight=False, width=_WIDTH)
+console = Console(highlight=False, width=_WIDTH)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
 
 
 def report(error: OrchestratorError) -> None:

@@ -61,3 +61,12 @@ def test_unknown_flavor_is_refused(project: Path) -> None:
     )
     assert result.exit_code == 10
     assert "unknown flavor 'amiga'" in result.output
+
+
+def test_a_long_error_reaches_a_log_on_one_line(tmp_path: Path) -> None:
+    """Without a terminal, errors are not hard-wrapped: `grep` on a CI log finds them."""
+    deep = tmp_path / ("folder-with-a-long-name-" * 8) / "orchestrator.toml"
+    result = runner.invoke(app, ["config", "--config", str(deep)])
+    assert result.exit_code == 10
+    line = next(x for x in result.output.splitlines() if x.startswith("error:"))
+    assert str(deep) in line and line.endswith("does not exist")
