@@ -16,17 +16,17 @@ RUN set -eu; \
         /var/cache/orchestrator/packages/*.deb >/tmp/apt.log 2>&1 \
         || { tail -n 40 /tmp/apt.log; exit 1; }; \
     for pin in \
-        'bolt-22=1:22.1.8-1~deb13u4' \
-        'ca-certificates=20250419' \
+        'bolt-22=1:22.1.8-1~deb13u5' \
+        'ca-certificates=20250419+deb13u1' \
         'cargo-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'gcc=4:14.2.0-1' \
         'gcc-aarch64-linux-gnu=4:14.2.0-1' \
-        'libc6-dev=2.41-12+deb13u4' \
+        'libc6-dev=2.41-12+deb13u5' \
         'libc6-dev-arm64-cross=2.41-11cross1' \
         'libstd-rust-web-dev:arm64=1.96.0+dfsg1-1~deb13u1+b1' \
-        'linux-perf=6.12.107-1' \
-        'lld-22=1:22.1.8-1~deb13u4' \
-        'llvm-22=1:22.1.8-1~deb13u4' \
+        'linux-perf=6.12.117-1' \
+        'lld-22=1:22.1.8-1~deb13u5' \
+        'llvm-22=1:22.1.8-1~deb13u5' \
         'qemu-user=1:10.0.13+ds-0+deb13u1' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
@@ -38,7 +38,7 @@ RUN set -eu; \
     done; \
     mkdir -p /opt/orchestrator/unpack; \
     for pin in \
-        'libbolt-22-dev:arm64=1:22.1.8-1~deb13u4' \
+        'libbolt-22-dev:arm64=1:22.1.8-1~deb13u5' \
         ; do \
         name="${pin%%=*}"; wanted="${pin#*=}"; \
         deb="$(ls /var/cache/orchestrator/packages/unpack/"${name%%:*}"_*_"${name#*:}".deb)"; \

@@ -15,14 +15,14 @@ RUN set -eu; \
         /var/cache/orchestrator/packages/*.deb >/tmp/apt.log 2>&1 \
         || { tail -n 40 /tmp/apt.log; exit 1; }; \
     for pin in \
-        'bolt-22=1:22.1.8-1~deb13u4' \
-        'ca-certificates=20250419' \
+        'bolt-22=1:22.1.8-1~deb13u5' \
+        'ca-certificates=20250419+deb13u1' \
         'cargo-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'gcc=4:14.2.0-1' \
-        'libc6-dev=2.41-12+deb13u4' \
-        'linux-perf=6.12.107-1' \
-        'lld-22=1:22.1.8-1~deb13u4' \
-        'llvm-22=1:22.1.8-1~deb13u4' \
+        'libc6-dev=2.41-12+deb13u5' \
+        'linux-perf=6.12.117-1' \
+        'lld-22=1:22.1.8-1~deb13u5' \
+        'llvm-22=1:22.1.8-1~deb13u5' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
         ; do \
