@@ -6,6 +6,7 @@ everything that goes into it, so "is it up to date?" is one lookup.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -30,6 +31,9 @@ LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"
 LABEL_PACKAGES_SHA = "org.orchestrator.packages-sha256"
 FLATTEN_LOST = "FLATTEN-LOST-FILES"  # printed by the check in toolchain.Dockerfile.j2
 FLATTEN_ATTEMPTS = 3
+# apt's words when a pinned package needs a newer version of one the base rootfs holds:
+# the base was made before the mirror's last point release.
+_STALE_BASE = re.compile(r"Depends: (\S+) \(= ([^)]+)\) but (\S+) is to be installed")
 
 
 @dataclass(frozen=True)
@@ -205,12 +209,15 @@ def ensure_toolchain_image(
             f"+ docker build --network none --build-arg BASE_IMAGE={base_image.reference} "
             f"-t {plan.reference} {context}"
         )
+        stale: list[re.Match[str]] = []
         for attempt in range(1, FLATTEN_ATTEMPTS + 1):
             lost: list[str] = []
 
             def output(line: str, lost: list[str] = lost) -> None:
                 if FLATTEN_LOST in line:
                     lost.append(line)
+                if found := _STALE_BASE.search(line):
+                    stale.append(found)
                 log.line(line)
 
             try:
@@ -222,7 +229,16 @@ def ensure_toolchain_image(
                     on_output=output,
                 )
                 break
-            except ImageBuildError:
+            except ImageBuildError as error:
+                if stale:
+                    package, wanted, present = stale[0].groups()
+                    raise ImageBuildError(
+                        f"building {plan.reference}: the pinned packages need {package} "
+                        f"{wanted}, but the base image {base_image.reference} holds {present}: "
+                        "it was made before the mirror's last point release",
+                        hint="Make the base again: `orchestrator clean --images` and remove "
+                        "<cache>/rootfs, then build (and update toolchains/*.toml pins).",
+                    ) from error
                 # The image's own check found files lost while flattening: build again.
                 if not lost or attempt == FLATTEN_ATTEMPTS:
                     raise

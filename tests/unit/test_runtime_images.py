@@ -247,3 +247,17 @@ def test_other_build_failures_are_not_retried(base: BaseSpec, tmp_path: Path) ->
     with pytest.raises(ImageBuildError):
         ensure_toolchain(fake, base, tmp_path)
     assert attempts == [1]
+
+
+def test_a_base_older_than_the_mirror_is_named_with_what_to_do(
+    base: BaseSpec, tmp_path: Path
+) -> None:
+    cache_package_set(base, tmp_path)
+    line = " libc6-dev : Depends: libc6 (= 2.41-12+deb13u5) but 2.41-12+deb13u4 is to be installed"
+    attempts, hook = failing_builds(1, line)
+    fake = FakeEngine(build_hook=hook)
+    with pytest.raises(ImageBuildError, match=r"holds 2\.41-12\+deb13u4") as raised:
+        ensure_toolchain(fake, base, tmp_path)
+    assert "libc6 2.41-12+deb13u5" in raised.value.message
+    assert "clean --images" in raised.value.hint
+    assert attempts == [1]
