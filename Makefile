@@ -6,14 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: release test unit integration lint host-deps clean help
+.PHONY: release test unit fuzz integration lint host-deps clean help
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
 	@echo "make release      build every flavor and CPU level of examples/tinyllm into artifacts/"
 	@echo "make test         lint, type-check, unit and integration tests (needs Docker)"
 	@echo "make unit         fast tests without Docker"
-	@echo "make lint         ruff, mypy, rendered Dockerfiles up to date"
+	@echo "make fuzz         property-based fuzzing of lockfiles, archives, records (about a minute)"
+	@echo "make lint         ruff, mypy, rendered Dockerfiles and JSON Schemas up to date"
 	@echo "make clean        remove leftover containers and the virtualenv"
 
 $(STAMP): pyproject.toml
@@ -42,14 +43,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m orchestrator.tools.layers
 	$(BIN)/orchestrator render --check
+	$(BIN)/python -m orchestrator.tools.schemas --check
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
+# Property-based fuzzing of lockfiles, archives and records; FUZZ_EXAMPLES bounds the time.
+FUZZ_EXAMPLES ?= 400
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz -q
+
 integration: host-deps $(STAMP)
 	$(BIN)/pytest tests/integration -v --durations=15
 
-test: lint unit integration
+test: lint unit fuzz integration
 
 clean:
 	-$(BIN)/orchestrator clean

@@ -3,10 +3,12 @@
 The CLI maps these to exit codes in one place; pipeline code raises them and never
 prints or exits by itself. Raise a named subclass, never `OrchestratorError` itself: every
 subclass must declare an exit code of its own, listed in README.md's exit-code table
-(tests/unit/test_mends_errors.py checks both).
+(tests/unit/test_mends_errors.py checks both), whose row is made from its `summary`.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class OrchestratorError(Exception):
@@ -18,6 +20,9 @@ class OrchestratorError(Exception):
 
     exit_code = 1
     default_hint = ""
+    # Its code's meaning in one line of markdown: README.md's exit-code table is made of
+    # these (python -m orchestrator.cli.exit_codes; tests/unit/test_exit_codes.py).
+    summary = ""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -34,6 +39,7 @@ class ConfigError(OrchestratorError):
     """orchestrator.toml, a toolchain file, an environment variable or a flag is wrong."""
 
     exit_code = 10
+    summary = "configuration error (file, environment or flag)"
     default_hint = "Fix the value named above; `orchestrator config` shows every resolved setting."
 
 
@@ -41,16 +47,23 @@ class SourceError(OrchestratorError):
     """The crate to release is not buildable as given (no Cargo.lock, no such binary...)."""
 
     exit_code = 11
+    summary = "source error (e.g. no `Cargo.lock`)"
 
 
 class ForeignFolderError(OrchestratorError):
     """A folder the tool would empty or remove (a --workdir, the cache) is not one it made."""
 
     exit_code = 12
+    summary = (
+        "refused to empty or remove a folder orchestrator did not make (`reproduce --workdir`, "
+        "`clean --cache`): it has files but no `.orchestrator-workdir`/`.orchestrator-cache` "
+        "marker"
+    )
 
 
 class DockerUnavailableError(OrchestratorError):
     exit_code = 20
+    summary = "Docker Engine not reachable"
     default_hint = (
         "Start the Docker Engine or point DOCKER_HOST at one; "
         "`orchestrator doctor` checks the setup."
@@ -61,23 +74,45 @@ class BootstrapError(OrchestratorError):
     """Making the base root filesystem or fetching Debian packages on the host failed."""
 
     exit_code = 21
+    summary = (
+        "bootstrapping the rootfs or packages failed (e.g. `mmdebstrap` missing, pin not on the "
+        "mirror)"
+    )
 
 
 class ImageBuildError(OrchestratorError):
     exit_code = 22
+    summary = "image build failed"
 
 
 class ContainerError(OrchestratorError):
     """The Engine cannot start a container, copy files into it, or find a path in it."""
 
     exit_code = 23
+    summary = "the Engine cannot start a container, copy files into it, or find a path in it"
     default_hint = "`orchestrator doctor` checks the Engine; the step log has the details."
+
+
+class DiskFullError(OrchestratorError):
+    """A disk (or quota) filled up while writing: the cache, a staging folder, a release."""
+
+    exit_code = 24
+    summary = (
+        "a disk (or quota) filled up while writing the cache, a staging folder or a release; "
+        "nothing was half-published"
+    )
+    default_hint = (
+        "Free space (`orchestrator clean --images` and `clean --cache` free the most) or point "
+        "build.artifacts_dir / build.cache_dir at a bigger disk. Nothing was half-published: "
+        "a release changes only by renames after everything was written."
+    )
 
 
 class ToolchainMismatchError(OrchestratorError):
     """rustc, llvm-profdata and llvm-bolt inside the image do not share one LLVM major."""
 
     exit_code = 30
+    summary = "toolchain LLVM majors disagree"
     default_hint = (
         "Profiles written by one LLVM major cannot be read by another: pin packages of one "
         "LLVM release in toolchains/<name>.toml and rebuild the image."
@@ -88,19 +123,23 @@ class StepFailedError(OrchestratorError):
     """A build step's command exited non-zero inside its container."""
 
     exit_code = 40
+    summary = "a build step failed (`cargo build`, `cargo test`, ...)"
 
 
 class UnsafeArchiveError(OrchestratorError):
     exit_code = 41
+    summary = "unsafe archive entry from a container"
     default_hint = "The container produced an archive entry that could escape the output folder."
 
 
 class PublishError(OrchestratorError):
     exit_code = 42
+    summary = "publishing failed"
 
 
 class CacheCorruptError(OrchestratorError):
     exit_code = 43
+    summary = "corrupt cache entry"
     default_hint = "Remove the named cache entry (or run `orchestrator clean --cache`) and retry."
 
 
@@ -108,12 +147,14 @@ class ProfileError(OrchestratorError):
     """A PGO or BOLT profile is missing, unreadable, or covers too little of the program."""
 
     exit_code = 44
+    summary = "PGO/BOLT profile missing, altered, or covering too little"
 
 
 class ValidationError(OrchestratorError):
     """The optimized binary's output differs from the baseline's."""
 
     exit_code = 45
+    summary = "validation failed: the optimized binary's output differs"
     default_hint = (
         "An optimization changed what the program computes. Check for floating-point "
         "reassociation or undefined behaviour, or set validate.tolerance for numeric noise."
@@ -124,12 +165,14 @@ class BoltError(OrchestratorError):
     """BOLT failed, or its binary failed validation, and bolt.policy is "require"."""
 
     exit_code = 46
+    summary = 'BOLT failed and `bolt.policy = "require"`'
 
 
 class NotAReleaseError(OrchestratorError):
     """`verify` was pointed at a folder that is not a release: nothing to check."""
 
     exit_code = 56
+    summary = "`verify`: not a release folder (no `SHA256SUMS`): nothing to verify"
     default_hint = "Point at artifacts/<name>-<version>/."
 
 
@@ -137,23 +180,42 @@ class BenchError(OrchestratorError):
     """A benchmark cannot run: no published build, variants or image, or an emulated flavor."""
 
     exit_code = 57
+    summary = (
+        "`bench` cannot run: no published build, no variant binaries or image, or an emulated "
+        "flavor (in `release`, a failed bench is only a warning)"
+    )
 
 
 class SbomError(OrchestratorError):
     """The generated SBOM does not validate against the CycloneDX 1.6 schema (a bug)."""
 
     exit_code = 58
+    summary = "the generated SBOM is not valid CycloneDX 1.6 (a bug: please report it)"
 
 
 class StaleRenderError(OrchestratorError):
     exit_code = 50
+    summary = "committed Dockerfiles are stale"
     default_hint = "Run `orchestrator render` and commit the regenerated Dockerfiles."
 
 
 class DoctorBlockerError(OrchestratorError):
     exit_code = 60
+    summary = "`doctor` found a blocker"
 
 
 class BuildInterruptedError(OrchestratorError):
     exit_code = 130
+    summary = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
     default_hint = "Nothing was published; containers and staging folders were removed."
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(error: OSError) -> DiskFullError | None:
+    """The DiskFullError an OSError means, or None when it is about something else."""
+    if error.errno not in DISK_FULL_ERRNOS:
+        return None
+    where = f" writing {error.filename}" if error.filename else ""
+    return DiskFullError(f"no space left on the device{where} ({error.strerror})")

@@ -1,15 +1,19 @@
 """Progress for people and logs for later: one line per step start/end, full output in files.
 
-On a terminal a rich spinner shows the running step and its latest output line; without
-one (CI, pipes) plain lines are printed. Every external command is written to the step's
-log as `+ cmd` before its output.
+On a terminal a rich spinner shows the running step and its latest output line. In CI
+(stdout not a terminal, or CI / GITHUB_ACTIONS set) plain lines are printed, a long step
+prints a heartbeat line every minute, and on GitHub Actions each step's log is echoed
+inside a folded `::group::`. Every external command is written to the step's log as
+`+ cmd` before its output.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,82 @@ from typing import IO
 from rich.console import Console
 from rich.status import Status
 from rich.text import Text
+
+ASCII_ENV = "ORCHESTRATOR_ASCII"
+HEARTBEAT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Marks:
+    """The symbols of step lines; plain ASCII where the console cannot encode the others."""
+
+    start: str
+    ok: str
+    cached: str
+    failed: str
+    warning: str
+
+
+UNICODE_MARKS = Marks(start="▶", ok="✓", cached="=", failed="✗", warning="!")
+ASCII_MARKS = Marks(start=">", ok="ok", cached="=", failed="FAIL", warning="!")
+
+
+def _set(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def marks_for(console: Console, env: Mapping[str, str] | None = None) -> Marks:
+    """ASCII marks when ORCHESTRATOR_ASCII is set or the console's encoding lacks ▶ ✓ ✗."""
+    if _set(os.environ if env is None else env, ASCII_ENV):
+        return ASCII_MARKS
+    symbols = UNICODE_MARKS.start + UNICODE_MARKS.ok + UNICODE_MARKS.failed
+    try:
+        symbols.encode(console.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_MARKS
+    return UNICODE_MARKS
+
+
+def in_ci(console: Console, env: Mapping[str, str] | None = None) -> bool:
+    """Plain line-per-event output: no terminal, or a CI system says it is running us."""
+    env = os.environ if env is None else env
+    return not console.is_terminal or _set(env, "CI") or _set(env, "GITHUB_ACTIONS")
+
+
+def on_github_actions(env: Mapping[str, str] | None = None) -> bool:
+    return (os.environ if env is None else env).get("GITHUB_ACTIONS") == "true"
+
+
+def duration_text(seconds: float) -> str:
+    """45s, 2m0s, 1h5m3s: a heartbeat's elapsed time as CI logs usually show it."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+class Heartbeat:
+    """Calls `beat` every `interval` seconds on a background thread until stopped."""
+
+    def __init__(self, interval: float, beat: Callable[[], None], name: str) -> None:
+        self._interval = interval
+        self._beat = beat
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            self._beat()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 @dataclass
@@ -72,35 +152,77 @@ class StepLog:
 
 
 class Reporter:
-    def __init__(self, console: Console, log_dir: Path, *, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        console: Console,
+        log_dir: Path,
+        *,
+        verbose: bool = False,
+        env: Mapping[str, str] | None = None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    ) -> None:
         self.console = console
         self.log_dir = log_dir
         self.verbose = verbose
         self.results: list[StepResult] = []
+        self.ci = in_ci(console, env)
+        self.github = on_github_actions(env)
+        self.marks = marks_for(console, env)
+        self.heartbeat_seconds = heartbeat_seconds
         log_dir.mkdir(parents=True, exist_ok=True)
 
     @property
     def interactive(self) -> bool:
-        return self.console.is_terminal
+        return not self.ci
+
+    @property
+    def echoes(self) -> bool:
+        """Whether step output is printed: with -v, and folded on GitHub Actions."""
+        return self.verbose or self.github
+
+    def _heartbeat(self, name: str, started: float, sink: StepLog) -> None:
+        last = next((line.strip() for line in reversed(sink.tail) if line.strip()), "")
+        shown = (last[:117] + "...") if len(last) > 120 else last
+        elapsed = duration_text(time.monotonic() - started)
+        self.console.print(
+            Text(f"still running: {name} ({elapsed}, last output: {shown or 'none yet'})"),
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def info(self, message: str) -> None:
-        self.console.print(message, highlight=False)
+        self.console.print(Text(message), highlight=False)  # Text: no markup in paths
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[bold yellow]warning:[/] {message}", highlight=False)
+        self.console.print(Text.assemble(("warning:", "bold yellow"), f" {message}"))
 
     @contextmanager
     def step(self, name: str, title: str) -> Iterator[StepLog]:
         index = len(self.results) + 1
         log_path = self.log_dir / f"{index:02d}-{name}.log"
         started = time.monotonic()
-        self.console.print(f"[bold]▶ {name}[/]: {title}", highlight=False, soft_wrap=True)
+        self.console.print(
+            Text.assemble((f"{self.marks.start} {name}", "bold"), f": {title}"),
+            highlight=False,
+            soft_wrap=True,
+        )
         with log_path.open("w") as handle:
             status: Status | None = None
             if self.interactive and not self.verbose:
-                status = self.console.status(Text(f"{name}: {title}"))
+                spinner = "dots" if self.marks is UNICODE_MARKS else "line"
+                status = self.console.status(Text(f"{name}: {title}"), spinner=spinner)
                 status.start()
-            sink = StepLog(handle, status, self.console if self.verbose else None, name)
+            if self.github:  # GitHub folds what follows until ::endgroup::
+                self.console.print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
+            sink = StepLog(handle, status, self.console if self.echoes else None, name)
+            heartbeat: Heartbeat | None = None
+            if self.ci:
+                heartbeat = Heartbeat(
+                    self.heartbeat_seconds,
+                    lambda: self._heartbeat(name, started, sink),
+                    name=f"heartbeat-{name}",
+                )
+                heartbeat.start()
             result = StepResult(name, "running", 0.0, log=log_path.name)
             self.results.append(result)
             try:
@@ -115,22 +237,34 @@ class Reporter:
                 result.detail = str(exc)
                 raise
             finally:
+                if heartbeat is not None:
+                    heartbeat.stop()
                 if status is not None:
                     status.stop()
+                if self.github:
+                    self.console.print(Text("::endgroup::"), highlight=False)
                 result.seconds = time.monotonic() - started
                 self._finish(result, sink)
 
     def _finish(self, result: StepResult, sink: StepLog) -> None:
         seconds = f"{result.seconds:.1f}s"
         if result.status in ("ok", "cached"):
-            mark = "[green]✓[/]" if result.status == "ok" else "[cyan]=[/]"
+            ok = result.status == "ok"
+            mark = (self.marks.ok, "green") if ok else (self.marks.cached, "cyan")
             extra = f" ({result.detail})" if result.detail else ""
-            self.console.print(f"{mark} {result.name} {seconds}{extra}", highlight=False)
+            self.console.print(
+                Text.assemble(mark, f" {result.name} {seconds}{extra}"), highlight=False
+            )
             return
         self.console.print(
-            f"[red]✗ {result.name}[/] {result.status} after {seconds}", highlight=False
+            Text.assemble(
+                (f"{self.marks.failed} {result.name}", "red"), f" {result.status} after {seconds}"
+            ),
+            highlight=False,
         )
         if sink.tail and not self.verbose:
-            self.console.print(f"  last lines of {self.log_dir / result.log}:", highlight=False)
+            self.console.print(
+                Text(f"  last lines of {self.log_dir / result.log}:"), highlight=False
+            )
             for line in sink.tail[-20:]:
                 self.console.print(Text("  | " + line), highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ import typer
 from orchestrator import __version__
 from orchestrator.cli import build, maintain, release, reproduce, signing
 from orchestrator.cli.app import app, console, err_console
+from orchestrator.host.signals import stop_on_signals
 
 __all__ = ["app", "build", "main", "maintain", "release", "reproduce", "signing"]
 
@@ -34,6 +35,7 @@ def _root(
 
 
 def main() -> None:
+    stop_on_signals()  # SIGTERM (CI, docker stop, systemd) and SIGHUP act like Ctrl-C
     try:
         app()
     except KeyboardInterrupt:

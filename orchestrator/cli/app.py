@@ -4,6 +4,11 @@ where an error becomes a message and an exit code.
 Commands raise; they never print errors or pick exit codes themselves. `App.command`
 wraps every command in `_exit_on_error`, so `orchestrator ...` and typer's test runner
 see the same codes.
+
+Everything printed is plain text: the consoles interpret no rich markup and no emoji
+codes, because messages carry paths, config sections (`[flavors.cpu]`) and signed
+comments (`inputs:lock:...`) that markup would eat. Colour is given as a style
+(`styled()`), never inside the text. Help is click's plain layout, as cargo's reads.
 """
 
 from __future__ import annotations
@@ -17,10 +22,18 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
+from typer import _click
+from typer.core import TyperArgument, TyperCommand
 
+from orchestrator.cli.complete import (
+    complete_flavor,
+    complete_target_cpu,
+    complete_toolchain,
+)
+from orchestrator.config.flags import flag_specs
 from orchestrator.config.options import Options, default_cache_dir, resolve
-from orchestrator.config.settings import flag_specs
-from orchestrator.errors import BuildInterruptedError, OrchestratorError
+from orchestrator.errors import BuildInterruptedError, OrchestratorError, disk_full
 from orchestrator.host.system import git_commit_time
 
 if TYPE_CHECKING:
@@ -31,14 +44,21 @@ R = TypeVar("R")
 
 # Without a terminal (CI logs, pipes) rich would wrap tables at 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 200
-console = Console(highlight=False, width=_WIDTH)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+console = Console(highlight=False, markup=False, emoji=False, width=_WIDTH)
+err_console = Console(
+    stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True, width=_WIDTH
+)
+
+
+def styled(label: str, style: str, rest: str = "") -> Text:
+    """`label` in `style`, then `rest` as plain text: "error: <message>" in a colour."""
+    return Text.assemble((label, style), rest)
 
 
 def report(error: OrchestratorError) -> None:
-    err_console.print(f"[bold red]error:[/] {error.message}")
+    err_console.print(styled("error:", "bold red", f" {error.message}"))
     if error.hint:
-        err_console.print(f"[yellow]hint:[/] {error.hint}")
+        err_console.print(styled("hint:", "yellow", f" {error.hint}"))
 
 
 def _exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
@@ -50,20 +70,74 @@ def _exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
             error: OrchestratorError = BuildInterruptedError("interrupted")
         except OrchestratorError as raised:
             error = raised
+        except OSError as raised:  # a full disk is the user's to fix, not a traceback
+            full = disk_full(raised)
+            if full is None:
+                raise
+            error = full
         report(error)
         raise typer.Exit(error.exit_code)
 
     return run
 
 
+def _argument_name(argument: TyperArgument) -> str:
+    """RELEASE_DIR, [PATH] or FILE... as click and cargo write arguments (typer: {name})."""
+    name = argument.metavar or (argument.name or "").upper()
+    name = name if argument.required else f"[{name}]"
+    return name + ("..." if argument.nargs != 1 else "")
+
+
+class PlainCommand(TyperCommand):
+    """A command whose help names its arguments as its usage line does: RELEASE_DIR."""
+
+    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                pieces.append(_argument_name(param))
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+    def format_options(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        arguments: list[tuple[str, str]] = []
+        options: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if isinstance(param, TyperArgument):
+                arguments.append((_argument_name(param), record[1]))
+            else:
+                options.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _help_names() -> dict[str, Any]:
+    """Context settings giving cargo's -h beside --help (a fresh dict: click keeps it)."""
+    return {"help_option_names": ["-h", "--help"]}
+
+
 class App(typer.Typer):
-    """A Typer whose commands all exit through `_exit_on_error`."""
+    """A Typer whose commands all exit through `_exit_on_error`, with plain click help:
+    no rich panels, whose markup would eat `[flavors.cpu]` from the help texts."""
+
+    def __init__(self, **kwargs: Any) -> None:  # noqa: ANN401 - typer's options
+        kwargs.setdefault("rich_markup_mode", None)
+        kwargs.setdefault("context_settings", _help_names())
+        super().__init__(**kwargs)
 
     def command(  # type: ignore[override]
         self,
         name: str | None = None,
         **kwargs: Any,  # noqa: ANN401 - typer's own keyword options, passed through
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        kwargs.setdefault("cls", PlainCommand)
+        kwargs.setdefault("context_settings", _help_names())
         register = super().command(name, **kwargs)
 
         def decorator(command: Callable[P, R]) -> Callable[P, R]:
@@ -78,10 +152,17 @@ app = App(
         "Reproducible, container-based release builds for fast Rust binaries.\n\n"
         "Typical use: `orchestrator doctor` once, then `orchestrator build --flavor cpu`. "
         "Settings come from orchestrator.toml (see `orchestrator config`), overridden by "
-        "ORCHESTRATOR_* environment variables and flags."
+        "ORCHESTRATOR_* environment variables and flags. `orchestrator COMMAND --help` "
+        "describes a command; exit codes are listed in README.md.\n\n"
+        "\b\n"
+        "Examples:\n"
+        "  orchestrator doctor\n"
+        "  orchestrator build --flavor cpu --dry-run\n"
+        "  orchestrator release && orchestrator verify artifacts/tinyllm-0.1.0\n"
+        "  orchestrator --install-completion     # Tab completes flavors, CPUs, releases"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -92,31 +173,67 @@ ConfigOption = Annotated[
         "-c",
         help="orchestrator.toml to use (default: search upwards "
         "from the current folder; env ORCHESTRATOR_CONFIG).",
+        metavar="FILE",
         dir_okay=False,
     ),
 ]
-FlavorOption = Annotated[
-    str, typer.Option("--flavor", "-f", help="Flavor to build: cpu, cuda, rocm or aarch64.")
-]
-AllowDirtyOption = Annotated[
-    bool,
-    typer.Option(
+
+
+def flavor_option(purpose: str) -> Any:  # noqa: ANN401 - typer's OptionInfo
+    """--flavor/-f; `purpose` says what the command does with it."""
+    return typer.Option(
+        "--flavor",
+        "-f",
+        help=f"{purpose}: cpu, cuda, rocm or aarch64.",
+        metavar="FLAVOR",
+        autocompletion=complete_flavor,
+    )
+
+
+FlavorOption = Annotated[str, flavor_option("Flavor to build")]
+BenchFlavorOption = Annotated[str, flavor_option("Flavor whose published build to benchmark")]
+
+
+def allow_dirty_option(what: str) -> Any:  # noqa: ANN401 - typer's OptionInfo
+    return typer.Option(
         "--allow-dirty",
-        help="Release from a crate with uncommitted changes (recorded in release.lock; "
+        help=f"{what} a crate with uncommitted changes (recorded in release.lock; "
         "reproduce then needs --source).",
-    ),
-]
+    )
+
+
+AllowDirtyOption = Annotated[bool, allow_dirty_option("Release from")]
+LockDirtyOption = Annotated[bool, allow_dirty_option("Pin the inputs of")]
 _FLAGS = flag_specs()
 
 
-def setting_option(key: str, **extra: Any) -> Any:  # noqa: ANN401 - typer's OptionInfo
-    """The typer option of a declared setting: its flag and help come from config/settings."""
+def setting_option(
+    key: str,
+    purpose: str | None = None,
+    **extra: Any,  # noqa: ANN401 - typer's own keyword options, passed through
+) -> Any:  # noqa: ANN401 - typer's OptionInfo
+    """The typer option of a declared setting: its flag, value name and help come from
+    config/settings; `purpose` replaces the declared meaning for a command that uses the
+    setting differently (bench's --target-cpu picks a build, it builds nothing)."""
     spec = _FLAGS[key]
-    return typer.Option(*spec.decls, help=spec.help, **extra)
+    help_text = spec.help if purpose is None else spec.help_for(purpose)
+    return typer.Option(*spec.decls, help=help_text, metavar=spec.metavar, **extra)
 
 
-ToolchainOption = Annotated[str | None, setting_option("build.toolchain")]
-TargetCpuOption = Annotated[str | None, setting_option("build.target_cpu")]
+ToolchainOption = Annotated[
+    str | None, setting_option("build.toolchain", autocompletion=complete_toolchain)
+]
+TargetCpuOption = Annotated[
+    str | None, setting_option("build.target_cpu", autocompletion=complete_target_cpu)
+]
+BenchTargetCpuOption = Annotated[
+    str | None,
+    setting_option(
+        "build.target_cpu",
+        "the -Ctarget-cpu of the published build to benchmark",
+        autocompletion=complete_target_cpu,
+    ),
+]
 ArtifactsOption = Annotated[Path | None, setting_option("build.artifacts_dir")]
 CacheOption = Annotated[Path | None, setting_option("build.cache_dir")]
 
@@ -142,9 +259,12 @@ def signer_for(options: Options) -> Signer:
     )
     if signer.throwaway:
         err_console.print(
-            "[bold yellow]WARNING: no signing key configured: this release is signed with a "
-            f"THROWAWAY key ({signer.source}).[/] Its signatures prove integrity, not origin. "
-            "Make a real key with `orchestrator keygen` and set signing.secret_key or "
-            "ORCHESTRATOR_SIGNING_KEY."
+            styled(
+                "WARNING: no signing key configured: this release is signed with a "
+                f"THROWAWAY key ({signer.source}).",
+                "bold yellow",
+                " Its signatures prove integrity, not origin. Make a real key with "
+                "`orchestrator keygen` and set signing.secret_key or ORCHESTRATOR_SIGNING_KEY.",
+            )
         )
     return signer

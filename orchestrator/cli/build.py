@@ -10,6 +10,8 @@ from rich.table import Table
 
 from orchestrator.cli.app import (
     ArtifactsOption,
+    BenchFlavorOption,
+    BenchTargetCpuOption,
     CacheOption,
     ConfigOption,
     FlavorOption,
@@ -20,7 +22,9 @@ from orchestrator.cli.app import (
     resolve_options,
     setting_option,
     signer_for,
+    styled,
 )
+from orchestrator.cli.output import emit_json, json_option, text_console
 from orchestrator.errors import (
     ConfigError,
 )
@@ -51,6 +55,7 @@ def build(
     bolt_mode: Annotated[str | None, setting_option("bolt.mode")] = None,
     bolt_policy: Annotated[str | None, setting_option("bolt.policy")] = None,
     privileged: Annotated[bool | None, setting_option("profiling.privileges")] = None,
+    allow_privileged: Annotated[bool | None, setting_option("profiling.allow_privileged")] = None,
     retrain: Annotated[
         bool,
         typer.Option("--retrain", help="Profile again even when a stored profile matches."),
@@ -58,6 +63,7 @@ def build(
 ) -> None:
     """Build, test, optimize (PGO, BOLT), validate and publish one flavor into artifacts/.
 
+    \b
     Examples:
       orchestrator build --flavor cpu --target-cpu x86-64-v3
       orchestrator build --bolt-mode instrument --bolt-policy require
@@ -81,6 +87,7 @@ def build(
             "bolt.mode": bolt_mode,
             "bolt.policy": bolt_policy,
             "profiling.privileges": privileged,
+            "profiling.allow_privileged": allow_privileged,
         },
     )
     plan = prepare_plan(options, flavor)
@@ -88,11 +95,11 @@ def build(
         console.print_json(json.dumps(plan_summary(plan)))
         return
     ensure_cache_dir(options.cache_dir)
+    signer = signer_for(options)  # reads the key: every input before Docker
     engine = Engine.connect()
     stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
     if stale:
         console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
-    signer = signer_for(options)
     reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
     console.print(
         f"building {options.binary} {options.version} ({flavor}, "
@@ -108,20 +115,21 @@ def build(
         keep_containers=keep_containers,
         retrain=retrain,
     )
-    console.print(f"[bold green]published[/] {outcome.artifact}")
+    console.print(styled("published", "bold green", f" {outcome.artifact}"))
     console.print(f"  binary  {outcome.binary}")
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
 
 
 @app.command()
 def bench(
-    flavor: FlavorOption = "cpu",
+    flavor: BenchFlavorOption = "cpu",
     config: ConfigOption = None,
-    target_cpu: TargetCpuOption = None,
+    target_cpu: BenchTargetCpuOption = None,
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
     runs: Annotated[int | None, setting_option("bench.runs", min=2)] = None,
     warmup: Annotated[int | None, setting_option("bench.warmup", min=0)] = None,
+    json_output: Annotated[bool, json_option("orchestrator/bench")] = False,
 ) -> None:
     """Benchmark a built flavor: plain cargo, release profile, +PGO, +PGO+BOLT, side by side.
 
@@ -129,10 +137,17 @@ def bench(
     to one CPU. Writes bench.json, bench.md, bench.png and hyperfine.json under
     artifacts/<release>/bench/<artifact>/.
 
-    Example: orchestrator build && orchestrator bench --runs 20
+    \b
+    Examples:
+      orchestrator build && orchestrator bench --runs 20
+      orchestrator bench --flavor cuda --target-cpu x86-64-v3 --warmup 5
     """
     from orchestrator.execute.bench import bench_cpu, locate, measure, write_report
+    from orchestrator.model.records import read_record
+    from orchestrator.model.reports import BenchReport
     from orchestrator.runtime.engine import Engine
+
+    out = text_console(json_output)
 
     options = resolve_options(
         config,
@@ -152,7 +167,7 @@ def bench(
     setup = locate(options, flavor)
     engine = Engine.connect()
     cpu = bench_cpu(engine)
-    console.print(
+    out.print(
         f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
         f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"
     )
@@ -163,7 +178,7 @@ def bench(
         runs=options.bench_runs,
         warmup=options.bench_warmup,
         cpu=cpu,
-        progress=console.print,
+        progress=out.print,
     )
     output = write_report(
         setup,
@@ -191,5 +206,7 @@ def bench(
             f"{s.max_rss_kb / 1024:.1f} MiB",
             f"{s.size / 1e6:.2f} MB",
         )
-    console.print(table)
-    console.print(f"report: {output}")
+    out.print(table)
+    out.print(f"report: {output}")
+    if json_output:  # bench.json as written, read back through its record
+        emit_json(read_record(output / "bench.json", BenchReport))

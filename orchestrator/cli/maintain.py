@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.app import (
     ConfigOption,
     app,
+    cache_root,
     console,
     resolve_options,
 )
+from orchestrator.cli.output import emit_json, json_option
 from orchestrator.errors import (
     DoctorBlockerError,
     OrchestratorError,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.runtime.doctor import Check
 
 
 @app.command()
@@ -32,7 +38,10 @@ def render(
 ) -> None:
     """Render dockerfiles/<flavor>.Dockerfile from images/templates/ (default toolchain).
 
-    Example: orchestrator render --check   # in CI, after editing a template
+    \b
+    Examples:
+      orchestrator render
+      orchestrator render --check     # in CI, after editing a template
     """
     from orchestrator.plan.dockerfiles import render_all
 
@@ -43,12 +52,23 @@ def render(
 
 
 @app.command("config")
-def show_config(config: ConfigOption = None) -> None:
+def show_config(
+    config: ConfigOption = None,
+    json_output: Annotated[bool, json_option("orchestrator/config")] = False,
+) -> None:
     """Show every resolved setting and where it came from (default, file, env, flag).
 
-    Example: ORCHESTRATOR_TARGET_CPU=x86-64-v3 orchestrator config
+    \b
+    Examples:
+      orchestrator config
+      ORCHESTRATOR_BUILD_TARGET_CPU=x86-64-v3 orchestrator config --config other.toml
     """
     options = resolve_options(config)
+    if json_output:
+        from orchestrator.model.reports import config_report
+
+        emit_json(config_report(options))
+        return
     table = Table("setting", "value", "from", title=str(options.config_path))
     for key, value, source in options.describe():
         table.add_row(key, value, source)
@@ -56,29 +76,49 @@ def show_config(config: ConfigOption = None) -> None:
 
 
 @app.command()
-def doctor(config: ConfigOption = None) -> None:
+def doctor(
+    config: ConfigOption = None,
+    json_output: Annotated[bool, json_option("orchestrator/doctor")] = False,
+) -> None:
     """Check this host: Docker, BuildKit, disk, privileges, perf in containers, qemu-user.
 
-    Example: orchestrator doctor   # exit code 60 when something blocks builds
+    \b
+    Examples:
+      orchestrator doctor     # exit code 60 when something blocks builds
     """
     from orchestrator.runtime.doctor import run_checks
 
     try:
-        cache_dir: Path | None = resolve_options(config).cache_dir
+        cache_dir = resolve_options(config).cache_dir
     except OrchestratorError:
-        cache_dir = None  # doctor also helps before any project is set up
+        cache_dir = cache_root(None)  # doctor also helps before any project is set up
     checks = run_checks(cache_dir)
-    table = Table("check", "status", "detail")
-    colours = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
-    for check in checks:
-        table.add_row(check.name, f"[{colours[check.status]}]{check.status}[/]", check.detail)
-    console.print(table)
     blockers = [c.name for c in checks if c.status == "fail"]
+    if json_output:  # the blocker error still follows, on stderr, with its exit code
+        from orchestrator.model.reports import DoctorCheck, DoctorReport
+
+        emit_json(
+            DoctorReport(
+                ok=not blockers,
+                blockers=blockers,
+                checks=[DoctorCheck(name=c.name, status=c.status, detail=c.detail) for c in checks],
+            )
+        )
+    else:
+        _print_checks(checks)
     if blockers:
         raise DoctorBlockerError(
             f"blocked by: {', '.join(blockers)}",
             hint="Fix the failing checks above and run `orchestrator doctor` again.",
         )
+
+
+def _print_checks(checks: Sequence[Check]) -> None:
+    table = Table("check", "status", "detail")
+    colours = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan", "skip": "dim"}
+    for check in checks:
+        table.add_row(check.name, Text(check.status, style=colours[check.status]), check.detail)
+    console.print(table)
 
 
 @app.command()
@@ -112,10 +152,13 @@ def clean(
     Containers and volumes of a build that is still running (its process is alive) are
     kept unless --all is given.
 
-    Example: orchestrator clean --images
+    \b
+    Examples:
+      orchestrator clean
+      orchestrator clean --images --cache
     """
     from orchestrator.host.cachedir import CACHE_MARKER, check_cache_dir, ensure_cache_dir
-    from orchestrator.host.staging import _remove_abandoned as remove_abandoned
+    from orchestrator.host.scratch import remove_abandoned, scratch_root
     from orchestrator.host.staging import staging_root
     from orchestrator.runtime.engine import Engine
 
@@ -138,6 +181,10 @@ def clean(
     elif staging.exists():
         remove_abandoned(staging)  # a running build's staging folder stays
         console.print(f"removed abandoned staging folders in {staging}")
+    # Scratch of runs that were killed; a running build's scratch stays.
+    scratch = remove_abandoned(scratch_root(options.cache_dir))
+    if scratch:
+        console.print(f"removed {len(scratch)} abandoned scratch folder(s) in {scratch[0].parent}")
     if images:
         removed = engine.managed_images()
         for image in removed:

@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import time
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.app import (
     AllowDirtyOption,
     ArtifactsOption,
     CacheOption,
     ConfigOption,
+    LockDirtyOption,
     app,
     console,
     err_console,
     resolve_options,
     signer_for,
+    styled,
 )
+from orchestrator.cli.complete import complete_flavor_list
+from orchestrator.cli.output import emit_json, json_option, text_console
 from orchestrator.config.options import Options
 from orchestrator.errors import (
     OrchestratorError,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from orchestrator.model.reports import ReleaseRunReport
+    from orchestrator.plan.build_plan import BuildPlan
+    from orchestrator.release.run import Target
 
 
 @app.command()
@@ -30,7 +46,10 @@ def release(
     flavors: Annotated[
         str | None,
         typer.Option(
-            "--flavors", help="Comma-separated flavors (default: build.flavors from the config)."
+            "--flavors",
+            help="Comma-separated flavors, e.g. cpu,cuda (default: build.flavors from the config).",
+            metavar="LIST",
+            autocompletion=complete_flavor_list,
         ),
     ] = None,
     artifacts_dir: ArtifactsOption = None,
@@ -46,11 +65,19 @@ def release(
         typer.Option(
             "--bench-runs",
             min=0,
+            metavar="N",
             help="Quick interleaved runs per target for the speedup column (0: skip).",
         ),
     ] = 3,
     retrain: Annotated[bool, typer.Option("--retrain", help="Profile again everywhere.")] = False,
     allow_dirty: AllowDirtyOption = False,
+    json_output: Annotated[
+        bool,
+        json_option(
+            "orchestrator/release-run",
+            when="with --dry-run orchestrator/release-plan, schemas/release-plan-*.schema.json",
+        ),
+    ] = False,
 ) -> None:
     """Build every flavor and CPU level of the release, then one summary.
 
@@ -60,18 +87,27 @@ def release(
     release.lock, which pins every input (their files go into the vault) so that
     `orchestrator reproduce` can rebuild the same bytes.
 
+    \b
     Examples:
       orchestrator release --dry-run
       orchestrator release --flavors cpu --bench-runs 0
     """
+    from orchestrator.execute.publish import update_release_index
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.reproduce import record_release, vault_for
-    from orchestrator.release.run import ReleaseIncompleteError, run_release, targets
+    from orchestrator.release.run import (
+        ReleaseIncompleteError,
+        plan_report,
+        run_release,
+        run_report,
+        targets,
+    )
     from orchestrator.release.run import dry_run as plan_release
     from orchestrator.runtime.engine import Engine
-    from orchestrator.supply.attest import update_release_index
 
+    started = time.monotonic()
+    out = text_console(json_output)
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
     )
@@ -82,6 +118,10 @@ def release(
             engine: Engine | None = Engine.connect()
         except OrchestratorError:
             engine = None  # the plan needs no Docker; cache hits then say "unknown"
+        planned = plan_release(options, chosen, engine)
+        if json_output:
+            emit_json(plan_report(options, planned, docker_reachable=engine is not None))
+            return
         table = Table(
             "target",
             "artifact",
@@ -90,8 +130,8 @@ def release(
             "steps",
             title="release plan (nothing is built)",
         )
-        for item in plan_release(options, chosen, engine):
-            hits = ", ".join(k for k, v in item.cached.items() if v) or "nothing"
+        for item in planned:
+            hits = ", ".join(k for k, v in item.cached.labelled().items() if v) or "nothing"
             table.add_row(
                 f"{item.target.flavor} {item.target.level}",
                 item.plan.artifact_dir,
@@ -103,23 +143,25 @@ def release(
         return
     _refuse_dirty(options, allow_dirty=allow_dirty)
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    plans = _read_inputs(chosen, release_dir)
     ensure_cache_dir(options.cache_dir)
-    engine = Engine.connect()
     signer = signer_for(options)
+    engine = Engine.connect()
     results = run_release(
         options,
-        chosen,
+        plans,
         engine,
-        console,
+        out,
         signer,
         retrain=retrain,
         bench_runs=bench_runs,
-        announce=console.print,
+        announce=out.print,
     )
+    lock = None
     if any(r.status == "ok" for r in results):
         lock = record_release(options, chosen, release_dir, vault_for(options))
         update_release_index(release_dir, signer)  # SHA256SUMS now covers the lock
-        console.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
+        out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
     table = Table(
         "target",
         "status",
@@ -130,24 +172,70 @@ def release(
         title=f"release {options.binary} {options.version}",
     )
     for result in results:
-        status = "[green]ok[/]" if result.status == "ok" else f"[red]{result.status}[/]"
+        status = Text(result.status, style="green" if result.status == "ok" else "red")
         table.add_row(
             result.artifact,
             status,
             f"{result.seconds:.0f}s",
             f"{result.size / 1e6:.2f} MB" if result.size else "-",
-            f"{result.speedup:.3f}x" if result.speedup else "-",
+            f"{result.speedup:.3f}x" if result.speedup else result.speedup_note or "-",
             "; ".join([result.error, *result.warnings]).strip("; "),
         )
-    console.print(table)
+    out.print(table)
     for result in results:
         for warning in result.warnings:
-            err_console.print(f"[bold yellow]warning:[/] {result.artifact}: {warning}")
-    failed = [r.artifact for r in results if r.status != "ok"]
+            err_console.print(styled("warning:", "bold yellow", f" {result.artifact}: {warning}"))
+    report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
+    if json_output:
+        emit_json(report)
+    _closing_lines(report, out)
+    failed = report.failed
     if failed:
         raise ReleaseIncompleteError(
             f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
         )
+
+
+def _closing_lines(report: ReleaseRunReport, out: Console) -> None:
+    """Where the release is, how long it took, what to run next; the key warning last,
+    where it is read."""
+    from orchestrator.progress import duration_text
+
+    ok = len(report.targets) - len(report.failed)
+    took = duration_text(report.seconds)
+    lines = [
+        f"release: {report.release_dir} ({ok} of {len(report.targets)} targets ok, {took})"
+        if report.published
+        else f"nothing was published to {report.release_dir} ({took})"
+    ]
+    if report.verify_command:
+        lines.append(f"verify:  {report.verify_command}")
+        if report.signing.public_key is None:
+            lines.append(f"         (PUBLIC_KEY: the public half of {report.signing.key})")
+    for line in lines:  # unwrapped, so the command can be copied whole
+        out.print(Text(line), soft_wrap=True)
+    if report.signing.throwaway:
+        err_console.print(
+            styled(
+                "WARNING: signed with a THROWAWAY key",
+                "bold yellow",
+                f" ({report.signing.key}): its signatures prove integrity, not origin. Make "
+                "a real key with `orchestrator keygen` and set signing.secret_key or "
+                "ORCHESTRATOR_SIGNING_KEY.",
+            )
+        )
+
+
+def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Target, BuildPlan]]:
+    """Read and check every input of a release before Docker is asked: each target's plan
+    (config, toolchain, sources) and the release.json this run will merge into."""
+    from orchestrator.model.records import ReleaseSummary, read_record
+    from orchestrator.release.run import RELEASE_JSON, plan_targets
+
+    planned = plan_targets(chosen)
+    if (release_dir / RELEASE_JSON).is_file():
+        read_record(release_dir / RELEASE_JSON, ReleaseSummary)
+    return planned
 
 
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
@@ -173,7 +261,7 @@ def lock(
             "--check", help="Only compare release.lock with the config and sources (exit 54)."
         ),
     ] = False,
-    allow_dirty: AllowDirtyOption = False,
+    allow_dirty: LockDirtyOption = False,
 ) -> None:
     """Pin every input of the published release into release.lock and the vault.
 
@@ -183,15 +271,16 @@ def lock(
     sha256), toolchain versions as the tools reported them, the git commit, Cargo.lock and
     vendored crates, every flag and environment variable, and the profiles by sha256.
 
+    \b
     Examples:
       orchestrator lock
       orchestrator lock --check      # in CI: has anything drifted from the lock?
     """
+    from orchestrator.execute.publish import update_release_index
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.release.reproduce import check_lock, record_release, vault_for
     from orchestrator.release.run import targets
-    from orchestrator.supply.attest import update_release_index
 
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.cli.app import (
     App,
@@ -16,11 +17,17 @@ from orchestrator.cli.app import (
     cache_root,
     console,
     err_console,
+    styled,
 )
+from orchestrator.cli.complete import complete_release_dir
 
 vault_app = App(
     help="The package vault: every .deb, rootfs, crate archive and profile of a release, "
-    "by sha256, under <cache>/vault.",
+    "by sha256, under <cache>/vault.\n\n"
+    "\b\n"
+    "Examples:\n"
+    "  orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar\n"
+    "  orchestrator vault import tinyllm-0.1.0-vault.tar     # on the rebuilding machine",
     no_args_is_help=True,
 )
 app.add_typer(vault_app, name="vault")
@@ -28,13 +35,22 @@ app.add_typer(vault_app, name="vault")
 
 @vault_app.command("export")
 def vault_export(
-    release_dir: Annotated[Path, typer.Argument(help="The release folder (has release.lock).")],
-    archive: Annotated[Path, typer.Argument(help="The .tar to write.")],
+    release_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="The release folder (has release.lock).",
+            metavar="RELEASE_DIR",
+            autocompletion=complete_release_dir,
+        ),
+    ],
+    archive: Annotated[Path, typer.Argument(help="The .tar to write.", metavar="ARCHIVE")],
     cache_dir: CacheOption = None,
 ) -> None:
     """Write one archive with a release's lockfile and every input it names.
 
-    Example: orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar
+    \b
+    Examples:
+      orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar
     """
     from orchestrator.host.vault import Vault, VaultError
     from orchestrator.model.lockfile import LOCK_FILE, blobs, read_lock
@@ -50,15 +66,22 @@ def vault_export(
 
 @vault_app.command("import")
 def vault_import(
-    archive: Annotated[Path, typer.Argument(help="An archive from `orchestrator vault export`.")],
+    archive: Annotated[
+        Path,
+        typer.Argument(help="An archive from `orchestrator vault export`.", metavar="ARCHIVE"),
+    ],
     cache_dir: CacheOption = None,
     lockfile: Annotated[
-        Path | None, typer.Option("--lockfile", help="Also write the archive's lockfile here.")
+        Path | None,
+        typer.Option("--lockfile", help="Also write the archive's lockfile here.", metavar="FILE"),
     ] = None,
 ) -> None:
     """Take a release's inputs into this machine's vault, each checked against its sha256.
 
-    Example: orchestrator vault import tinyllm-0.1.0-vault.tar --lockfile release.lock
+    \b
+    Examples:
+      orchestrator vault import tinyllm-0.1.0-vault.tar
+      orchestrator vault import tinyllm-0.1.0-vault.tar --lockfile release.lock
     """
     from orchestrator.host.vault import Vault
 
@@ -70,13 +93,19 @@ def vault_import(
 @app.command()
 def reproduce(
     release: Annotated[
-        Path, typer.Argument(help="A release folder (with release.lock) or a lockfile.")
+        Path,
+        typer.Argument(
+            help="A release folder (with release.lock) or a lockfile.",
+            metavar="RELEASE",
+            autocompletion=complete_release_dir,
+        ),
     ],
     source: Annotated[
         Path | None,
         typer.Option(
             "--source",
             help="The crate's sources (default: `git archive` of the locked commit).",
+            metavar="DIR",
         ),
     ] = None,
     workdir: Annotated[
@@ -86,6 +115,7 @@ def reproduce(
             help="Where to rebuild (default: <release>.reproduce next to it). Removed and "
             "made afresh only if an earlier reproduce made it; any other non-empty folder is "
             "refused (exit 12).",
+            metavar="DIR",
         ),
     ] = None,
     cache_dir: CacheOption = None,
@@ -95,7 +125,9 @@ def reproduce(
     ] = False,
     artifact: Annotated[
         list[str] | None,
-        typer.Option("--artifact", help="Only this artifact (repeatable); default: all."),
+        typer.Option(
+            "--artifact", help="Only this artifact (repeatable); default: all.", metavar="NAME"
+        ),
     ] = None,
 ) -> None:
     """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
@@ -107,34 +139,45 @@ def reproduce(
     artifact is bit-identical; 55 when bytes differ; when a target could not be rebuilt,
     the code of its error (e.g. 51 for a missing vault blob; the first such target's).
 
-    Example: orchestrator reproduce artifacts/tinyllm-0.1.0
+    \b
+    Examples:
+      orchestrator reproduce artifacts/tinyllm-0.1.0
+      orchestrator reproduce artifacts/tinyllm-0.1.0/release.lock --reuse-images
     """
+    from orchestrator.errors import SourceError
     from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
     from orchestrator.host.vault import Vault
-    from orchestrator.release.reproduce import ReproduceMismatchError
+    from orchestrator.release.reproduce import ReproduceMismatchError, read_locked
     from orchestrator.release.reproduce import reproduce as run_reproduce
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer
 
     release = release.resolve()
+    if source is not None and not (source / "Cargo.toml").is_file():
+        raise SourceError(
+            f"--source {source}: no Cargo.toml there",
+            hint="Pass the folder of the crate the release was built from.",
+        )
     folder = release if release.is_dir() else release.parent
     workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
     cache = cache_root(cache_dir)
-    prepare_workdir(workdir)  # refuses a folder it did not make, before anything else
+    vault = Vault(cache / "vault")
+    # Every input is read and checked before anything is written or Docker is asked.
+    document = read_locked(release, vault, artifact or ())
+    prepare_workdir(workdir)  # refuses a folder it did not make
     ensure_cache_dir(cache)
-    engine = Engine.connect()
     signer = resolve_signer(None, project_dir=workdir, cache_dir=cache, env={})
     results = run_reproduce(
-        release,
-        engine=engine,
-        vault=Vault(cache / "vault"),
+        document,
+        folder,
+        connect=Engine.connect,
+        vault=vault,
         console=console,
         signer=signer,
         workdir=workdir,
         source_dir=source.resolve() if source else None,
         fresh_images=not reuse_images,
         announce=console.print,
-        only=artifact or (),
     )
     table = Table("artifact", "expected", "got", "identical", "time", "error", title="reproduction")
     for result in results:
@@ -143,7 +186,7 @@ def reproduce(
             result.artifact,
             result.expected[:16],
             result.got[:16] or "-",
-            "[green]yes[/]" if result.identical else "[red]NO[/]",
+            Text("yes", "green") if result.identical else Text("NO", "red"),
             f"{result.seconds:.0f}s",
             f"{type(failure).__name__} (exit {failure.exit_code})" if failure else "-",
         )
@@ -154,9 +197,11 @@ def reproduce(
     for result in results:
         for line in [result.error, *result.inputs_differing]:
             if line:
-                err_console.print(f"[yellow]{result.artifact}:[/] {line}")
+                err_console.print(styled(f"{result.artifact}:", "yellow", f" {line}"))
         if result.report:
-            err_console.print(f"[yellow]{result.artifact}:[/] diffoscope report: {result.report}")
+            err_console.print(
+                styled(f"{result.artifact}:", "yellow", f" diffoscope report: {result.report}")
+            )
     failure = next((r.exception for r in results if r.exception is not None), None)
     if failure is not None:  # not compared at all: that error's own message and exit code
         raise failure

@@ -43,6 +43,7 @@ __all__ = [
     "Options",
     "default_cache_dir",
     "find_config",
+    "read_toml",
     "resolve",
 ]
 
@@ -90,6 +91,7 @@ class Options:
     bolt_policy: str = default_of("bolt.policy")
     bolt_flags: tuple[str, ...] = default_of("bolt.flags")
     profiling_privileges: bool = default_of("profiling.privileges")
+    profiling_allow_privileged: bool = default_of("profiling.allow_privileged")
     validate_tolerance: float = default_of("validate.tolerance")
     bench_runs: int = default_of("bench.runs")
     bench_warmup: int = default_of("bench.warmup")
@@ -194,10 +196,7 @@ def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object
 
 def _read_cargo_package(crate_dir: Path) -> tuple[str, str | None]:
     manifest = crate_dir / "Cargo.toml"
-    try:
-        data = tomllib.loads(manifest.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{manifest}: cannot read: {exc}") from exc
+    data = read_toml(manifest)
     package = data.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise ConfigError(
@@ -247,14 +246,24 @@ def _load(
         config_path = Path(env["ORCHESTRATOR_CONFIG"])
     path = (config_path if config_path is not None else find_config(cwd)).resolve()
     if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
         raise ConfigError(
-            f"config file {path} does not exist",
+            f"config file {path} {what}",
             hint="Pass --config PATH to an existing orchestrator.toml.",
         )
+    return path, read_toml(path)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; ConfigError naming the file when it is unreadable or not TOML."""
     try:
-        return path, tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
 
 
 def _flag_value(key: str, value: object) -> object:

@@ -228,6 +228,14 @@ SETTINGS: tuple[Setting, ...] = (
         flag="--privileged/--no-privileged",
     ),
     Setting(
+        "profiling.allow_privileged",
+        "bool",
+        False,
+        "let the perf probe try a --privileged container as its last resort (never by default)",
+        attr="profiling_allow_privileged",
+        flag="--allow-privileged/--no-allow-privileged",
+    ),
+    Setting(
         "validate.command",
         "list[str]",
         (),
@@ -370,79 +378,3 @@ def suggest(word: str, candidates: Iterable[str]) -> str | None:
 def toml_shape(value: object) -> object:
     """Tuples (as `Options` holds lists) back to lists, as TOML and the layers hold them."""
     return [toml_shape(v) for v in value] if isinstance(value, tuple | list) else value
-
-
-def default_text(spec: Setting | FlavorKey, *, for_flag: bool = False) -> str:
-    """The default as a person reads it: "x86-64-v2", "on", "none", "the package name"."""
-    value = spec.default
-    text = str(value)
-    if value is None:
-        text = spec.computed if isinstance(spec, Setting) else "none"
-    elif isinstance(value, bool):
-        text = ("on" if value else "off") if for_flag else text.lower()
-    elif value == ():
-        text = "none"
-    elif spec.kind == "list[argv]":
-        text = json.dumps(toml_shape(value))
-    elif isinstance(value, tuple):
-        text = ", ".join(str(v) for v in value)
-    return text
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """How the CLI declares one setting's option: typer.Option(*decls, help=help)."""
-
-    key: str  # the dotted key to put in `resolve(cli=...)`
-    decls: tuple[str, ...]  # ("--target-cpu",) or ("--pgo/--no-pgo",)
-    names: tuple[str, ...]  # ("--target-cpu",) or ("--pgo", "--no-pgo")
-    kind: Kind
-    choices: tuple[str, ...]
-    help: str  # "... (default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU)."
-
-
-def flag_help(spec: Setting) -> str:
-    """`spec.help` with the default and the environment variable appended."""
-    return f"{spec.help} (default {default_text(spec, for_flag=True)}; env {spec.env})."
-
-
-def flag_specs() -> dict[str, FlagSpec]:
-    """Per dotted key of each setting that has a CLI flag, in declaration order."""
-    return {
-        s.key: FlagSpec(s.key, (s.flag,), s.flag_names, s.kind, s.choices, flag_help(s))
-        for s in SETTINGS
-        if s.flag is not None
-    }
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _default_cell(spec: Setting | FlavorKey) -> str:
-    """A literal default in backticks; "none" and computed defaults as plain words."""
-    text = _cell(default_text(spec))
-    return text if spec.default in (None, ()) else f"`{text}`"
-
-
-def settings_table_markdown() -> str:
-    """The README's settings table: key | type | default | env var | flag | meaning."""
-    rows = [
-        "| key | type | default | env var | flag | meaning |",
-        "|---|---|---|---|---|---|",
-    ]
-    for spec in SETTINGS:
-        env = " or ".join(f"`{name}`" for name in spec.env_names)
-        flag = f"`{spec.flag}`" if spec.flag else ""
-        listed = all(choice in spec.help for choice in spec.choices)
-        meaning = spec.help + ("" if listed else f"; one of: {', '.join(spec.choices)}")
-        rows.append(
-            f"| `{spec.key}` | {spec.kind} | {_default_cell(spec)} | {env} | {flag} "
-            f"| {_cell(meaning)} |"
-        )
-    for key in FLAVOR_SETTINGS:
-        rows.append(
-            f"| `flavors.<name>.{key.name}` | {key.kind} | {_default_cell(key)} | "
-            f"| | {_cell(key.help)} |"
-        )
-    return "\n".join(rows) + "\n"

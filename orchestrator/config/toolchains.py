@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.config.options import read_toml
 from orchestrator.config.resources import resource_dir
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 
@@ -133,10 +133,7 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
             f"unknown toolchain {name!r}: no {path}",
             hint="Known toolchains: " + ", ".join(available_toolchains(directory)),
         )
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    data = read_toml(path)
     allowed = {"description", "llvm_major", "tools", "packages", "flavors"}
     unknown = set(data) - allowed
     if unknown:
@@ -202,7 +199,7 @@ def _pins(table: Mapping[str, object], where: str, path: Path) -> dict[str, str]
 
 def load_base_spec(path: Path | None = None) -> BaseSpec:
     path = path or resource_dir("images") / "base.toml"
-    data = tomllib.loads(path.read_text())
+    data = read_toml(path)
     try:
         return BaseSpec(
             suite=str(data["suite"]),

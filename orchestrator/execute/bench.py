@@ -24,7 +24,8 @@ from orchestrator.config.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.layout import BUILDER_UID, artifact_dir_name, release_dir_name
-from orchestrator.model.records import BuildManifest, VariantsRecord, read_record
+from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
+from orchestrator.model.reports import BenchReport, BenchVariant
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
 ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
@@ -303,18 +304,17 @@ def write_report(
     with tempfile.TemporaryDirectory(dir=setup.output_dir.parent, prefix=".bench-") as tmp:
         staging = Path(tmp) / "report"
         staging.mkdir()
-        report = {
-            "schema": "orchestrator/bench@1",
-            "artifact": setup.artifact.name,
-            "image": setup.image,
-            "command": list(command),
-            "cpu": cpu,
-            "runs": runs,
-            "warmup": warmup,
-            "order": "interleaved",
-            "variants": [s.as_dict() for s in stats],
-        }
-        (staging / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+        report = BenchReport(  # bench.json, and what `bench --json` prints
+            artifact=setup.artifact.name,
+            image=setup.image,
+            command=list(command),
+            cpu=cpu,
+            runs=runs,
+            warmup=warmup,
+            order="interleaved",
+            variants=[BenchVariant.model_validate(s.as_dict()) for s in stats],
+        )
+        (staging / "bench.json").write_text(record_text(report))
         (staging / "bench.md").write_text(markdown_table(stats, title))
         (staging / "hyperfine.json").write_text(
             json.dumps(hyperfine_json(stats, command), indent=2) + "\n"

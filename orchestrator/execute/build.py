@@ -13,9 +13,7 @@ needs. Build and profiling containers share one volume at /build/out.
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +33,8 @@ from orchestrator.execute import (
 )
 from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
+from orchestrator.host.scratch import scratch_dir
+from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import snapshot
 from orchestrator.host.staging import staging_area
 from orchestrator.model.records import BuildManifest
@@ -103,7 +103,7 @@ def run_build(
     keep_containers: bool = False,
     retrain: bool = False,
 ) -> BuildOutcome:
-    with ExitStack() as stack:
+    with ShieldedExitStack() as stack:
         pipeline = Pipeline(
             options=options,
             plan=plan,
@@ -112,7 +112,7 @@ def run_build(
             signer=signer,
             stack=stack,
             staging=stack.enter_context(staging_area(options.artifacts_dir, engine.session)),
-            scratch=Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="orchestrator-"))),
+            scratch=stack.enter_context(scratch_dir(options.cache_dir, "build")),
             started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
             retrain=retrain,

@@ -7,6 +7,7 @@ echoes it as `+ cmd` into the step log and turns a non-zero exit into StepFailed
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
-from orchestrator.errors import ProfileError, StepFailedError
+from orchestrator.errors import ConfigError, ProfileError, StepFailedError
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
 from orchestrator.model.layout import PATHS
@@ -64,8 +65,23 @@ def run(
     return "\n".join(lines)
 
 
+# rustc's warning for a -Ctarget-cpu it does not know, after which it builds for a
+# generic CPU: a binary named for a CPU it was not built for.
+_UNKNOWN_CPU = re.compile(r"'([^']*)' is not a recognized processor for this target")
+
+
 def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
-    return run(box, command.argv, log, step, environment=command.environment, keep_output=True)
+    """Run a cargo command; rustc ignoring the target-cpu is an error, not a warning."""
+    output = run(box, command.argv, log, step, environment=command.environment, keep_output=True)
+    unknown = _UNKNOWN_CPU.search(output)
+    if unknown is not None:
+        raise ConfigError(
+            f"step {step}: rustc does not know target-cpu {unknown.group(1)!r} "
+            f"({unknown.group(0)}, ignoring processor): the binary would be built for a "
+            "generic CPU",
+            hint="Pick a CPU from `rustc --print target-cpus` in the toolchain image.",
+        )
+    return output
 
 
 def fetch_file(box: Container, path: str, dest_dir: Path) -> Path:
@@ -172,7 +188,11 @@ class Pipeline:
         if self._profiler is None:
             if self.plan.bolt is not None and self.plan.bolt.mode != "instrument":
                 self.perf = find_perf_access(
-                    self.engine, self.image.reference, allowed=self.plan.profiling_privileges
+                    self.engine,
+                    self.image.reference,
+                    allowed=self.plan.profiling_privileges,
+                    allow_privileged=self.plan.profiling_allow_privileged,
+                    cache_dir=self.options.cache_dir,
                 )
             spec = ContainerSpec(
                 self.image.reference,

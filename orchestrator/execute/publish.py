@@ -4,7 +4,9 @@ build.json and signature on the host, and moves into artifacts/ in one rename.""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TypeVar
 
@@ -13,8 +15,7 @@ from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
-from orchestrator.host.staging import publish as move_into_place
-from orchestrator.host.staging import write_checksums
+from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.host.system import source_identity
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import (
@@ -39,7 +40,7 @@ from orchestrator.model.records import (
 from orchestrator.plan.build_plan import RELEASE_PROFILE
 from orchestrator.progress import StepLog
 from orchestrator.runtime.images import ImageOutcome
-from orchestrator.supply.attest import artifact_comment, update_release_index
+from orchestrator.supply.attest import Signer, artifact_comment, write_release_index
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
 T = TypeVar("T")
@@ -68,6 +69,7 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
     (artifact / SBOM_FILE).write_text(
         build_sbom(
             name=options.binary,
+            cargo_package=options.package_name,
             version=options.version,
             artifact=plan.artifact_dir,
             binary_sha256=sha256_file(binary),
@@ -92,7 +94,7 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     artifact, binary = _need(state.artifact), _need(state.binary)
     manifest = _manifest(pipeline, binary)
     write_record(artifact / "build.json", manifest)
-    shutil.copytree(pipeline.reporter.log_dir, artifact / "logs")
+    _copy_logs(pipeline.reporter.log_dir, artifact / "logs")
     # Signed on the host, before publication; the key never enters a container.
     signature = pipeline.signer.sign(
         binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir)
@@ -103,12 +105,35 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     )
     sums = write_checksums(artifact)
     log.line(sums.read_text().rstrip())
-    destination = options.artifacts_dir / plan.release_dir / plan.artifact_dir
-    move_into_place(artifact, destination)
-    for path in update_release_index(destination.parent, pipeline.signer):
+    release_dir = options.artifacts_dir / plan.release_dir
+    destination = release_dir / plan.artifact_dir
+    # All or nothing: the release index for the new state is written beside the staged
+    # artifact, everything is flushed to disk, and only then renamed into place together.
+    index = pipeline.staging / ".release-index"
+    index.mkdir()
+    written = write_release_index(
+        release_dir, pipeline.signer, index, incoming=(plan.artifact_dir, artifact)
+    )
+    fsync_tree(artifact)
+    fsync_tree(index)
+    commit(
+        release_dir,
+        index=index,
+        backup=pipeline.staging / ".previous",
+        artifact=(artifact, plan.artifact_dir),
+    )
+    for path in written:
         log.line(f"release index: wrote {path.name}")
     state.manifest, state.published = manifest, destination
     log.detail = str(destination)
+
+
+def _copy_logs(source: Path, dest: Path) -> None:
+    # Not shutil.copytree: it folds a full disk into a shutil.Error without an errno.
+    dest.mkdir()
+    for log in sorted(source.iterdir()):
+        if log.is_file():
+            shutil.copyfile(log, dest / log.name)
 
 
 def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
@@ -210,3 +235,20 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
 
 def _image(outcome: ImageOutcome) -> ImageRecord:
     return ImageRecord.model_validate(outcome.as_dict())
+
+
+def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
+    """Rewrite the release-level index (checksums, provenance, signatures) all at once: the
+    new files are written and fsynced beside the release, then renamed in together."""
+    root = staging_root(release_dir.parent)  # release_dir.parent is the artifacts folder
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-index-", dir=root))
+    try:
+        index = scratch / "index"
+        index.mkdir()
+        written = write_release_index(release_dir, signer, index)
+        fsync_tree(index)
+        commit(release_dir, index=index, backup=scratch / "previous")
+        return [release_dir / path.name for path in written]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -31,6 +31,7 @@ class Aarch64Flavor:
     foreign_architectures: tuple[str, ...] = ("arm64",)
     runner: tuple[str, ...] = ("qemu-aarch64", "-L", SYSROOT)
     bolt_modes: tuple[str, ...] = ("instrument",)
+    known_cpus: tuple[str, ...] = (GENERIC,)  # other names need the toolchain image's word
 
     def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
         # llvm-bolt links its own (x86_64) runtime otherwise; the image unpacks the arm64

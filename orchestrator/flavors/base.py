@@ -70,6 +70,12 @@ class Flavor(Protocol):
         """BOLT profile modes that can work for this target, best first."""
         ...
 
+    @property
+    def known_cpus(self) -> tuple[str, ...]:
+        """target-cpu names every rustc accepts for this target; the build asks the
+        toolchain image's rustc about any other (`rustc --print target-cpus`)."""
+        ...
+
     def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
         """Extra llvm-bolt arguments for `-instrument` (a cross target's runtime library)."""
         ...

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.flavors.gpu import CUDA_TARGET_RE, DEFAULT_CUDA_TARGETS, check_target_names
+from orchestrator.flavors.gpu import DEFAULT_CUDA_TARGETS, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
 
 
@@ -36,4 +36,4 @@ class CudaFlavor(X86Flavor):
 
     def validate(self, options: Options) -> None:
         super().validate(options)
-        check_target_names(self.name, self.gpu_targets(options), CUDA_TARGET_RE)
+        check_target_names(self.name, self.gpu_targets(options))

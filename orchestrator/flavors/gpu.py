@@ -10,11 +10,13 @@ import re
 import struct
 from collections.abc import Iterable
 
+from orchestrator.config.settings import suggest
 from orchestrator.errors import ConfigError, OrchestratorError
 
 
 class GpuTargetError(OrchestratorError):
     exit_code = 31
+    summary = "a GPU target the image's nvcc/hipcc does not support"
     default_hint = (
         "Set flavors.<cuda|rocm>.gpu_targets in orchestrator.toml to targets the image's "
         "compiler lists (the error names them)."
@@ -23,35 +25,77 @@ class GpuTargetError(OrchestratorError):
 
 class DeviceCodeMissingError(OrchestratorError):
     exit_code = 32
+    summary = "a GPU binary lacks device code for a requested target"
     default_hint = (
         "The crate's build script must compile its kernels for every target in "
         "CUDAARCHS / AMDGPU_TARGETS, which the build sets from gpu_targets."
     )
 
 
-CUDA_TARGET_RE = re.compile(r"^sm_[1-9][0-9]+a?$")
-ROCM_TARGET_RE = re.compile(r"^gfx[0-9]{2,4}[a-z]?$")
+# Real names, as `nvcc --list-gpu-code` prints them: sm_90, sm_90a, sm_100f.
+CUDA_TARGET_RE = re.compile(r"^sm_[1-9][0-9]+[af]?$")
 
 DEFAULT_CUDA_TARGETS = ("sm_80", "sm_86", "sm_89", "sm_90")  # A100, A40/RTX 30, L4/L40, H100
 DEFAULT_ROCM_TARGETS = ("gfx90a", "gfx1030", "gfx1100")  # MI200, RDNA2, RDNA3
 
+# Every real GPU architecture any nvcc (CUDA 11 to 13) or LLVM knows, checked when the plan
+# is made so that a typo fails at once, not after the ~6-minute GPU image build. Whether
+# the pinned compiler supports a known name is still the gpu-targets step's question.
+# A toolchain pin that moves to a compiler with newer GPUs adds them here.
+# Fermi and Kepler are real names today's nvcc no longer compiles for: the compiler check
+# says so (exit 31) instead of calling them typos.
+_CUDA_SM: tuple[int, ...] = (20, 21, 30, 32, 35, 37)  # Fermi, Kepler
+_CUDA_SM += (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90)  # Maxwell to Hopper
+_CUDA_SM += (100, 101, 103, 110, 120, 121)  # Blackwell
+KNOWN_CUDA_TARGETS = frozenset(
+    [f"sm_{n}" for n in _CUDA_SM]
+    + [f"sm_{n}a" for n in _CUDA_SM if n >= 90]  # arch-specific features (Hopper on)
+    + [f"sm_{n}f" for n in _CUDA_SM if n >= 100]  # family-specific features (Blackwell on)
+)
+_GFX: tuple[str, ...] = ("600", "601", "602", "700", "701", "702", "703", "704", "705")  # GCN 1-2
+_GFX += ("801", "802", "803", "805", "810", "900", "902", "904", "906", "908", "909")  # GCN 3-5
+_GFX += ("90a", "90c", "940", "941", "942", "950")  # CDNA 2-4 (gfx90c: an APU)
+_GFX += ("1010", "1011", "1012", "1013", "1030", "1031", "1032", "1033", "1034", "1035", "1036")
+_GFX += ("1100", "1101", "1102", "1103", "1150", "1151", "1152", "1153")  # RDNA 3, 3.5
+_GFX += ("1200", "1201", "1250", "1251")  # RDNA 4, and gfx125x
+KNOWN_ROCM_TARGETS = frozenset(f"gfx{name}" for name in _GFX)
+KNOWN_TARGETS = {"cuda": KNOWN_CUDA_TARGETS, "rocm": KNOWN_ROCM_TARGETS}
+_EXAMPLES = {"cuda": "sm_80, sm_90, sm_90a", "rocm": "gfx90a, gfx942, gfx1100"}
+
 _OFFLOAD_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 
 
-def check_target_names(flavor: str, targets: Iterable[str], pattern: re.Pattern[str]) -> None:
+def _why_unknown(flavor: str, target: str) -> str:
+    """Why `target` is no target of `flavor`, with the closest known name if one is close."""
+    virtual = re.fullmatch(r"compute_([0-9]+[af]?)", target)
+    if flavor == "cuda" and virtual:
+        # compute_XX is PTX for the driver to compile later: no device code to check.
+        return (
+            f"{target!r} is a virtual (PTX) architecture, not a cuda target name; "
+            f"gpu_targets lists real ones: did you mean 'sm_{virtual.group(1)}'?"
+        )
+    other = next((f for f, known in KNOWN_TARGETS.items() if target in known), None)
+    if other is not None:
+        return f"{target!r} is a {other} target name, not a {flavor} target name"
+    match = suggest(target, sorted(KNOWN_TARGETS[flavor]))
+    close = f"; did you mean {match!r}?" if match else ""
+    return f"{target!r} is not a {flavor} target name{close}"
+
+
+def check_target_names(flavor: str, targets: Iterable[str]) -> None:
+    """Refuse, before any image is built, a list no compiler could ever build for."""
     targets = list(targets)
     if not targets:
         raise ConfigError(
             f"flavors.{flavor}.gpu_targets is empty: the binary would carry no device code",
             hint="List at least one target, or leave the key out for the default list.",
         )
-    wrong = [t for t in targets if not pattern.match(t)]
+    wrong = [t for t in targets if t not in KNOWN_TARGETS[flavor]]
     if wrong:
-        example = "sm_80, sm_90" if flavor == "cuda" else "gfx90a, gfx1100"
         raise ConfigError(
-            f"flavors.{flavor}.gpu_targets: {', '.join(map(repr, wrong))} "
-            f"{'is' if len(wrong) == 1 else 'are'} not a {flavor} target name",
-            hint=f"Targets look like {example}.",
+            f"flavors.{flavor}.gpu_targets: " + "; ".join(_why_unknown(flavor, t) for t in wrong),
+            hint=f"{flavor} targets look like {_EXAMPLES[flavor]}; the gpu-targets step "
+            "of a build lists the ones the pinned compiler supports.",
         )
     duplicates = sorted({t for t in targets if targets.count(t) > 1})
     if duplicates:
@@ -67,7 +111,7 @@ def cuda_supported(list_gpu_code: str) -> set[str]:
 
 def cuda_embedded(list_elf: str) -> set[str]:
     """sm targets from `cuobjdump --list-elf`: `ELF file    1: tinyllm.1.sm_80.cubin`."""
-    return set(re.findall(r"\.(sm_[0-9]+a?)\.cubin", list_elf))
+    return set(re.findall(r"\.(sm_[0-9]+[af]?)\.cubin", list_elf))
 
 
 def rocm_supported(cpu_help: str) -> set[str]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, ROCM_TARGET_RE, check_target_names
+from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
 
 # The AMDGPU processors the image's LLVM 17 (the one hipcc drives) can generate code for.
@@ -38,4 +38,4 @@ class RocmFlavor(X86Flavor):
 
     def validate(self, options: Options) -> None:
         super().validate(options)
-        check_target_names(self.name, self.gpu_targets(options), ROCM_TARGET_RE)
+        check_target_names(self.name, self.gpu_targets(options))

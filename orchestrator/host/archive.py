@@ -7,18 +7,44 @@ before a single byte is written.
 
 from __future__ import annotations
 
+import gzip
 import io
+import lzma
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, NoReturn
 
 from orchestrator.errors import UnsafeArchiveError
 from orchestrator.model.hashing import CHUNK
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """What one archive may hold. Past any limit it is refused, before its bytes are written.
+
+    The declared size of every entry is known from its header before its data, so a bomb is
+    caught at the header that crosses a limit. `max_expansion` bounds declared bytes per byte
+    of the archive as stored (a compressed tar, when its size is known).
+    """
+
+    max_entries: int
+    max_total_bytes: int
+    max_name_bytes: int = 4096  # PATH_MAX: longer names cannot be created anyway
+    max_component_bytes: int = 255  # NAME_MAX
+    max_expansion: int = 50
+
+
+# What a build step hands back: binaries, profiles, logs (a ROCm fat binary is ~1 GB).
+CONTAINER_OUTPUT_LIMITS = ArchiveLimits(max_entries=10_000, max_total_bytes=16 << 30)
+# A vault export: every .deb, the rootfs and the crates of a release (CUDA's are ~10 GB).
+VAULT_ARCHIVE_LIMITS = ArchiveLimits(max_entries=100_000, max_total_bytes=256 << 30)
 
 
 def check_member(member: tarfile.TarInfo) -> PurePosixPath:
@@ -27,33 +53,142 @@ def check_member(member: tarfile.TarInfo) -> PurePosixPath:
     path = PurePosixPath(name)
     if name.startswith("/") or path.is_absolute():
         raise UnsafeArchiveError(f"refusing absolute archive entry {name!r}")
+    if "\x00" in name:  # no file system can hold it; the OS would raise mid-extraction
+        raise UnsafeArchiveError(f"refusing archive entry with a NUL byte in its name: {name!r}")
+    if not path.parts:
+        raise UnsafeArchiveError(f"refusing archive entry {name!r}: it names no file")
     if ".." in path.parts:
         raise UnsafeArchiveError(f"refusing archive entry that climbs out: {name!r}")
     if member.issym() or member.islnk():
         raise UnsafeArchiveError(f"refusing link in archive: {name!r} -> {member.linkname!r}")
+    if member.issparse():  # holes read back as zeros: a few bytes could write gigabytes
+        raise UnsafeArchiveError(f"refusing sparse file in archive: {name!r}")
     if not (member.isfile() or member.isdir()):
         raise UnsafeArchiveError(f"refusing special file in archive: {name!r}")
     return path
 
 
-def safe_extract(source: IO[bytes] | io.RawIOBase, dest: Path) -> list[Path]:
+class MemberCheck:
+    """Admits an archive's entries one by one: each safe on its own, together within limits,
+    and no two of them fighting over one path (a file where a folder is, a file twice)."""
+
+    def __init__(self, limits: ArchiveLimits, *, label: str, stored_bytes: int | None) -> None:
+        self.limits = limits
+        self.label = label
+        self.stored_bytes = stored_bytes
+        self.entries = 0
+        self.declared_bytes = 0
+        self._files: set[PurePosixPath] = set()
+        self._folders: set[PurePosixPath] = set()
+
+    def admit(self, member: tarfile.TarInfo) -> PurePosixPath:
+        limits = self.limits
+        self.entries += 1
+        if self.entries > limits.max_entries:
+            self._refuse(f"more than {limits.max_entries} entries")
+        shown = member.name if len(member.name) <= 120 else member.name[:120] + "..."
+        encoded = member.name.encode("utf-8", "surrogateescape")
+        if len(encoded) > limits.max_name_bytes:
+            self._refuse(f"entry {shown!r} has a {len(encoded)}-byte name")
+        if any(
+            len(p.encode("utf-8", "surrogateescape")) > limits.max_component_bytes
+            for p in member.name.split("/")
+        ):
+            self._refuse(f"entry {shown!r} has a name part over {limits.max_component_bytes} bytes")
+        path = check_member(member)
+        self.declared_bytes += member.size
+        if self.declared_bytes > limits.max_total_bytes:
+            self._refuse(
+                f"entries declare more than {_size(limits.max_total_bytes)} (at {shown!r})"
+            )
+        if self.stored_bytes is not None and self.declared_bytes > max(
+            limits.max_expansion * self.stored_bytes, 64 << 20
+        ):
+            self._refuse(
+                f"{_size(self.stored_bytes)} would expand to more than "
+                f"{_size(self.declared_bytes)} (at {shown!r}): a compression bomb"
+            )
+        self._claim(path, folder=member.isdir(), shown=shown)
+        return path
+
+    def _claim(self, path: PurePosixPath, *, folder: bool, shown: str) -> None:
+        for parent in path.parents:
+            if parent in self._files:
+                self._refuse(f"entry {shown!r} is inside {parent.as_posix()!r}, a file")
+            self._folders.add(parent)
+        if folder:
+            if path in self._files:
+                self._refuse(f"entry {shown!r} is a folder and a file")
+            self._folders.add(path)
+        elif path in self._folders:
+            self._refuse(f"entry {shown!r} is a file and a folder")
+        elif path in self._files:
+            self._refuse(f"entry {shown!r} appears twice")
+        else:
+            self._files.add(path)
+
+    def _refuse(self, why: str) -> NoReturn:
+        raise UnsafeArchiveError(
+            f"refusing {self.label}: {why}",
+            hint='Nothing was written from it. See README "How it stays safe" for the limits.',
+        )
+
+
+def _size(count: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.1f} {unit}"
+    return f"{count} bytes"
+
+
+@contextmanager
+def reading_archive(label: str) -> Iterator[None]:
+    """Turn whatever a malformed or truncated archive raises into an UnsafeArchiveError."""
+    try:
+        yield
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
+        raise UnsafeArchiveError(
+            f"{label} is not a readable tar archive: {exc or type(exc).__name__}",
+            hint="The file is damaged, truncated or of another kind; nothing was written from it.",
+        ) from exc
+
+
+def safe_extract(
+    source: IO[bytes] | io.RawIOBase,
+    dest: Path,
+    *,
+    limits: ArchiveLimits = CONTAINER_OUTPUT_LIMITS,
+    label: str = "an archive from a container",
+) -> list[Path]:
     """Extract a tar stream into `dest`; every entry is checked before anything is written.
 
     Returns the regular files written, relative to `dest`.
     """
-    # Checking every entry before writing any needs two passes, so spool the stream first.
+    # Checking every entry before writing any needs two passes, so spool the stream first
+    # (an unnamed file: nothing is left behind if we are killed). A tar holds its data
+    # uncompressed, so the stream is never much larger than its declared total.
+    ceiling = limits.max_total_bytes + limits.max_entries * 3 * 512 + (1 << 20)
     with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spooled:
-        shutil.copyfileobj(source, spooled, CHUNK)
+        copied = 0
+        while block := source.read(CHUNK):
+            copied += len(block)
+            if copied > ceiling:
+                raise UnsafeArchiveError(
+                    f"refusing {label}: the stream is larger than {_size(ceiling)}"
+                )
+            spooled.write(block)
         spooled.seek(0)
-        return _extract_checked(spooled, dest.resolve())
+        with reading_archive(label):
+            return _extract_checked(
+                spooled, dest.resolve(), MemberCheck(limits, label=label, stored_bytes=None)
+            )
 
 
-def _extract_checked(fileobj: IO[bytes], dest: Path) -> list[Path]:
+def _extract_checked(fileobj: IO[bytes], dest: Path, check: MemberCheck) -> list[Path]:
     with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
-        members = tar.getmembers()
-        relative = [check_member(m) for m in members]
+        admitted = [(member, check.admit(member)) for member in tar]
         written: list[Path] = []
-        for member, rel in zip(members, relative, strict=True):
+        for member, rel in admitted:
             target = (dest / rel).resolve()
             if target != dest and dest not in target.parents:
                 raise UnsafeArchiveError(f"archive entry {member.name!r} resolves outside {dest}")
@@ -65,12 +200,32 @@ def _extract_checked(fileobj: IO[bytes], dest: Path) -> list[Path]:
             if source is None:
                 raise UnsafeArchiveError(f"cannot read archive entry {member.name!r}")
             with target.open("wb") as out:
-                while block := source.read(CHUNK):
-                    out.write(block)
+                copy_exactly(source, out, member)
             # Keep the executable bit, drop setuid/setgid/sticky and group/other writes.
             target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
             written.append(Path(*rel.parts))
     return written
+
+
+def copy_exactly(
+    source: IO[bytes],
+    out: IO[bytes],
+    member: tarfile.TarInfo,
+    *,
+    on_block: Callable[[bytes], object] = lambda _: None,
+) -> int:
+    """Copy an entry's data, never more than its header declared (that is what was checked)."""
+    copied = 0
+    while block := source.read(CHUNK):
+        copied += len(block)
+        if copied > member.size:
+            raise UnsafeArchiveError(
+                f"archive entry {member.name!r} holds more than the {member.size} bytes "
+                "its header declares"
+            )
+        on_block(block)
+        out.write(block)
+    return copied
 
 
 class ChunkReader(io.RawIOBase):

@@ -9,6 +9,8 @@ non-empty folder without it is refused with ForeignFolderError: `--workdir .` or
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +19,18 @@ from orchestrator.errors import ForeignFolderError
 CACHE_MARKER = ".orchestrator-cache"
 WORKDIR_MARKER = ".orchestrator-workdir"
 CACHE_SUBFOLDERS = frozenset(
-    {"rootfs", "packages", "crates", "profiles", "runs", "variants", "keys", "vault", "contexts"}
+    {
+        "rootfs",
+        "packages",
+        "crates",
+        "profiles",
+        "runs",
+        "variants",
+        "keys",
+        "vault",
+        "contexts",
+        "tmp",
+    }
 )
 _CACHE_NOTE = "orchestrator's host cache: `orchestrator clean --cache` may empty this folder.\n"
 _WORKDIR_NOTE = "made by `orchestrator reproduce`: the next reproduce removes this folder.\n"
@@ -81,3 +94,15 @@ def prepare_workdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / WORKDIR_MARKER).write_text(_WORKDIR_NOTE)
     return path
+
+
+def write_cache_json(path: Path, value: object) -> None:
+    """A small cache entry, written whole or not at all: a temporary name of this process,
+    then a rename, so concurrent runs and a crash never leave a half-written entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)

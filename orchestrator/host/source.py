@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import tarfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from orchestrator.errors import CacheCorruptError, SourceError
-from orchestrator.host.archive import check_member, pack_tree
+from orchestrator.errors import SourceError
+from orchestrator.host.archive import pack_tree
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.build_plan import SourceSnapshot
@@ -65,29 +63,20 @@ def registry_crates(cargo_lock: str) -> list[LockedCrate]:
     return crates
 
 
-def verify_vendor_archive(archive: Path, cargo_lock: str) -> int:
-    """Check a vendored-crates tar against Cargo.lock; return how many crates it holds."""
-    expected = {f"vendor/{c.name}-{c.version}": c for c in registry_crates(cargo_lock)}
-    seen: dict[str, str] = {}
+def other_sources(cargo_lock: str) -> list[str]:
+    """`name version (source)` of every dependency neither from crates.io nor a path: git
+    dependencies (and other registries).
+
+    A git source has no archive checksum; Cargo.lock pins its commit (after `#` in the
+    source), which cargo checks out. Such dependencies are fetched afresh for every online
+    build, so no cached copy of them is ever trusted.
+    """
     try:
-        with tarfile.open(archive) as tar:
-            for member in tar:
-                path = check_member(member)
-                if path.name == ".cargo-checksum.json" and len(path.parts) == 3:
-                    handle = tar.extractfile(member)
-                    if handle is None:
-                        continue
-                    package = json.load(handle).get("package")
-                    seen[str(path.parent)] = str(package)
-    except (tarfile.TarError, ValueError) as exc:
-        raise CacheCorruptError(f"vendored crates {archive} are unreadable: {exc}") from exc
-    for directory, crate in expected.items():
-        got = seen.get(directory)
-        if got != crate.checksum:
-            raise SourceError(
-                f"vendored {crate.name} {crate.version}: checksum {got} does not match "
-                f"Cargo.lock's {crate.checksum}",
-                hint="Something altered the downloaded crate; remove the cached crates "
-                "(`orchestrator clean --cache`) and fetch again.",
-            )
-    return len(expected)
+        data = tomllib.loads(cargo_lock)
+    except tomllib.TOMLDecodeError as exc:
+        raise SourceError(f"Cargo.lock is not valid TOML: {exc}") from exc
+    return [
+        f"{package.get('name')} {package.get('version')} ({package['source']})"
+        for package in data.get("package", [])
+        if package.get("source") not in (None, CRATES_IO)
+    ]

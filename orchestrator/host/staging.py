@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from orchestrator.errors import PublishError
-from orchestrator.host.system import process_alive
+from orchestrator.host.scratch import remove_abandoned
 from orchestrator.model.hashing import sha256_file
 
 CHECKSUMS = "SHA256SUMS"
@@ -29,7 +29,7 @@ def staging_root(artifacts_dir: Path) -> Path:
 @contextmanager
 def staging_area(artifacts_dir: Path, session: str) -> Iterator[Path]:
     root = staging_root(artifacts_dir)
-    _remove_abandoned(root)
+    remove_abandoned(root)  # staging folders of processes that died (crash, kill -9)
     area = root / f"{os.getpid()}-{session}"
     area.mkdir(parents=True)
     try:
@@ -38,16 +38,6 @@ def staging_area(artifacts_dir: Path, session: str) -> Iterator[Path]:
         shutil.rmtree(area, ignore_errors=True)
         with suppress(OSError):  # another build is staging too
             root.rmdir()
-
-
-def _remove_abandoned(root: Path) -> None:
-    """Staging folders of processes that died (crash, kill -9) are garbage."""
-    if not root.is_dir():
-        return
-    for entry in root.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
 
 
 def write_checksums(directory: Path) -> Path:
@@ -61,6 +51,60 @@ def write_checksums(directory: Path) -> Path:
     target = directory / CHECKSUMS
     target.write_text("".join(lines))
     return target
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file and folder below `path` to disk: a rename must never make visible
+    what a power cut could still lose."""
+    for entry in sorted(path.rglob("*")):
+        if entry.is_file() and not entry.is_symlink():
+            with entry.open("rb") as handle:
+                os.fsync(handle.fileno())
+    for folder in [path, *(p for p in path.rglob("*") if p.is_dir())]:
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def commit(
+    release_dir: Path, *, index: Path, backup: Path, artifact: tuple[Path, str] | None = None
+) -> None:
+    """Make a staged artifact folder and a staged release index visible, by renames only.
+
+    Everything was written and fsynced beforehand, so nothing here needs new data blocks;
+    if a rename still fails, the ones done are undone, and the release is as it was.
+    """
+    undo: list[tuple[Path, Path]] = []  # (now at, back to), in the order they were done
+
+    def move(source: Path, target: Path) -> None:
+        source.replace(target)
+        undo.append((target, source))
+
+    backup.mkdir(parents=True, exist_ok=True)
+    try:
+        release_dir.mkdir(parents=True, exist_ok=True)
+        if artifact is not None:
+            staged, name = artifact
+            if (release_dir / name).exists():
+                move(release_dir / name, backup / name)
+            move(staged, release_dir / name)
+        for staged_file in sorted(index.iterdir()):
+            target = release_dir / staged_file.name
+            if target.exists():
+                move(target, backup / staged_file.name)
+            move(staged_file, target)
+        _fsync_dir(release_dir)
+    except OSError:
+        for now_at, back_to in reversed(undo):
+            with suppress(OSError):
+                now_at.replace(back_to)
+        raise
 
 
 def publish(staged: Path, destination: Path) -> Path:

@@ -24,21 +24,30 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.host.archive import check_member
-from orchestrator.model.hashing import CHUNK, sha256_file
+from orchestrator.host.archive import (
+    VAULT_ARCHIVE_LIMITS,
+    MemberCheck,
+    copy_exactly,
+    reading_archive,
+)
+from orchestrator.host.scratch import scratch_dir
+from orchestrator.model.hashing import sha256_file
 
 HEX = frozenset("0123456789abcdef")
 EXPORT_INDEX = "vault-export.json"
+MAX_LOCKFILE_BYTES = 16 << 20
 FICLONE = 0x40049409  # ioctl: make dst share src's extents copy-on-write (btrfs, xfs, ...)
 
 
 class VaultError(OrchestratorError):
     exit_code = 51
+    summary = "a vault blob is missing (offline reproduction cannot download it)"
     default_hint = "Import the release's vault (orchestrator vault import <archive>) first."
 
 
 class VaultCorruptError(VaultError):
     exit_code = 52
+    summary = "a vault blob or vault archive does not match its sha256: refused"
     default_hint = (
         "The file was changed after it entered the vault. Remove it and import the "
         "release's vault archive again; a corrupted input is never used."
@@ -64,8 +73,12 @@ def _check_digest(digest: str) -> str:
 
 
 class Vault:
+    """The store at `root` (<cache>/vault); its temporaries go to the cache's scratch folder,
+    on the same filesystem, so a blob enters by rename and a killed run leaves nothing here."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.cache_dir = root.parent
 
     def path(self, digest: str) -> Path:
         digest = _check_digest(digest)
@@ -85,8 +98,8 @@ class Vault:
         if target.is_file():
             return digest
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".in-") as tmp:
-            partial = Path(tmp) / digest
+        with scratch_dir(self.cache_dir, "vault-in") as tmp:
+            partial = tmp / digest
             clone_file(source, partial)
             if sha256_file(partial) != digest:  # changed while we copied
                 raise VaultCorruptError(f"{source} changed while it was stored")
@@ -140,40 +153,61 @@ class Vault:
         return len(wanted)
 
     def import_archive(self, archive: Path, lockfile_dest: Path | None = None) -> list[str]:
-        """Take every blob of an export in, each checked against its name first."""
-        imported: list[str] = []
+        """Take every blob of an export in, each checked against its name first.
+
+        All or nothing: every header is checked against the limits before a byte is staged,
+        and blobs enter the vault only after every one of them matched its name.
+        """
+        label = f"vault archive {archive}"
+        if not archive.is_file():
+            raise VaultError(
+                f"{archive} is not a file", hint="Pass an `orchestrator vault export` archive."
+            )
+        check = MemberCheck(VAULT_ARCHIVE_LIMITS, label=label, stored_bytes=archive.stat().st_size)
         self.root.mkdir(parents=True, exist_ok=True)
         with (
+            reading_archive(label),
             tarfile.open(archive, "r") as tar,
-            tempfile.TemporaryDirectory(dir=self.root, prefix=".import-") as tmp,
+            scratch_dir(self.cache_dir, "vault-import") as tmp,
         ):
-            for member in tar:
-                path = check_member(member)
-                if member.isdir():
-                    continue
-                handle = tar.extractfile(member)
+            admitted = [(member, check.admit(member)) for member in tar]
+            staged: list[tuple[str, Path]] = []
+            lock_bytes: bytes | None = None
+            for member, path in admitted:
+                handle = tar.extractfile(member) if member.isfile() else None
                 if handle is None:
                     continue
                 if path.parts[0] == "sha256" and len(path.parts) == 2:
                     digest = _check_digest(path.parts[1])
-                    staged = Path(tmp) / digest
+                    staged_path = tmp / digest
                     hasher = hashlib.sha256()
-                    with staged.open("wb") as out:
-                        while chunk := handle.read(CHUNK):
-                            hasher.update(chunk)
-                            out.write(chunk)
+                    with staged_path.open("wb") as out:
+                        copy_exactly(handle, out, member, on_block=hasher.update)
                     if hasher.hexdigest() != digest:
                         raise VaultCorruptError(
                             f"{archive}: blob sha256/{digest} hashes to {hasher.hexdigest()}; "
-                            "the archive was altered and nothing more is imported from it"
+                            "the archive was altered and nothing was imported from it"
                         )
-                    self.put(staged, expected=digest)
-                    staged.unlink()
-                    imported.append(digest)
-                elif lockfile_dest is not None and path.name.endswith(".lock"):
-                    lockfile_dest.parent.mkdir(parents=True, exist_ok=True)
-                    lockfile_dest.write_bytes(handle.read())
-        return imported
+                    staged.append((digest, staged_path))
+                elif (
+                    lockfile_dest is not None
+                    and len(path.parts) == 1
+                    and path.name.endswith(".lock")
+                ):
+                    if member.size > MAX_LOCKFILE_BYTES:
+                        raise VaultError(f"{archive}: {member.name} is too large for a lockfile")
+                    lock_bytes = handle.read()
+            for digest, staged_path in staged:  # each matched its name: move it in
+                target = self.path(digest)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                staged_path.chmod(0o444)
+                staged_path.replace(target)
+            if lockfile_dest is not None and lock_bytes is not None:
+                lockfile_dest.parent.mkdir(parents=True, exist_ok=True)
+                partial = lockfile_dest.with_name(f".{lockfile_dest.name}.partial")
+                partial.write_bytes(lock_bytes)
+                partial.replace(lockfile_dest)
+        return [digest for digest, _ in staged]
 
 
 def _normalise(info: tarfile.TarInfo) -> None:

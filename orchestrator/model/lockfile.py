@@ -33,11 +33,19 @@ SCHEMA_VERSION = 1
 
 class LockfileError(OrchestratorError):
     exit_code = 53
-    default_hint = "Write a new one with `orchestrator release` (or `orchestrator lock`)."
+    summary = "not a lockfile, or a lockfile schema this version cannot read"
+    # Most who read a lockfile did not write it (reproduce, vault export): say where an
+    # intact one comes from before how its publisher makes another.
+    default_hint = (
+        "Use the release.lock published with the release, or the one in its vault archive "
+        "(`orchestrator vault import ARCHIVE --lockfile release.lock`); whoever made the "
+        "release writes a new one with `orchestrator lock`."
+    )
 
 
 class LockDriftError(OrchestratorError):
     exit_code = 54
+    summary = "`lock --check`: the lockfile no longer matches the config or sources"
     default_hint = (
         "The configuration or sources changed since the lockfile was written. Release "
         "again to pin the new inputs, or restore the old ones."
@@ -292,7 +300,12 @@ def read_lock(path: Path) -> LockDocument:
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
-        raise LockfileError(f"no lockfile at {path}") from None
+        raise LockfileError(
+            f"no lockfile at {path}",
+            hint=f"Pass a release folder that holds {LOCK_FILE}, or the lockfile itself; "
+            "`orchestrator vault import ARCHIVE --lockfile release.lock` takes one out of a "
+            "release's vault archive.",
+        ) from None
     except (OSError, ValueError) as exc:
         raise LockfileError(f"{path} is not a readable lockfile: {exc}") from exc
     return parse_lock(document, str(path))

@@ -31,6 +31,10 @@ class RecordError(OrchestratorError):
     """A JSON record is unreadable, malformed, or from a schema this version cannot read."""
 
     exit_code = 59
+    summary = (
+        "a JSON record (`build.json`, `release.json`, ...) is unreadable, malformed, or of a "
+        "schema this version cannot read"
+    )
     default_hint = (
         "The file was edited, truncated, or written by another orchestrator version; "
         "rebuild it (orchestrator build / release) rather than editing it by hand."
@@ -211,6 +215,13 @@ class TargetSummary(Record):
     error_class: str | None = None
     exit_code: int | None = None
     warnings: list[str]
+    # Added within version 2, so a file written before them still reads (as null).
+    rust_target: str | None = Field(
+        None, description="target triple, e.g. x86_64-unknown-linux-gnu"
+    )
+    speedup_note: str | None = Field(
+        None, description="why speedup_vs_baseline is null (emulated, skipped, failed)"
+    )
 
 
 def _release_v1_to_v2(document: JsonDict) -> JsonDict:
@@ -219,7 +230,8 @@ def _release_v1_to_v2(document: JsonDict) -> JsonDict:
 
 
 class ReleaseSummary(Record):
-    """release.json: every target of the release and how its last build went."""
+    """release.json: every target of the release and how its last build went, in the
+    order they were built."""
 
     SCHEMA = "orchestrator/release"
     VERSION = 2

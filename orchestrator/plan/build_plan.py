@@ -16,7 +16,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
-from orchestrator.plan.steps import Step, StepName
+from orchestrator.plan.steps import Step, steps_of
 
 IMAGE_REPOSITORY = "orchestrator"
 
@@ -111,6 +111,7 @@ class BuildPlan:
     validate_command: tuple[str, ...]
     validate_tolerance: float
     profiling_privileges: bool
+    profiling_allow_privileged: bool  # may the perf probe try --privileged at all
     runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
     device_code: DeviceCode | None
     binary: str
@@ -163,71 +164,30 @@ def _profile_args() -> list[str]:
     return args
 
 
-def _steps(
-    options: Options,
-    base_image: ImagePlan,
-    image: ImagePlan,
-    *,
-    target_cpu: str,
-    device_code: DeviceCode | None,
-    pgo: bool,
-    bolt: BoltPlan | None,
-    optimized: bool,
-) -> tuple[Step, ...]:
-    steps = [
-        Step(StepName.BASE_IMAGE, f"base rootfs image {base_image.reference}"),
-        Step(StepName.TOOLCHAIN_IMAGE, f"toolchain image {image.reference}"),
-        Step(StepName.TOOLCHAIN_CHECK, "rustc, llvm-profdata and llvm-bolt share one LLVM major"),
-    ]
-    if device_code:
-        targets = ", ".join(device_code.targets)
-        steps.append(Step(StepName.GPU_TARGETS, f"{device_code.kind} compiler supports {targets}"))
-    steps += [
-        Step(StepName.FETCH_CRATES, "vendor crates listed in Cargo.lock", network=True),
-        Step(StepName.BUILD_BASELINE, "plain cargo build --release (the yardstick)"),
-        Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"),
-    ]
-    if pgo:
-        steps += [
-            Step(StepName.PGO_INSTRUMENT, "instrumented build (-Cprofile-generate)"),
-            Step(
-                StepName.PGO_TRAIN,
-                f"run {len(options.workloads)} workloads in the profiling container",
-            ),
-            Step(StepName.PGO_MERGE, "merge .profraw files with llvm-profdata"),
-        ]
-    if optimized:
-        what = " + ".join(
-            x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
-        )
-        steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
-    steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
-    if bolt:
-        steps += [
-            Step(StepName.BOLT_PROFILE, f"profile the binary for BOLT (mode {bolt.mode})"),
-            Step(StepName.BOLT_OPTIMIZE, "llvm-bolt " + " ".join(bolt.flags)),
-        ]
-    if device_code:
-        targets = ", ".join(device_code.targets)
-        steps.append(Step(StepName.DEVICE_CODE, f"the binary embeds device code for {targets}"))
-    steps += [
-        Step(StepName.VALIDATE, "outputs of the shipped binary equal the baseline's"),
-        Step(StepName.PORTABILITY, "glibc symbol versions, shared libraries, CPU features"),
-        Step(StepName.SBOM, "crate graph (cargo metadata) and toolchain packages"),
-        Step(StepName.EXTRACT, f"copy {options.binary} out of the container"),
-        Step(StepName.PUBLISH, "sign, checksums, build.json, atomic move; release provenance"),
-    ]
-    return tuple(steps)
+def _bolt_mode(options: Options, flavor: Flavor) -> str:
+    """auto stays auto where perf can help; a flavor that can only instrument says so.
 
-
-def _bolt_mode(requested: str, flavor: Flavor) -> str:
-    """auto stays auto where perf can help; a flavor that can only instrument says so."""
+    lbr and sample profile with perf in the profiling container, which needs the perf
+    access that profiling.privileges = false forbids: asking for both is refused here,
+    not after the builds that come before BOLT.
+    """
+    requested = options.bolt_mode
     if requested == "auto":
         return "auto" if len(flavor.bolt_modes) > 1 else flavor.bolt_modes[0]
     if requested not in flavor.bolt_modes:
         raise ConfigError(
             f"bolt.mode {requested} cannot work for the {flavor.name} flavor",
             hint=f"{flavor.name} supports: {', '.join(flavor.bolt_modes)} (or auto).",
+        )
+    if requested != "instrument" and not options.profiling_privileges:
+        sources = options.sources
+        raise ConfigError(
+            f"bolt.mode {requested} (from {sources.get('bolt.mode', 'default')}) samples "
+            "with perf, but profiling.privileges is off (from "
+            f"{sources.get('profiling.privileges', 'default')}, e.g. --no-privileged): the "
+            "profiling container gets no perf access, so only instrument can work",
+            hint="Drop --no-privileged (profiling.privileges = true), or use "
+            "--bolt-mode instrument (or auto, which falls back to it).",
         )
     return requested
 
@@ -359,7 +319,7 @@ def make_plan(
         # BOLT rewrites the layout and needs the linker's relocations to do it.
         optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
         bolt = BoltPlan(
-            mode=_bolt_mode(options.bolt_mode, flavor),
+            mode=_bolt_mode(options, flavor),
             instrument_args=flavor.bolt_instrument_args(toolchain),
             policy=options.bolt_policy,
             flags=options.bolt_flags,
@@ -389,14 +349,14 @@ def make_plan(
     )
 
     device_code = flavor.device_code(options)
-    steps = _steps(
+    steps = steps_of(
         options,
-        base_image,
-        image,
+        base_reference=base_image.reference,
+        image_reference=image.reference,
         target_cpu=target_cpu,
         device_code=device_code,
         pgo=pgo is not None,
-        bolt=bolt,
+        bolt=(bolt.mode, bolt.flags) if bolt else None,
         optimized=final.name == "optimized",
     )
     return BuildPlan(
@@ -423,6 +383,7 @@ def make_plan(
         validate_command=options.validate_command,
         validate_tolerance=options.validate_tolerance,
         profiling_privileges=options.profiling_privileges,
+        profiling_allow_privileged=options.profiling_allow_privileged,
         runner=flavor.runner,
         device_code=device_code,
         binary=options.binary,

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from orchestrator.config.options import Options
+from orchestrator.flavors import DeviceCode
+
 
 class StepName(StrEnum):
     BASE_IMAGE = "base-image"
@@ -44,3 +47,65 @@ class Step:
     name: StepName
     title: str
     network: bool = False
+
+
+def steps_of(
+    options: Options,
+    *,
+    base_reference: str,
+    image_reference: str,
+    target_cpu: str,
+    device_code: DeviceCode | None,
+    pgo: bool,
+    bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
+    optimized: bool,
+) -> tuple[Step, ...]:
+    """The steps of one build, in the order they run, each titled for the log."""
+    steps = [
+        Step(StepName.BASE_IMAGE, f"base rootfs image {base_reference}"),
+        Step(StepName.TOOLCHAIN_IMAGE, f"toolchain image {image_reference}"),
+        Step(
+            StepName.TOOLCHAIN_CHECK,
+            f"rustc, llvm-profdata and llvm-bolt share one LLVM major; rustc knows {target_cpu}",
+        ),
+    ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step(StepName.GPU_TARGETS, f"{device_code.kind} compiler supports {targets}"))
+    steps += [
+        Step(StepName.FETCH_CRATES, "vendor crates listed in Cargo.lock", network=True),
+        Step(StepName.BUILD_BASELINE, "plain cargo build --release (the yardstick)"),
+        Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"),
+    ]
+    if pgo:
+        steps += [
+            Step(StepName.PGO_INSTRUMENT, "instrumented build (-Cprofile-generate)"),
+            Step(
+                StepName.PGO_TRAIN,
+                f"run {len(options.workloads)} workloads in the profiling container",
+            ),
+            Step(StepName.PGO_MERGE, "merge .profraw files with llvm-profdata"),
+        ]
+    if optimized:
+        what = " + ".join(
+            x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
+        )
+        steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
+    steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
+    if bolt:
+        mode, flags = bolt
+        steps += [
+            Step(StepName.BOLT_PROFILE, f"profile the binary for BOLT (mode {mode})"),
+            Step(StepName.BOLT_OPTIMIZE, "llvm-bolt " + " ".join(flags)),
+        ]
+    if device_code:
+        targets = ", ".join(device_code.targets)
+        steps.append(Step(StepName.DEVICE_CODE, f"the binary embeds device code for {targets}"))
+    steps += [
+        Step(StepName.VALIDATE, "outputs of the shipped binary equal the baseline's"),
+        Step(StepName.PORTABILITY, "glibc symbol versions, shared libraries, CPU features"),
+        Step(StepName.SBOM, "crate graph (cargo metadata) and toolchain packages"),
+        Step(StepName.EXTRACT, f"copy {options.binary} out of the container"),
+        Step(StepName.PUBLISH, "sign, checksums, build.json, atomic move; release provenance"),
+    ]
+    return tuple(steps)

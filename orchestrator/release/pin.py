@@ -157,7 +157,10 @@ def record_release(
         )
     vendor = options.cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
     if not vendor.is_file():
-        raise LockfileError(f"the vendored crates {vendor} are no longer in the cache")
+        raise LockfileError(
+            f"the vendored crates {vendor} are no longer in the cache",
+            hint="Release again (orchestrator release): it vendors them afresh.",
+        )
     rootfs_sha256 = vault.put(rootfs)
     identity = source_identity(options.crate_dir)
     if not options.crate_dir.is_relative_to(options.project_dir):

@@ -1,8 +1,9 @@
 """Rebuild a release from its pins (release.lock + vault), offline, bit for bit.
 
 `record_release` (release/pin.py, re-exported here) runs after `orchestrator release`:
-it puts every input blob in the vault and writes release.lock. `reproduce` reads a
-lockfile, lays the sources out in a fresh folder, seeds a fresh cache from the vault only
+it puts every input blob in the vault and writes release.lock. `read_locked` reads and
+checks a lockfile and the vault; `reproduce` lays the sources out in a fresh folder, plans
+every target, and only then reaches Docker: it seeds a fresh cache from the vault only
 (rootfs, .debs, crates, profiles), builds every target in fresh images and containers
 with `offline` set, so nothing can be downloaded, and compares each binary with its
 recorded sha256. A target that cannot be rebuilt keeps its error (class and exit code) on
@@ -54,6 +55,7 @@ __all__ = [  # record_release, check_lock and vault_for live in release/pin.py
     "ReproduceMismatchError",
     "Reproduced",
     "check_lock",
+    "read_locked",
     "record_release",
     "reproduce",
     "vault_for",
@@ -62,6 +64,11 @@ __all__ = [  # record_release, check_lock and vault_for live in release/pin.py
 
 class ReproduceMismatchError(OrchestratorError):
     exit_code = 55
+    summary = (
+        "`reproduce`: at least one artifact is not bit-identical. A target that failed with an "
+        "error exits with that error's code instead (e.g. 51), the first failed target's when "
+        "several did"
+    )
     default_hint = (
         "The table says which artifacts differ; the diffoscope reports say where, and the "
         "lines above name any recorded input that differed."
@@ -226,19 +233,9 @@ class ReproduceRun:
     removed_images: set[str] = field(default_factory=set)
 
 
-def reproduce(
-    lock_path: Path,
-    *,
-    engine: Engine,
-    vault: Vault,
-    console: Console,
-    signer: Signer,
-    workdir: Path,
-    source_dir: Path | None,
-    fresh_images: bool,
-    announce: Callable[[str], None],
-    only: Sequence[str] = (),
-) -> list[Reproduced]:
+def read_locked(lock_path: Path, vault: Vault, only: Sequence[str] = ()) -> LockDocument:
+    """The lockfile (a file, or a release folder holding one), cut down to the artifacts
+    in `only` (all when empty), once the vault holds every input it names."""
     document = read_lock(lock_path)
     known = {t.inputs.artifact for t in document.targets}
     unknown = sorted(set(only) - known)
@@ -260,6 +257,25 @@ def reproduce(
             f"the vault lacks {len(missing)} input(s) of this release: " + ", ".join(missing[:5]),
             hint="Import the release's vault archive: orchestrator vault import <archive>.",
         )
+    return document
+
+
+def reproduce(
+    document: LockDocument,
+    release_dir: Path,
+    *,
+    connect: Callable[[], Engine],
+    vault: Vault,
+    console: Console,
+    signer: Signer,
+    workdir: Path,
+    source_dir: Path | None,
+    fresh_images: bool,
+    announce: Callable[[str], None],
+) -> list[Reproduced]:
+    """Rebuild every target of `document` (from `read_locked`) and compare the bytes with
+    those published in `release_dir`. Docker is reached through `connect` only once the
+    sources are laid out and every target is planned: bad input fails without it."""
     config = lay_out_sources(document, workdir / "src", source_dir)
     cache = workdir / "cache"
     options = resolve(
@@ -274,15 +290,7 @@ def reproduce(
         plan = prepare_plan(target.options, target.flavor)
         configured.setdefault(plan.artifact_dir, (target, plan))
     run = ReproduceRun(
-        document,
-        lock_path if lock_path.is_dir() else lock_path.parent,
-        engine,
-        vault,
-        console,
-        signer,
-        cache,
-        fresh_images,
-        announce,
+        document, release_dir, connect(), vault, console, signer, cache, fresh_images, announce
     )
     results = []
     for entry in sorted(document.targets, key=lambda t: t.inputs.artifact):

@@ -3,11 +3,13 @@
 A failed target does not stop the others; the summary and release.json show all of them,
 each failed one with its error's class and exit code, and the exit code says whether all
 succeeded (49 when any failed, whatever their errors). A failed quick bench is only a
-warning on its target.
+warning on its target; a target without a speed figure says why (emulated, skipped).
+release.json lists the targets in the order they were built, each with its triple.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,21 +22,35 @@ from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.bench import bench_cpu, locate, measure
 from orchestrator.execute.build import prepare_plan, run_build
+from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.portability import version_tuple
 from orchestrator.model.records import ReleaseSummary, TargetSummary, read_record, write_record
+from orchestrator.model.reports import (
+    CacheState,
+    PlannedTargetEntry,
+    ReleasePlanReport,
+    ReleaseRunReport,
+    SigningInfo,
+)
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.progress import Reporter
+from orchestrator.progress import Reporter, marks_for
 from orchestrator.runtime.engine import Engine
-from orchestrator.supply.attest import Signer, update_release_index
+from orchestrator.supply.attest import PUBLIC_KEY, Signer
+from orchestrator.supply.minisign import PublicKey, VerificationError
 
 RELEASE_JSON = "release.json"
 
 
 class ReleaseIncompleteError(OrchestratorError):
     exit_code = 49
+    summary = (
+        "`release`: at least one target failed (the others are published). Always 49, whatever "
+        "the targets' errors; `release.json` records each failed target's `error_class` and "
+        "`exit_code`"
+    )
     default_hint = "The summary above says which targets failed and why; their logs are kept."
 
 
@@ -43,6 +59,10 @@ class Target:
     flavor: str
     level: str
     options: Options
+
+    @property
+    def rust_target(self) -> str:
+        return get_flavor(self.flavor).rust_target
 
 
 @dataclass
@@ -54,6 +74,7 @@ class TargetResult:
     size: int = 0
     sha256: str = ""
     speedup: float | None = None
+    speedup_note: str = ""  # why there is no speedup figure
     error: str = ""  # the first line of the error's message
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
@@ -72,6 +93,8 @@ class TargetResult:
             error_class=type(self.exception).__name__ if self.exception else None,
             exit_code=self.exception.exit_code if self.exception else None,
             warnings=list(self.warnings),
+            rust_target=self.target.rust_target,
+            speedup_note=self.speedup_note or None,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -98,33 +121,69 @@ def targets(options: Options, flavors: Sequence[str]) -> list[Target]:
 class PlannedTarget:
     target: Target
     plan: BuildPlan
-    cached: dict[str, bool]
+    cached: CacheState
+
+    def entry(self) -> PlannedTargetEntry:
+        return PlannedTargetEntry(
+            flavor=self.target.flavor,
+            level=self.target.level,
+            artifact=self.plan.artifact_dir,
+            rust_target=self.plan.rust_target,
+            target_cpu=self.plan.target_cpu,
+            toolchain=self.plan.toolchain.name,
+            base_image=self.plan.base_image.reference,
+            image=self.plan.image.reference,
+            steps=[step.name for step in self.plan.steps],
+            cached=self.cached,
+        )
 
 
 def dry_run(
     options: Options, chosen: Sequence[Target], engine: Engine | None
 ) -> list[PlannedTarget]:
     """The plan per target and what the caches already hold; builds nothing."""
+
+    def held(reference: str) -> bool | None:  # None: no Docker to ask
+        return None if engine is None else engine.image(reference) is not None
+
     planned = []
-    for target in chosen:
-        plan = prepare_plan(target.options, target.flavor)
-        cache = options.cache_dir
-        cached = {
-            "base image": engine is not None
-            and engine.image(plan.base_image.reference) is not None,
-            "toolchain image": engine is not None
-            and engine.image(plan.image.reference) is not None,
-            "crates": (cache / "crates" / f"{plan.source.cargo_lock_sha256}.tar").is_file(),
-            "pgo profile": plan.pgo is not None
-            and (cache / "profiles" / "pgo" / f"{plan.pgo.profile_key}.profdata").is_file(),
-        }
+    cache = options.cache_dir
+    for target, plan in plan_targets(chosen):
+        profile = (
+            cache / "profiles" / "pgo" / f"{plan.pgo.profile_key}.profdata" if plan.pgo else None
+        )
+        cached = CacheState(
+            base_image=held(plan.base_image.reference),
+            toolchain_image=held(plan.image.reference),
+            crates=(cache / "crates" / f"{plan.source.cargo_lock_sha256}.tar").is_file(),
+            pgo_profile=None if profile is None else profile.is_file(),
+        )
         planned.append(PlannedTarget(target, plan, cached))
     return planned
 
 
+def plan_report(
+    options: Options, planned: Sequence[PlannedTarget], *, docker_reachable: bool
+) -> ReleasePlanReport:
+    """What `release --dry-run --json` prints: every target in build order."""
+    return ReleasePlanReport(
+        name=options.binary,
+        version=options.version,
+        release_dir=str(options.artifacts_dir / release_dir_name(options.binary, options.version)),
+        docker_reachable=docker_reachable,
+        targets=[item.entry() for item in planned],
+    )
+
+
+def plan_targets(chosen: Sequence[Target]) -> list[tuple[Target, BuildPlan]]:
+    """Each target with its plan: every input (config, toolchain, sources) read and checked,
+    before Docker is asked anything. Made once; the build runs exactly these plans."""
+    return [(target, prepare_plan(target.options, target.flavor)) for target in chosen]
+
+
 def run_release(
     options: Options,
-    chosen: Sequence[Target],
+    planned: Sequence[tuple[Target, BuildPlan]],
     engine: Engine,
     console: Console,
     signer: Signer,
@@ -135,12 +194,12 @@ def run_release(
 ) -> list[TargetResult]:
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
-    for index, target in enumerate(chosen, start=1):
+    marks = marks_for(console)
+    for index, (target, plan) in enumerate(planned, start=1):
         started = time.monotonic()
-        plan = prepare_plan(target.options, target.flavor)
         result = TargetResult(target, plan.artifact_dir)
         results.append(result)
-        announce(f"[{index}/{len(chosen)}] {plan.artifact_dir} (target-cpu {target.level})")
+        announce(f"[{index}/{len(planned)}] {plan.artifact_dir} (target-cpu {target.level})")
         reporter = Reporter(
             console, options.cache_dir / "runs" / engine.session / plan.artifact_dir
         )
@@ -152,7 +211,7 @@ def run_release(
             result.status, result.exception = "failed", error
             result.error = (error.message.splitlines() or [""])[0]
             announce(
-                f"✗ {plan.artifact_dir} failed: {type(error).__name__} (exit "
+                f"{marks.failed} {plan.artifact_dir} failed: {type(error).__name__} (exit "
                 f"{error.exit_code}): {result.error} (logs: {reporter.log_dir})"
             )
             continue
@@ -168,24 +227,36 @@ def run_release(
                 result.warnings.append(
                     f"needs glibc {glibc}, newer than the floor {options.glibc_floor}"
                 )
-        if bench_runs > 0 and not get_flavor(target.flavor).runner:  # no timing of emulators
+        result.speedup_note = no_speedup_reason(target, bench_runs)
+        if not result.speedup_note:
             try:
                 result.speedup = _quick_speedup(target, engine, bench_runs)
             except OrchestratorError as error:  # the binary is built and published: keep it
                 reason = (error.message.splitlines() or [""])[0]
                 result.warnings.append(f"bench failed ({type(error).__name__}): {reason}")
-                announce(f"! {plan.artifact_dir}: bench failed, no speedup: {reason}")
+                result.speedup_note = "bench failed (see warnings)"
+                announce(f"{marks.warning} {plan.artifact_dir}: bench failed, no speedup: {reason}")
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():
         update_release_index(release_dir, signer)
     return results
 
 
-def _quick_speedup(target: Target, engine: Engine, runs: int) -> float | None:
+def no_speedup_reason(target: Target, bench_runs: int) -> str:
+    """Why a built target gets no speed figure; "" when it gets one."""
+    runner = get_flavor(target.flavor).runner
+    if runner:  # timing an emulator says nothing about the binary
+        return f"n/a: emulated ({Path(runner[0]).name})"
+    if bench_runs == 0:
+        return "skipped: --bench-runs 0"
+    if not target.options.bench_command:
+        return "skipped: no bench.command"
+    return ""
+
+
+def _quick_speedup(target: Target, engine: Engine, runs: int) -> float:
     """Median speedup of the shipped binary over plain `cargo build --release`, same run."""
     options = target.options
-    if not options.bench_command:
-        return None
     setup = locate(options, target.flavor)
     cpu = bench_cpu(engine)
     stats = measure(
@@ -197,17 +268,80 @@ def _quick_speedup(target: Target, engine: Engine, runs: int) -> float | None:
 def write_release_json(
     release_dir: Path, options: Options, results: Sequence[TargetResult]
 ) -> None:
-    """release.json: every target of this run, merged with artifacts published earlier."""
+    """release.json: every target in build order. Artifacts published by earlier runs and
+    not rebuilt now come first, as they were listed; then this run's, in its order."""
     path = release_dir / RELEASE_JSON
-    previous: dict[str, TargetSummary] = {}
+    rebuilt = {result.artifact for result in results}
+    earlier: list[TargetSummary] = []
     if path.is_file():
-        for entry in read_record(path, ReleaseSummary).artifacts:
-            previous[entry.artifact] = entry
-    for result in results:
-        previous[result.artifact] = result.summary()
+        earlier = [
+            _with_triple(entry)
+            for entry in read_record(path, ReleaseSummary).artifacts
+            if entry.artifact not in rebuilt
+        ]
     summary = ReleaseSummary(
         name=options.binary,
         version=options.version,
-        artifacts=[previous[name] for name in sorted(previous)],
+        artifacts=[*earlier, *(result.summary() for result in results)],
     )
     write_record(path, summary)
+
+
+def _with_triple(entry: TargetSummary) -> TargetSummary:
+    """An entry written before release.json recorded triples gets its flavor's."""
+    if entry.rust_target is not None:
+        return entry
+    try:
+        triple = get_flavor(entry.flavor).rust_target
+    except ConfigError:  # a flavor this version no longer has: leave it unknown
+        return entry
+    return entry.model_copy(update={"rust_target": triple})
+
+
+def public_key_for(signer: Signer) -> Path | None:
+    """The public half of the signing key, where keygen puts it (KEY with .pub in place of
+    its suffix), when that file holds this key; None otherwise."""
+    candidate = Path(signer.source).with_suffix(".pub")
+    try:
+        if PublicKey.load(candidate).key_id == signer.key.public.key_id:
+            return candidate
+    except (VerificationError, OSError):
+        return None
+    return None
+
+
+def verify_command(release_dir: Path, public_key: Path | None) -> str:
+    """The command that checks the published release against the publisher's key."""
+    key = shlex.quote(str(public_key)) if public_key else "PUBLIC_KEY"
+    return f"orchestrator verify {shlex.quote(str(release_dir))} --key {key}"
+
+
+def run_report(
+    options: Options,
+    results: Sequence[TargetResult],
+    signer: Signer,
+    *,
+    seconds: float,
+    lockfile: Path | None,
+) -> ReleaseRunReport:
+    """What `release --json` prints, and what the text summary ends with."""
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    published = (release_dir / PUBLIC_KEY).is_file()
+    public_key = public_key_for(signer)
+    return ReleaseRunReport(
+        name=options.binary,
+        version=options.version,
+        release_dir=str(release_dir),
+        published=published,
+        seconds=round(seconds, 1),
+        targets=[result.summary() for result in results],
+        failed=[result.artifact for result in results if result.status != "ok"],
+        lockfile=str(lockfile) if lockfile else None,
+        signing=SigningInfo(
+            key=signer.source,
+            key_id=signer.key.public.id_text,
+            throwaway=signer.throwaway,
+            public_key=str(public_key) if public_key else None,
+        ),
+        verify_command=verify_command(release_dir, public_key) if published else None,
+    )

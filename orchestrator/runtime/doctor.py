@@ -18,7 +18,7 @@ MIN_FREE_GB = 15  # one toolchain image plus its packages and a build
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # ok | warn | fail | info
+    status: str  # ok | warn | fail | info | skip
     detail: str
 
 
@@ -81,47 +81,63 @@ def _perf(engine: Engine, image: str) -> Check:
     )
 
 
+DOCKER_SKIPPED = "skipped: Docker unreachable"
+# The checks that start containers; without an Engine each is reported as skipped.
+_CONTAINER_CHECKS = ("privileged containers", "perf in a container")
+
+
 def run_checks(cache_dir: Path | None) -> list[Check]:
-    checks: list[Check] = []
+    """Every check, in one order; those that need Docker are skipped, not dropped, when it
+    is unreachable, so one run shows everything that needs fixing."""
+    engine: Engine | None = None
     try:
         engine = Engine.connect()
     except OrchestratorError as exc:
-        return [Check("docker", "fail", exc.message)]
-    version = engine.version()
-    info = engine.info()
-    checks.append(
-        Check(
-            "docker",
-            "ok",
-            f"engine {version.get('Version')} API "
-            f"{version.get('ApiVersion')}, storage {info.get('Driver')}",
+        checks = [Check("docker", "fail", exc.message), _buildx()]
+        checks.append(Check("disk (docker)", "skip", DOCKER_SKIPPED))
+    else:
+        version, info = engine.version(), engine.info()
+        detail = (
+            f"engine {version.get('Version')} API {version.get('ApiVersion')}, "
+            f"storage {info.get('Driver')}"
         )
-    )
-    checks.append(_buildx())
-    root = Path(str(info.get("DockerRootDir", "/var/lib/docker")))
-    if root.exists():
-        checks.append(_disk(root, "docker"))
+        checks = [Check("docker", "ok", detail), _buildx()]
+        root = Path(str(info.get("DockerRootDir", "/var/lib/docker")))
+        if root.exists():
+            checks.append(_disk(root, "docker"))
     if cache_dir is not None:
         checks.append(_disk(cache_dir, "cache"))
+    checks += _host_checks()
+    if engine is None:
+        checks += [Check(name, "skip", DOCKER_SKIPPED) for name in _CONTAINER_CHECKS]
+    else:
+        checks += _container_checks(engine)
+    return checks
+
+
+def _host_checks() -> list[Check]:
+    """What this host has without Docker: mmdebstrap, qemu-user."""
     mmdebstrap = _host_tool("mmdebstrap")
-    checks.append(
+    qemu = _host_tool("qemu-aarch64") or _host_tool("qemu-aarch64-static")
+    binfmt = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
+    return [
         Check(
             "mmdebstrap",
             "ok" if mmdebstrap else "fail",
             mmdebstrap or "missing: apt-get install mmdebstrap (makes base images)",
-        )
-    )
-    qemu = _host_tool("qemu-aarch64") or _host_tool("qemu-aarch64-static")
-    binfmt = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists()
-    checks.append(
+        ),
         Check(
             "qemu-user (host)",
             "info",
             f"{qemu or 'not on PATH'}; binfmt {'registered' if binfmt else 'no'} "
             "(aarch64 images carry their own)",
-        )
-    )
+        ),
+    ]
 
+
+def _container_checks(engine: Engine) -> list[Check]:
+    """What containers may do on this Engine: --privileged, perf."""
+    checks: list[Check] = []
     images = engine.managed_images()
     base = _tagged(images, "orchestrator/base")
     if base is None:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker
+import docker.constants
 import docker.errors
+import requests
 from docker.models.containers import Container as SdkContainer
 from docker.models.images import Image as SdkImage
 
@@ -47,8 +49,12 @@ from orchestrator.runtime.api import (
 )
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
-# timeout would abort them.
+# timeout would abort them. It bounds every call once the Engine has answered; image
+# builds pass no timeout at all (the SDK's build call waits as long as the build runs).
 API_TIMEOUT_S = 4 * 3600
+# The first calls (version negotiation, ping) must be answered within this: a socket
+# that accepts and never answers fails here instead of hanging for API_TIMEOUT_S.
+CONNECT_TIMEOUT_S = 15
 
 
 class Container:
@@ -118,12 +124,18 @@ class Engine:
         self.session = uuid.uuid4().hex[:12]
 
     @classmethod
-    def connect(cls) -> Engine:
+    def connect(cls, *, timeout_s: int = CONNECT_TIMEOUT_S) -> Engine:
+        """The Engine DOCKER_HOST names (else the default socket), or DockerUnavailableError
+        naming it, within `timeout_s` seconds."""
+        endpoint = _endpoint(os.environ)
         try:
-            client = docker.from_env(timeout=API_TIMEOUT_S)
+            client = docker.from_env(timeout=timeout_s)  # asks for the API version already
             client.ping()
-        except docker.errors.DockerException as exc:
-            raise DockerUnavailableError(f"cannot reach the Docker Engine: {exc}") from exc
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise DockerUnavailableError(
+                f"cannot reach the Docker Engine at {endpoint}: {_reason(exc, timeout_s)}"
+            ) from exc
+        client.api.timeout = API_TIMEOUT_S  # it answers: long calls may now take their time
         return cls(client)
 
     # -- facts ------------------------------------------------------------------
@@ -350,6 +362,44 @@ class Engine:
         return code, "\n".join(output)
 
 
+def _endpoint(env: Mapping[str, str]) -> str:
+    """Where `docker.from_env` looks for the Engine, as a person would write it."""
+    host = env.get("DOCKER_HOST")
+    if host:
+        return f"{host} (DOCKER_HOST)"
+    default = docker.constants.DEFAULT_UNIX_SOCKET.replace("http+unix://", "unix://")
+    return f"{default} (the default socket; DOCKER_HOST is not set)"
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """`error` and everything it wraps: causes, contexts and exceptions in its args
+    (urllib3 keeps the socket's own error there)."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, *current.args]
+        pending += [e for e in wrapped if isinstance(e, BaseException)]
+
+
+def _reason(error: BaseException, timeout_s: int) -> str:
+    """Why the Engine could not be reached, in words; the SDK's text when none fits."""
+    for cause in _causes(error):
+        if isinstance(cause, FileNotFoundError):
+            return "no such socket"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (nothing listens there)"
+        if isinstance(cause, PermissionError):
+            return "permission denied (is this user in the docker group?)"
+        if isinstance(cause, TimeoutError | requests.Timeout):
+            return f"no answer within {timeout_s} s"
+    return str(error)
+
+
 def _image_info(image: SdkImage) -> ImageInfo:
     return ImageInfo(
         id=str(image.id),
@@ -369,6 +419,7 @@ if TYPE_CHECKING:  # mypy checks that the real classes satisfy the Protocols
 __all__ = [
     "API_TIMEOUT_S",
     "BUILD_ID_ARG",
+    "CONNECT_TIMEOUT_S",
     "LABEL_BUILD_ID",
     "LABEL_HOST",
     "LABEL_INPUT_HASH",

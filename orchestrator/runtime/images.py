@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from orchestrator.host.bootstrap import (
     load_package_set,
     make_rootfs,
 )
+from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.vault import VaultError
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.plan.build_plan import ImagePlan
@@ -188,10 +188,7 @@ def ensure_toolchain_image(
     package_set = _package_set(
         base, packages, cache_dir, log, sources=sources, unpack=unpack, offline=offline
     )
-    staging = cache_dir / "contexts"
-    staging.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=staging) as tmp:
-        context = Path(tmp)
+    with scratch_dir(cache_dir, "context") as context:
         (context / "Dockerfile").write_text(dockerfile)
         debs = context / "packages"
         debs.mkdir()

@@ -90,21 +90,12 @@ def resolve_signer(
     if secret_key is not None:
         path = secret_key.expanduser().resolve()
         refuse_inside_repository(path, project_dir)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SigningError(
-                f"cannot read signing key {path}: {exc}",
-                hint="`orchestrator keygen` makes a key pair.",
-            ) from exc
-        key = SecretKey.from_text(text, env.get("ORCHESTRATOR_SIGNING_PASSPHRASE"))
+        key = SecretKey.load(path, env.get("ORCHESTRATOR_SIGNING_PASSPHRASE"))
         return Signer(key, throwaway=False, source=str(path))
     throwaway = cache_dir / "keys" / THROWAWAY_KEY
     if not throwaway.is_file():
         write_key_pair(SecretKey.generate(), throwaway, passphrase=None)
-    return Signer(
-        SecretKey.from_text(throwaway.read_text(), None), throwaway=True, source=str(throwaway)
-    )
+    return Signer(SecretKey.load(throwaway, None), throwaway=True, source=str(throwaway))
 
 
 def artifact_comment(manifest: BuildManifest, folder: str) -> str:
@@ -126,20 +117,35 @@ def release_artifacts(release_dir: Path) -> list[tuple[str, BuildManifest]]:
     return found
 
 
-def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
-    """Rewrite the release-level checksums, provenance and signatures for what is there now."""
-    artifacts = release_artifacts(release_dir)
+def write_release_index(
+    release_dir: Path,
+    signer: Signer,
+    out_dir: Path,
+    *,
+    incoming: tuple[str, Path] | None = None,
+) -> list[Path]:
+    """Write the release-level checksums, provenance and signatures into `out_dir`, for the
+    artifacts of `release_dir` plus `incoming` (folder name, staged folder), which replaces
+    one of that name. Nothing in `release_dir` is written: host/staging.py swaps them in."""
+    located = {
+        folder: (release_dir / folder, manifest)
+        for folder, manifest in (release_artifacts(release_dir) if release_dir.is_dir() else [])
+    }
+    if incoming is not None:
+        folder, staged = incoming
+        located[folder] = (staged, read_record(staged / "build.json", BuildManifest))
+    artifacts = [(folder, located[folder][1]) for folder in sorted(located)]
     lines = []
-    for folder, manifest in artifacts:
+    for folder, (where, manifest) in sorted(located.items()):
         for name in (manifest.artifact.file, "sbom.cdx.json"):
-            path = release_dir / folder / name
+            path = where / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
     for listing in (release_dir / "release.json", release_dir / "release.lock"):
         if listing.is_file():
             lines.append(f"{sha256_file(listing)}  {listing.name}\n")
-    checksums = release_dir / CHECKSUMS
-    _atomic_write(checksums, "".join(lines))
+    checksums = out_dir / CHECKSUMS
+    checksums.write_text("".join(lines))
     release = release_dir.name
     # The lockfile pins every input; without one, the hash of the recorded build inputs.
     lockfile = release_dir / "release.lock"
@@ -152,16 +158,18 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
         statement(release=release, artifacts=artifacts), sort_keys=True, separators=(",", ":")
     ).encode()
     envelope = dsse_sign(PAYLOAD_TYPE, payload, signer.key)
-    provenance = release_dir / PROVENANCE
-    _atomic_write(provenance, json.dumps(envelope, sort_keys=True) + "\n")
-    _atomic_write(release_dir / PUBLIC_KEY, signer.key.public.to_text())
-    written = [checksums, provenance, release_dir / PUBLIC_KEY]
+    provenance = out_dir / PROVENANCE
+    provenance.write_text(json.dumps(envelope, sort_keys=True) + "\n")
+    (out_dir / PUBLIC_KEY).write_text(signer.key.public.to_text())
+    written = [checksums, provenance, out_dir / PUBLIC_KEY]
     for path in (checksums, provenance):
         written.append(
             signer.sign(
                 path, trusted_comment=(f"orchestrator: {release}/{path.name} inputs:{inputs}")
             )
         )
+    for path in written:
+        path.chmod(0o644)  # published files are for everyone to read
     return written
 
 

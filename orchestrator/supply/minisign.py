@@ -43,21 +43,39 @@ KEYNUM_SK_LEN = 8 + 64 + 32  # key id, Ed25519 secret key (seed + public), check
 
 class SigningError(OrchestratorError):
     exit_code = 47
+    summary = "signing failed (no/invalid key, wrong passphrase, key inside the repository)"
 
 
 class VerificationError(OrchestratorError):
     exit_code = 48
+    summary = "`verify` found a bad signature, checksum, provenance subject or SBOM"
 
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _unb64(text: str, what: str) -> bytes:
+def _unb64(text: str, what: str, error: type[OrchestratorError] = VerificationError) -> bytes:
     try:
         return base64.b64decode(text.strip(), validate=True)
     except ValueError as exc:
-        raise VerificationError(f"{what}: not valid base64") from exc
+        raise error(f"{what}: not valid base64") from exc
+
+
+_PUBLIC_KEY_HINT = (
+    "Pass the publisher's minisign public key: a comment line, then one base64 line "
+    "(`orchestrator keygen` writes one as KEY.pub)."
+)
+_KEYGEN_HINT = "`orchestrator keygen` makes a key pair."
+
+
+def _read_key_file(path: Path, what: str, error: type[OrchestratorError], hint: str) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a {what} (not even text)", hint=hint) from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc}", hint=hint) from exc
 
 
 def _key_id_text(key_id: bytes) -> str:
@@ -93,10 +111,12 @@ class PublicKey:
 
     @classmethod
     def load(cls, path: Path) -> PublicKey:
+        """The key in `path`; every refusal names the file."""
+        text = _read_key_file(path, "public key", VerificationError, _PUBLIC_KEY_HINT)
         try:
-            return cls.from_text(path.read_text())
-        except OSError as exc:
-            raise VerificationError(f"cannot read public key {path}: {exc}") from exc
+            return cls.from_text(text)
+        except VerificationError as error:
+            raise VerificationError(f"{path}: {error.message}", hint=_PUBLIC_KEY_HINT) from None
 
 
 @dataclass(frozen=True)
@@ -137,7 +157,7 @@ class SecretKey:
     @classmethod
     def from_text(cls, text: str, passphrase: str | None) -> SecretKey:
         lines = [line for line in text.splitlines() if line.strip()]
-        blob = _unb64(lines[-1] if lines else "", "secret key")
+        blob = _unb64(lines[-1] if lines else "", "secret key", SigningError)
         if len(blob) != 2 + 2 + 2 + 32 + 16 + KEYNUM_SK_LEN or blob[:2] != SIG_ALG:
             raise SigningError("not a minisign Ed25519 secret key")
         kdf, salt, keynum = blob[2:4], blob[6:38], blob[54:]
@@ -163,6 +183,17 @@ class SecretKey:
         if secret.public.raw != sk[32:]:
             raise SigningError("corrupt secret key: its public half does not match")
         return secret
+
+    @classmethod
+    def load(cls, path: Path, passphrase: str | None) -> SecretKey:
+        """The key in `path`; every refusal names the file."""
+        text = _read_key_file(path, "signing key", SigningError, _KEYGEN_HINT)
+        try:
+            return cls.from_text(text, passphrase)
+        except SigningError as error:
+            raise SigningError(
+                f"{path}: {error.message}", hint=error.hint or _KEYGEN_HINT
+            ) from None
 
     def sign_file(self, path: Path, *, trusted_comment: str, untrusted_comment: str) -> str:
         """A .minisig for `path` (prehashed), as minisign -S -H writes it."""

@@ -1,4 +1,9 @@
-"""CycloneDX SBOMs: the crates compiled into an artifact, and the toolchain that built it."""
+"""CycloneDX SBOMs: the crates compiled into an artifact, and the toolchain that built it.
+
+The artifact itself is `metadata.component`, identified by the purl of the cargo package
+it is built from (`pkg:cargo/<package>@<version>`: purl's cargo type, no namespace) and
+by its sha256; `metadata.tools` names orchestrator and its version, which made the SBOM.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
+from orchestrator import __version__
 from orchestrator.errors import SbomError
 
 SBOM_FILE = "sbom.cdx.json"
@@ -70,6 +76,7 @@ def crates_from_metadata(
 def build_sbom(
     *,
     name: str,
+    cargo_package: str,
     version: str,
     artifact: str,
     binary_sha256: str,
@@ -77,14 +84,26 @@ def build_sbom(
     toolchain: Sequence[DebPackage],
     timestamp: int,
 ) -> str:
-    """The SBOM as CycloneDX 1.6 JSON, checked against the schema before it is returned."""
+    """The SBOM as CycloneDX 1.6 JSON, checked against the schema before it is returned.
+
+    `name` is the shipped binary, `cargo_package` the package it is built from.
+    """
     bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, f"{artifact}:{binary_sha256}"))
     bom.metadata.timestamp = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+    bom.metadata.tools.components.add(
+        Component(
+            type=ComponentType.APPLICATION,
+            name="orchestrator",
+            version=__version__,
+            bom_ref=f"tool:orchestrator@{__version__}",
+        )
+    )
     root = Component(
         type=ComponentType.APPLICATION,
         name=name,
         version=version,
         bom_ref=f"artifact:{artifact}",
+        purl=PackageURL("cargo", name=cargo_package, version=version),
         hashes=[HashType(alg=HashAlgorithm.SHA_256, content=binary_sha256)],
         properties=[Property(name="orchestrator:artifact", value=artifact)],
     )

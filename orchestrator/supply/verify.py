@@ -13,6 +13,7 @@ from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.supply.attest import CHECKSUMS, PROVENANCE, PUBLIC_KEY, SIGNATURE_SUFFIX
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
@@ -41,7 +42,15 @@ class Verifier:
         )
         try:
             detail = run()
-        except (OrchestratorError, OSError, ValueError, KeyError) as exc:
+        except (
+            OrchestratorError,
+            OSError,
+            ValueError,
+            LookupError,
+            TypeError,
+            AttributeError,
+        ) as exc:
+            # a file of the wrong shape (a list for an object...) fails its check, no traceback
             message = exc.message if isinstance(exc, OrchestratorError) else str(exc)
             self.checks.append(Check(name, check, False, message))
             return False
@@ -124,8 +133,8 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
     verifier.checksums(release_dir / CHECKSUMS)
     binaries: dict[str, str] = {}
     for folder in sorted(p for p in release_dir.iterdir() if (p / "build.json").is_file()):
-        manifest = json.loads((folder / "build.json").read_text())
-        binary = folder / manifest["artifact"]["file"]
+        manifest = read_record(folder / "build.json", BuildManifest)  # RecordError names it
+        binary = folder / manifest.artifact.file
         binaries[f"{folder.name}/{binary.name}"] = folder.name
         verifier.signature(binary)
         verifier.checksums(folder / CHECKSUMS)

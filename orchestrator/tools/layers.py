@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"errors", "progress", "config", "model", "flavors", "plan", "supply", "host"}
         | {"runtime", "execute", "release"}
     ),
-    "tools": frozenset(),
+    "tools": frozenset({"model"}),  # schemas.py publishes the records' JSON Schemas
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),
 }

@@ -60,8 +60,20 @@ def orchestrator(
     return Run(process.returncode, output)
 
 
-def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> Run:
-    """Start the CLI, send SIGINT (Ctrl-C) once `marker` appears in its output."""
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupt_when(
+    args: Sequence[str],
+    marker: str,
+    *,
+    env: dict[str, str],
+    signals: Sequence[signal.Signals] = (signal.SIGINT,),
+) -> Run:
+    """Start the CLI, send `signals` (default: one Ctrl-C) once `marker` appears in its output.
+
+    Each later signal goes out once the CLI said it is stopping (cleanup is under way)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", *args],
         cwd=REPO,
@@ -69,6 +81,10 @@ def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> 
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # A test run started in the background (`cmd &`, CI runners) inherits an ignored
+        # SIGINT, and Python then never raises KeyboardInterrupt: give the child the
+        # terminal's default, as a user pressing Ctrl-C in a shell has it.
+        preexec_fn=_default_sigint,  # noqa: PLW1509 - no threads run before the exec
     )
     STARTED_PIDS.add(process.pid)
     lines: list[str] = []
@@ -76,8 +92,15 @@ def interrupt_when(args: Sequence[str], marker: str, *, env: dict[str, str]) -> 
     for line in process.stdout:
         lines.append(line)
         if marker in line:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signals[0])
             break
+    for later in signals[1:]:
+        for line in process.stdout:
+            lines.append(line)
+            if "stopping:" in line or "still removing" in line:
+                break
+        if process.poll() is None:
+            process.send_signal(later)
     rest, _ = process.communicate(timeout=600)
     return Run(process.returncode, "".join(lines) + rest)
 
@@ -102,6 +125,18 @@ def managed_containers(client: docker.DockerClient) -> list[str]:
         if (c.labels or {}).get("org.orchestrator.host") == socket.gethostname()
         and (c.labels or {}).get("org.orchestrator.pid", "").isdigit()
         and int((c.labels or {})["org.orchestrator.pid"]) in STARTED_PIDS
+    ]
+
+
+def managed_volumes(client: docker.DockerClient) -> list[str]:
+    """Volumes that orchestrator runs of this test session made and left behind."""
+    labels = ["org.orchestrator.managed=1", "org.orchestrator.kind=volume"]
+    return [
+        str(v.name)
+        for v in client.volumes.list(filters={"label": labels})
+        if (v.attrs.get("Labels") or {}).get("org.orchestrator.host") == socket.gethostname()
+        and (v.attrs.get("Labels") or {}).get("org.orchestrator.pid", "").isdigit()
+        and int((v.attrs.get("Labels") or {})["org.orchestrator.pid"]) in STARTED_PIDS
     ]
 
 

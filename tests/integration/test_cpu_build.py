@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tests.integration.conftest import (
     interrupt_when,
     managed_containers,
     managed_images,
+    managed_volumes,
     orchestrator,
 )
 
@@ -184,16 +186,31 @@ def test_failing_cargo_test_publishes_nothing(
     assert managed_containers(docker_client) == []
 
 
-def test_ctrl_c_leaves_nothing_behind(
-    release: Release, docker_client: docker.DockerClient, tmp_path: Path
+@pytest.mark.parametrize(
+    "signals",
+    [
+        (signal.SIGINT,),
+        (signal.SIGTERM,),  # what CI systems, `docker stop` and systemd send
+        (signal.SIGINT, signal.SIGINT),  # an impatient second Ctrl-C during cleanup
+    ],
+    ids=["ctrl-c", "sigterm", "ctrl-c-twice"],
+)
+def test_a_stop_signal_leaves_nothing_behind(
+    release: Release,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    signals: tuple[signal.Signals, ...],
 ) -> None:
     artifacts = tmp_path / "artifacts"
     run = interrupt_when(
         ["build", "--flavor", "cpu", "--artifacts-dir", str(artifacts)],
         "▶ build-release",
         env={},
+        signals=signals,
     )
     assert run.returncode == 130, run.output
+    assert "stopping: removing containers" in run.output
+    assert managed_volumes(docker_client) == []
     assert not artifacts.exists() or list(artifacts.iterdir()) == []
     assert list(tmp_path.iterdir()) in ([], [artifacts])
     assert managed_containers(docker_client) == []

@@ -3,8 +3,9 @@ test's folder, a Pipeline on a FakeEngine, a StepLog read back as text, and tar 
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import io
-import json
 import tarfile
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -25,7 +26,27 @@ from orchestrator.supply.attest import Signer
 from .conftest import plan_for
 from .fakes import FakeContainer, FakeEngine, Responder, as_engine
 
-EITHER_SUM = "ab" * 32
+
+def crate_archive(root: str, files: Mapping[str, bytes]) -> bytes:
+    """A `.crate` as crates.io serves it: a gzipped tar of `<name>-<version>/...`."""
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w") as tar,
+    ):
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+EITHER_CRATE = crate_archive(
+    "either-1.15.0",
+    {"Cargo.toml": b'[package]\nname = "either"\n', "src/lib.rs": b"pub enum Either {}\n"},
+)
+EITHER_SUM = hashlib.sha256(EITHER_CRATE).hexdigest()
 LOCK = f"""version = 4
 
 [[package]]
@@ -123,18 +144,6 @@ def tar_of(members: Mapping[str, bytes]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-def vendor_tar(checksums: Mapping[str, str]) -> bytes:
-    """A vendored-crates tar as `cargo vendor --versioned-dirs` leaves it."""
-    return tar_of(
-        {
-            f"vendor/{directory}/.cargo-checksum.json": json.dumps(
-                {"files": {}, "package": checksum}
-            ).encode()
-            for directory, checksum in checksums.items()
-        }
-    )
 
 
 def untar(data: bytes) -> dict[str, bytes]:

@@ -40,14 +40,36 @@ def by_name(checks: Sequence[Check]) -> dict[str, Check]:
     return {c.name: c for c in checks}
 
 
-def test_docker_unreachable_is_one_failed_check(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docker_unreachable_still_runs_every_check(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     def refuse() -> FakeEngine:
         raise DockerUnavailableError("cannot reach the Docker Engine: connection refused")
 
     monkeypatch.setattr("orchestrator.runtime.doctor.Engine.connect", staticmethod(refuse))
-    assert run_checks(None) == [
-        Check("docker", "fail", "cannot reach the Docker Engine: connection refused")
+    use_path(monkeypatch, "mmdebstrap")
+    use_free_space(monkeypatch, 100 * GB)
+    checks = run_checks(tmp_path)
+    assert [c.name for c in checks] == [
+        "docker",
+        "buildkit",
+        "disk (docker)",
+        "disk (cache)",
+        "mmdebstrap",
+        "qemu-user (host)",
+        "privileged containers",
+        "perf in a container",
     ]
+    found = by_name(checks)
+    assert found["docker"] == Check(
+        "docker", "fail", "cannot reach the Docker Engine: connection refused"
+    )
+    # What needs no Docker is still checked; what does says so.
+    assert found["mmdebstrap"].status == "ok"
+    assert found["disk (cache)"].status == "ok"
+    skipped = [c.name for c in checks if c.status == "skip"]
+    assert skipped == ["disk (docker)", "privileged containers", "perf in a container"]
+    assert {found[name].detail for name in skipped} == {"skipped: Docker unreachable"}
 
 
 def test_fresh_host_without_images(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

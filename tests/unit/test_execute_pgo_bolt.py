@@ -171,7 +171,7 @@ def _bolt_rig(
     probes: list[str] = []
     capabilities = changes.pop("perf", PerfCapabilities(lbr=False, sampling=False, grant="none"))
 
-    def access(engine: object, image: str, *, allowed: bool) -> PerfAccess:
+    def access(engine: object, image: str, *, allowed: bool, **_cache: object) -> PerfAccess:
         probes.append(image)
         assert isinstance(capabilities, PerfCapabilities)
         return PerfAccess(Privileges(cap_add=("PERFMON",)), capabilities)

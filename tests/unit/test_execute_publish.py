@@ -12,25 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.toolchains import ToolchainReport
 from orchestrator.errors import StepFailedError, ValidationError
 from orchestrator.execute import device, inventory, publish, validate
 from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
 from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.source import CRATES_IO
-from orchestrator.host.staging import staging_area, staging_root
+from orchestrator.host.staging import staging_root
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import PATHS
 from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.runtime.images import ImageOutcome, package_set_dir
+from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file
 from orchestrator.supply.sbom import SBOM_FILE, Crate, DebPackage
 
 from .execute_rig import EITHER_SUM, LOCK, answers, make_options, make_rig
 from .fakes import FakeEngine
+from .publish_rig import ready_to_publish
 
 
 @pytest.fixture
@@ -337,33 +336,9 @@ def test_extract_and_publish_assemble_sign_and_move_the_artifact(
 ) -> None:
     options = make_options(project)
     key = SecretKey.generate()
-    engine = FakeEngine(missing=lambda path: f"binary {path}".encode())
     with ExitStack() as stack:
-        staging = stack.enter_context(staging_area(options.artifacts_dir, engine.session))
-        rig = make_rig(
-            options,
-            stack,
-            tmp_path,
-            engine=engine,
-            staging=staging,
-            signer=Signer(key, True, "test key"),
-        )
-        plan, state = rig.pipeline.plan, rig.pipeline.state
-        vendor, profile = tmp_path / "vendor.tar", tmp_path / "merged.profdata"
-        vendor.write_bytes(b"vendored")
-        profile.write_bytes(b"pgo profile")
-        state.base = ImageOutcome(plan.base_image.reference, "sha256:b", "b" * 64, False, {})
-        state.toolchain = ToolchainReport(
-            {"release": "1.96.0"}, "cargo 1.96.0", "LLVM 22", "BOLT 22", 22
-        )
-        state.vendor = vendor
-        state.unbolted, state.shipped = f"{BIN_DIR}/optimized", f"{BIN_DIR}/optimized.bolt"
-        state.pgo = ProfileRecord(
-            profile, sha256_bytes(b"pgo profile"), 11, False, {"functions": 3}
-        )
-        state.bolt_report = {"policy": "fallback", "flags": [], "mode": "lbr", "applied": True}
-        state.crates = [Crate("either", "1.15.0", "MIT", EITHER_SUM, CRATES_IO)]
-        state.packages = [DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)]
+        rig = ready_to_publish(options, stack, tmp_path, Signer(key, True, "test key"))
+        plan, state, staging = rig.pipeline.plan, rig.pipeline.state, rig.pipeline.staging
         reporter = rig.pipeline.reporter
         with pytest.raises(StepFailedError, match="publish runs before"):
             publish.publish(rig.pipeline, rig.log)

@@ -3,6 +3,7 @@ checks, and vendoring crates."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
@@ -21,6 +22,8 @@ from orchestrator.execute import crates, toolchain
 from orchestrator.execute import pipeline as pipeline_module
 from orchestrator.execute.pipeline import BIN_DIR, fetch_file, put_file, run, run_workloads
 from orchestrator.host.archive import single_file_tar
+from orchestrator.host.crates import crate_file
+from orchestrator.host.source import LockedCrate
 from orchestrator.host.vault import VaultError
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.steps import StepName
@@ -29,7 +32,18 @@ from orchestrator.runtime.images import ImageOutcome
 from orchestrator.runtime.perf import NO_ACCESS, PerfAccess
 
 from .conftest import plan_for
-from .execute_rig import EITHER_SUM, LOCK, Rig, answers, make_options, make_rig, untar, vendor_tar
+from .execute_rig import (
+    EITHER_CRATE,
+    EITHER_SUM,
+    LOCK,
+    Rig,
+    answers,
+    crate_archive,
+    make_options,
+    make_rig,
+    tar_of,
+    untar,
+)
 from .fakes import FakeEngine, Responder
 from .test_toolchain import BOLT_19, BOLT_22, PROFDATA_22, RUSTC_VV
 
@@ -142,7 +156,7 @@ def test_profiler_gets_perf_access_only_when_perf_may_sample(
 ) -> None:
     calls: list[tuple[str, bool]] = []
 
-    def fake_access(engine: object, image: str, *, allowed: bool) -> PerfAccess:
+    def fake_access(engine: object, image: str, *, allowed: bool, **_: object) -> PerfAccess:
         calls.append((image, allowed))
         return GRANTED
 
@@ -281,34 +295,90 @@ def locked(project: Path) -> Path:
     return project
 
 
-def test_a_verified_cached_vendor_archive_is_used_without_a_container(
+def _store(rig: Rig, data: bytes = EITHER_CRATE) -> Path:
+    path = crate_file(rig.pipeline.options.cache_dir, LockedCrate("either", "1.15.0", EITHER_SUM))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _downloads(*crates: tuple[str, bytes]) -> dict[str, bytes]:
+    """What the fetch container's registry cache holds after `cargo vendor`."""
+    return {
+        f"{PATHS.root}/fetch-home/registry/cache": tar_of(
+            {f"cache/index.crates.io-1949cf8c6b5b557f/{name}": data for name, data in crates}
+        )
+    }
+
+
+def _vendored(rig: Rig) -> dict[str, bytes]:
+    vendor = rig.pipeline.state.vendor
+    assert vendor is not None
+    assert vendor.parent == rig.pipeline.scratch  # private to this run
+    return untar(vendor.read_bytes())
+
+
+def test_checked_crate_archives_are_vendored_without_a_container(
     locked: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     rig = make_rig(make_options(locked), stack, tmp_path)
-    cache = _cache(rig)
-    cache.parent.mkdir(parents=True)
-    cache.write_bytes(vendor_tar({"either-1.15.0": EITHER_SUM}))
+    _store(rig)
     crates.fetch_crates(rig.pipeline, rig.log)
-    assert rig.pipeline.state.vendor == cache
-    assert rig.log.cached and rig.log.detail == "1 crates from cache"
+    files = _vendored(rig)
+    assert files["vendor/either-1.15.0/src/lib.rs"] == b"pub enum Either {}\n"
+    assert json.loads(files["vendor/either-1.15.0/.cargo-checksum.json"]) == {
+        "files": {},
+        "package": EITHER_SUM,
+    }
+    assert rig.log.cached and rig.log.detail == "1 crates, each checked against Cargo.lock"
     assert rig.engine.containers == []
+    assert _cache(rig).read_bytes() == rig.pipeline.state.vendor.read_bytes()  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("cached", [b"not a tar at all", vendor_tar({"either-1.15.0": "00" * 32})])
-def test_a_corrupt_cache_is_discarded_and_fetched_again_through_the_network(
-    locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bytes
+def test_the_vendor_tar_is_the_same_bytes_every_time(
+    locked: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
-    for name in (*crates.PROXY_VARIABLES, *crates._CA_CANDIDATES):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
-    good = vendor_tar({"either-1.15.0": EITHER_SUM})
-    engine = FakeEngine(archives={PATHS.vendor: good})
-    rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
-    cache = _cache(rig)
-    cache.parent.mkdir(parents=True)
-    cache.write_bytes(cached)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = make_rig(make_options(locked), stack, tmp_path / "a")
+    _store(first)
+    crates.fetch_crates(first.pipeline, first.log)
+    again = make_rig(make_options(locked), stack, tmp_path / "b")
+    crates.fetch_crates(again.pipeline, again.log)
+    assert first.pipeline.state.vendor is not None and again.pipeline.state.vendor is not None
+    assert first.pipeline.state.vendor.read_bytes() == again.pipeline.state.vendor.read_bytes()
+
+
+def test_a_tampered_vendor_tree_in_the_cache_never_reaches_the_build(
+    locked: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    # The attack: edit a vendored source in the cache AND its .cargo-checksum.json.
+    rig = make_rig(make_options(locked), stack, tmp_path)
+    _store(rig)
+    poisoned = tar_of(
+        {
+            "vendor/either-1.15.0/src/lib.rs": b"pub fn evil() { /* injected */ }\n",
+            "vendor/either-1.15.0/.cargo-checksum.json": json.dumps(
+                {"files": {}, "package": EITHER_SUM}
+            ).encode(),
+        }
+    )
+    _cache(rig).write_bytes(poisoned)
     crates.fetch_crates(rig.pipeline, rig.log)
-    assert "discarding cached crates" in rig.text
+    assert b"injected" not in b"".join(_vendored(rig).values())
+    assert b"injected" not in _cache(rig).read_bytes()  # and the cache copy is replaced
+
+
+def test_an_altered_crate_archive_is_removed_and_downloaded_again(
+    locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
+    engine = FakeEngine(archives=_downloads(("either-1.15.0.crate", EITHER_CRATE)))
+    rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
+    altered = crate_archive("either-1.15.0", {"src/lib.rs": b"pub fn evil() {}\n"})
+    stored = _store(rig, altered)
+    crates.fetch_crates(rig.pipeline, rig.log)
+    assert "was altered, and was removed" in rig.text
     (fetch,) = engine.containers
     assert (fetch.spec.network, fetch.spec.purpose) == (True, "fetch")
     assert fetch.removed
@@ -316,28 +386,69 @@ def test_a_corrupt_cache_is_discarded_and_fetched_again_through_the_network(
     assert fetch.puts == [(PATHS.root, plan.source.archive)]
     assert fetch.execs[0].argv == plan.fetch.argv
     assert fetch.execs[0].environment == dict(plan.fetch.environment)
-    assert cache.read_bytes() == good and rig.pipeline.state.vendor == cache
-    assert rig.log.detail == "1 crates vendored"
-    assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name]  # no .partial left
+    assert stored.read_bytes() == EITHER_CRATE
+    assert _vendored(rig)["vendor/either-1.15.0/src/lib.rs"] == b"pub enum Either {}\n"
+    assert rig.log.detail == "1 crates, each checked against Cargo.lock"
 
 
-def test_fetched_crates_that_do_not_match_cargo_lock_are_not_cached(
+def test_downloaded_crates_that_do_not_match_cargo_lock_are_refused(
     locked: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
-    engine = FakeEngine(archives={PATHS.vendor: vendor_tar({"either-1.15.0": "cd" * 32})})
+    other = crate_archive("either-1.15.0", {"src/lib.rs": b"something else\n"})
+    engine = FakeEngine(archives=_downloads(("either-1.15.0.crate", other)))
     rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
-    with pytest.raises(SourceError, match=r"does not match Cargo\.lock"):
+    with pytest.raises(SourceError, match=r"Cargo\.lock pins"):
         crates.fetch_crates(rig.pipeline, rig.log)
-    assert list(_cache(rig).parent.iterdir()) == []
+    assert not (rig.pipeline.options.cache_dir / "crates" / "registry").exists() or not any(
+        (rig.pipeline.options.cache_dir / "crates" / "registry").iterdir()
+    )
+    assert not _cache(rig).exists()
 
 
-def test_offline_without_cached_crates_is_a_vault_error(
+def test_git_dependencies_are_fetched_afresh_and_registry_crates_come_from_archives(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git_lock = LOCK + (
+        '\n[[package]]\nname = "gitdep"\nversion = "0.1.0"\n'
+        'source = "git+https://example.org/gitdep?rev=abc#' + "c" * 40 + '"\n'
+    )
+    (project / "crate" / "Cargo.lock").write_text(git_lock)
+    monkeypatch.setattr(crates, "host_ca_bundle", lambda: None)
+    cargo_vendor_output = tar_of(
+        {
+            "vendor/gitdep-0.1.0/src/lib.rs": b"pub fn from_git() {}\n",
+            # cargo's own copy of a registry crate is never used: it comes from the archive
+            "vendor/either-1.15.0/src/lib.rs": b"pub fn not_from_the_archive() {}\n",
+        }
+    )
+    engine = FakeEngine(
+        archives={
+            PATHS.vendor: cargo_vendor_output,
+            **_downloads(("either-1.15.0.crate", EITHER_CRATE)),
+        }
+    )
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    _store(rig)
+    crates.fetch_crates(rig.pipeline, rig.log)
+    assert len(engine.containers) == 1  # git: always downloaded, never trusted from a cache
+    files = _vendored(rig)
+    assert files["vendor/gitdep-0.1.0/src/lib.rs"] == b"pub fn from_git() {}\n"
+    assert files["vendor/either-1.15.0/src/lib.rs"] == b"pub enum Either {}\n"
+
+
+def test_offline_uses_the_vendor_tar_seeded_from_the_vault(
     locked: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     rig = make_rig(make_options(locked, offline=True), stack, tmp_path)
     with pytest.raises(VaultError, match="offline"):
         crates.fetch_crates(rig.pipeline, rig.log)
+    assert rig.engine.containers == []
+    seeded = tar_of({"vendor/either-1.15.0/src/lib.rs": b"from the vault\n"})
+    _cache(rig).parent.mkdir(parents=True, exist_ok=True)
+    _cache(rig).write_bytes(seeded)
+    crates.fetch_crates(rig.pipeline, rig.log)
+    assert _vendored(rig) == {"vendor/either-1.15.0/src/lib.rs": b"from the vault\n"}
     assert rig.engine.containers == []
 
 
@@ -357,7 +468,7 @@ def test_the_fetch_container_gets_the_hosts_proxy_and_ca_bundle(
     default = Path("/etc/ssl/certs/ca-certificates.crt")  # the system's, where there is one
     assert crates.host_ca_bundle() == (default if default.is_file() else None)
     monkeypatch.setenv("CURL_CA_BUNDLE", str(bundle))
-    engine = FakeEngine(archives={PATHS.vendor: vendor_tar({"either-1.15.0": EITHER_SUM})})
+    engine = FakeEngine(archives=_downloads(("either-1.15.0.crate", EITHER_CRATE)))
     rig = make_rig(make_options(locked), stack, tmp_path, engine=engine)
     crates.fetch_crates(rig.pipeline, rig.log)
     (fetch,) = engine.containers

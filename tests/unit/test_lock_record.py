@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from rich.console import Console
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.config.options import Options, resolve
 from orchestrator.host.vault import Vault
 from orchestrator.model.lockfile import (
@@ -28,10 +29,8 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.records import ProfileSidecar, read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.reproduce import differing_inputs, reproduce, seed_cache
-from orchestrator.runtime.engine import Engine
+from orchestrator.release.reproduce import differing_inputs, read_locked, seed_cache
 from orchestrator.runtime.images import package_set_dir
-from orchestrator.supply.attest import Signer
 
 from .conftest import plan_for
 from .test_lockfile import lock_for
@@ -189,17 +188,12 @@ def test_a_hostile_lock_writes_nothing(tmp_path: Path, raw: dict[str, Any]) -> N
     _write(release, raw)
     workdir = tmp_path / "one" / "two"
     with pytest.raises(LockfileError, match=r"config\.file"):
-        reproduce(
-            release,
-            engine=cast(Engine, None),
-            vault=Vault(tmp_path / "vault"),
-            console=Console(quiet=True),
-            signer=cast(Signer, None),
-            workdir=workdir,
-            source_dir=None,
-            fresh_images=False,
-            announce=lambda _line: None,
-        )
+        read_locked(release, Vault(tmp_path / "vault"))
+    # The command reads the lock before it makes its workdir or cache.
+    argv = ["reproduce", str(release), "--workdir", str(workdir)]
+    result = CliRunner().invoke(app, [*argv, "--cache-dir", str(tmp_path / "one" / "cache")])
+    assert result.exit_code == 53, result.output
+    assert "config.file" in result.output
     assert not (tmp_path / "one").exists()
     assert not (tmp_path / "escaped").exists()
 

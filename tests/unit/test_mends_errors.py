@@ -3,34 +3,18 @@ folder that is not a release."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import re
 from pathlib import Path
 
 import pytest
 
-import orchestrator
+from orchestrator.cli.exit_codes import error_classes
 from orchestrator.errors import OrchestratorError
 from orchestrator.supply.attest import CHECKSUMS
 from orchestrator.supply.minisign import SecretKey, VerificationError
 from orchestrator.supply.verify import NotAReleaseError, verify_release
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _all_subclasses() -> list[type[OrchestratorError]]:
-    for module in pkgutil.walk_packages(orchestrator.__path__, "orchestrator."):
-        if not module.name.endswith("__main__"):  # that one runs the CLI
-            importlib.import_module(module.name)
-    found: list[type[OrchestratorError]] = []
-    pending = list(OrchestratorError.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        if cls.__module__.startswith("orchestrator.") and cls not in found:
-            found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return found
 
 
 def _readme_codes() -> set[int]:
@@ -40,7 +24,7 @@ def _readme_codes() -> set[int]:
 
 
 def test_every_error_class_has_its_own_documented_exit_code() -> None:
-    classes = _all_subclasses()
+    classes = error_classes()
     assert len(classes) > 20
     documented = _readme_codes()
     owners: dict[int, list[str]] = {}

@@ -56,7 +56,7 @@ def _patch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **fail: Orchestrator
 def _run(options: Options) -> list[release_run.TargetResult]:
     return run_release(
         options,
-        targets(options, ["cpu"]),
+        release_run.plan_targets(targets(options, ["cpu"])),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
         signer=None,  # type: ignore[arg-type]

@@ -35,6 +35,8 @@ def _connect(monkeypatch: pytest.MonkeyPatch, *, allowed: bool) -> None:
 
     monkeypatch.setattr(Engine, "connect", staticmethod(connect))
     monkeypatch.setattr("orchestrator.supply.attest.resolve_signer", lambda *_a, **_k: object())
+    # These tests are about the CLI around the reproduction: no lockfile to read.
+    monkeypatch.setattr(repro, "read_locked", lambda *_a, **_k: None)
 
 
 def test_a_target_error_keeps_its_class(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from orchestrator.config.flags import settings_table_markdown
 from orchestrator.config.resources import repository_root
-from orchestrator.config.settings import settings_table_markdown
 
 START = "<!-- settings table: generated from orchestrator/config/settings.py -->\n"
 END = "\n<!-- end of settings table -->"

@@ -195,7 +195,7 @@ def test_toolchain_image_from_cached_packages(base: BaseSpec, tmp_path: Path) ->
         LABEL_PACKAGES_SHA: package_set.digest,
     }
     assert outcome.built and outcome.labels[LABEL_PACKAGES_SHA] == package_set.digest
-    assert list((tmp_path / "contexts").iterdir()) == []  # the build context is cleaned up
+    assert list((tmp_path / "tmp").iterdir()) == []  # the build context is cleaned up
 
 
 def test_corrupt_package_cache_is_discarded(base: BaseSpec, tmp_path: Path) -> None:

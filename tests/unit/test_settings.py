@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.flags import flag_specs, settings_table_markdown
 from orchestrator.config.options import Options, resolve
 from orchestrator.config.settings import (
     FLAVOR_SETTINGS,
     SETTINGS,
     SETTINGS_BY_KEY,
     Setting,
-    flag_specs,
-    settings_table_markdown,
 )
 from orchestrator.errors import ConfigError
 from tests.unit.conftest import write_config
@@ -42,6 +41,8 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "list[str]": ("a, b,,c", ("a", "b", "c")),
         "list[argv]": ('[["--help"], ["x", "y"]]', (("--help",), ("x", "y"))),
     }
+    if spec.kind == "bool" and spec.default is False:
+        return "on", True
     return by_kind[spec.kind]
 
 

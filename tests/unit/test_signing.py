@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import __version__
 from orchestrator.config.options import resolve
 from orchestrator.supply.attest import refuse_inside_repository
 from orchestrator.supply.minisign import (
@@ -158,6 +159,7 @@ def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:
     def sbom() -> str:
         return build_sbom(
             name="demo",
+            cargo_package="demo-cli",
             version="1.0",
             artifact="demo-1.0-linux-x86_64-cpu",
             binary_sha256="ab" * 32,
@@ -173,6 +175,17 @@ def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:
     assert purls["pkg:cargo/either@1.15.0"] == "required"
     assert purls["pkg:deb/debian/gcc@4:14.2.0-1?arch=amd64"] == "excluded"
     assert sbom_subject(text) == ("demo-1.0-linux-x86_64-cpu", "ab" * 32)
+    # The product: the binary "demo", built from the cargo package "demo-cli".
+    product = data["metadata"]["component"]
+    assert (product["name"], product["purl"]) == ("demo", "pkg:cargo/demo-cli@1.0")
+    assert data["metadata"]["tools"]["components"] == [
+        {
+            "bom-ref": f"tool:orchestrator@{__version__}",
+            "name": "orchestrator",
+            "type": "application",
+            "version": __version__,
+        }
+    ]
     # Same inputs, same bytes: serial number and timestamp are derived, not drawn.
     again = sbom()
     assert again == text

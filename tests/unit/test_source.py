@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-import io
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import SourceError
-from orchestrator.host.source import registry_crates, snapshot, verify_vendor_archive
+from orchestrator.host.source import other_sources, registry_crates, snapshot
 
 LOCK = """version = 4
 
@@ -25,29 +22,19 @@ checksum = "48c757948c5ede0e46177b7add2e67155f70e33c07fea8284df6576da70b3719"
 """
 
 
-def _vendor_tar(path: Path, checksum: str) -> Path:
-    with tarfile.open(path, "w") as tar:
-        data = json.dumps({"files": {}, "package": checksum}).encode()
-        info = tarfile.TarInfo("vendor/either-1.15.0/.cargo-checksum.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_registry_crates_parse() -> None:
     crates = registry_crates(LOCK)
     assert [(c.name, c.version) for c in crates] == [("either", "1.15.0")]
 
 
-def test_vendor_matching_lock_passes(tmp_path: Path) -> None:
-    good = _vendor_tar(tmp_path / "v.tar", registry_crates(LOCK)[0].checksum)
-    assert verify_vendor_archive(good, LOCK) == 1
-
-
-def test_vendor_with_other_checksum_is_refused(tmp_path: Path) -> None:
-    bad = _vendor_tar(tmp_path / "v.tar", "0" * 64)
-    with pytest.raises(SourceError, match=r"does not match Cargo\.lock"):
-        verify_vendor_archive(bad, LOCK)
+def test_other_sources_lists_git_and_other_registries_not_paths() -> None:
+    lock = LOCK + (
+        '\n[[package]]\nname = "gitdep"\nversion = "0.1.0"\n'
+        'source = "git+https://example.org/gitdep#' + "c" * 40 + '"\n'
+        '\n[[package]]\nname = "local"\nversion = "0.1.0"\n'
+    )
+    assert other_sources(lock) == [f"gitdep 0.1.0 (git+https://example.org/gitdep#{'c' * 40})"]
+    assert other_sources(LOCK) == []
 
 
 def test_missing_lockfile_is_a_source_error(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.config.options import resolve
 from orchestrator.errors import NotAReleaseError
+from orchestrator.execute.publish import update_release_index
 from orchestrator.host.staging import write_checksums
 from orchestrator.model.records import write_record
 from orchestrator.supply import minisign
@@ -32,7 +33,6 @@ from orchestrator.supply.attest import (
     keygen,
     release_artifacts,
     resolve_signer,
-    update_release_index,
 )
 from orchestrator.supply.minisign import (
     PublicKey,
@@ -90,6 +90,7 @@ def make_release(base: Path) -> Release:
     (artifact / SBOM_FILE).write_text(
         build_sbom(
             name="demo",
+            cargo_package="demo",
             version="1.2.3",
             artifact=plan.artifact_dir,
             binary_sha256=manifest.artifact.sha256,

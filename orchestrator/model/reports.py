@@ -1,0 +1,227 @@
+"""Typed records of the JSON documents the commands print with `--json`.
+
+Each is one document on stdout (progress and warnings go to stderr), named by `schema`
+and `schema_version` like the files orchestrator writes (model/records.py), and
+published as a JSON Schema under schemas/ (`python -m orchestrator.tools.schemas`).
+A field is added with a default or under a new version, never renamed in place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, JsonValue
+
+from orchestrator.config.options import Options
+from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS, toml_shape
+from orchestrator.model.records import Record, TargetSummary
+
+
+# -- orchestrator config --json ---------------------------------------------------------
+class SettingEntry(Record):
+    key: str = Field(description="dotted key, as in orchestrator.toml")
+    value: JsonValue = Field(
+        description="the resolved value; null where it is computed later or unset"
+    )
+    shown: str = Field(description="the value as `orchestrator config` prints it")
+    source: str = Field(description='where it came from: "default", "file ...", "env ..."...')
+
+
+class ConfigReport(Record):
+    """`orchestrator config --json`: every resolved setting and where it came from."""
+
+    SCHEMA = "orchestrator/config"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/config"] = Field("orchestrator/config", alias="schema")
+    schema_version: Literal[1] = 1
+    config_path: str
+    settings: list[SettingEntry]
+
+
+def _json_value(value: object) -> JsonValue:
+    shaped = toml_shape(value)
+    if isinstance(shaped, list):
+        return [_json_value(item) for item in shaped]
+    if isinstance(shaped, Path):
+        return str(shaped)
+    if shaped is None or isinstance(shaped, str | int | float | bool):
+        return shaped
+    return str(shaped)
+
+
+def config_report(options: Options) -> ConfigReport:
+    """The rows `orchestrator config` shows, with each value also in its JSON shape."""
+    values: dict[str, object] = {spec.key: getattr(options, spec.attr) for spec in SETTINGS}
+    for name, settings in options.flavor_settings.items():
+        for key in FLAVOR_SETTINGS:
+            values[f"flavors.{name}.{key.name}"] = getattr(settings, key.name)
+    return ConfigReport(
+        config_path=str(options.config_path),
+        settings=[
+            SettingEntry(key=key, value=_json_value(values.get(key)), shown=shown, source=source)
+            for key, shown, source in options.describe()
+        ],
+    )
+
+
+# -- orchestrator doctor --json ---------------------------------------------------------
+class DoctorCheck(Record):
+    name: str
+    status: str = Field(description="ok, warn, fail (blocks builds), info or skip")
+    detail: str
+
+
+class DoctorReport(Record):
+    """`orchestrator doctor --json`: every check of this host; `ok` is false on a blocker."""
+
+    SCHEMA = "orchestrator/doctor"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/doctor"] = Field("orchestrator/doctor", alias="schema")
+    schema_version: Literal[1] = 1
+    ok: bool
+    blockers: list[str]
+    checks: list[DoctorCheck]
+
+
+# -- orchestrator verify --json ---------------------------------------------------------
+class VerifyCheck(Record):
+    file: str = Field(description="path relative to the release folder")
+    check: str = Field(description="signature, checksums, provenance or sbom")
+    ok: bool
+    detail: str
+
+
+class VerifyReport(Record):
+    """`orchestrator verify --json`: every check of a release against one public key."""
+
+    SCHEMA = "orchestrator/verify"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/verify"] = Field("orchestrator/verify", alias="schema")
+    schema_version: Literal[1] = 1
+    release_dir: str
+    key: str | None = Field(
+        description="the public key file given with --key; null: the release's own"
+    )
+    integrity_only: bool = Field(
+        description="checked against the key shipped inside the release: proves integrity, "
+        "not origin"
+    )
+    passed: bool
+    failed: int
+    checks: list[VerifyCheck]
+
+
+# -- bench.json and orchestrator bench --json -------------------------------------------
+class BenchVariant(Record):
+    name: str
+    label: str
+    runs: int
+    median_s: float
+    p95_s: float
+    mean_s: float
+    stddev_s: float
+    speedup_vs_baseline: float
+    speedup_ci95: list[float] = Field(description="95% bootstrap interval: [low, high]")
+    max_rss_kb: int
+    size_bytes: int
+    times_s: list[float]
+
+
+class BenchReport(Record):
+    """bench.json, which `orchestrator bench --json` also prints: every variant measured."""
+
+    SCHEMA = "orchestrator/bench"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/bench"] = Field("orchestrator/bench", alias="schema")
+    schema_version: Literal[1] = 1
+    artifact: str
+    image: str
+    command: list[str]
+    cpu: str
+    runs: int
+    warmup: int
+    order: Literal["interleaved"]
+    variants: list[BenchVariant]
+
+
+# -- orchestrator release --dry-run --json ----------------------------------------------
+class CacheState(Record):
+    """What the caches already hold for a target; null where it cannot be known."""
+
+    base_image: bool | None = Field(description="null: Docker not reachable")
+    toolchain_image: bool | None = Field(description="null: Docker not reachable")
+    crates: bool
+    pgo_profile: bool | None = Field(description="null: PGO is off")
+
+    def labelled(self) -> dict[str, bool | None]:
+        return {
+            "base image": self.base_image,
+            "toolchain image": self.toolchain_image,
+            "crates": self.crates,
+            "pgo profile": self.pgo_profile,
+        }
+
+
+class PlannedTargetEntry(Record):
+    flavor: str
+    level: str
+    artifact: str
+    rust_target: str = Field(description="target triple, e.g. x86_64-unknown-linux-gnu")
+    target_cpu: str
+    toolchain: str
+    base_image: str
+    image: str
+    steps: list[str]
+    cached: CacheState
+
+
+class ReleasePlanReport(Record):
+    """`orchestrator release --dry-run --json`: the targets in build order; nothing built."""
+
+    SCHEMA = "orchestrator/release-plan"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/release-plan"] = Field(
+        "orchestrator/release-plan", alias="schema"
+    )
+    schema_version: Literal[1] = 1
+    name: str
+    version: str
+    release_dir: str
+    docker_reachable: bool
+    targets: list[PlannedTargetEntry]
+
+
+# -- orchestrator release --json ---------------------------------------------------------
+class SigningInfo(Record):
+    key: str = Field(description="where the secret key came from")
+    key_id: str
+    throwaway: bool = Field(
+        description="signed with a throwaway key from the cache: integrity, not origin"
+    )
+    public_key: str | None = Field(description="the public key file to verify with, if found")
+
+
+class ReleaseRunReport(Record):
+    """`orchestrator release --json`: how each target of this run went, in build order."""
+
+    SCHEMA = "orchestrator/release-run"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/release-run"] = Field("orchestrator/release-run", alias="schema")
+    schema_version: Literal[1] = 1
+    name: str
+    version: str
+    release_dir: str
+    published: bool = Field(description="whether the release folder holds anything")
+    seconds: float = Field(description="wall time of the whole run")
+    targets: list[TargetSummary]
+    failed: list[str]
+    lockfile: str | None
+    signing: SigningInfo
+    verify_command: str | None = Field(description="what to run next; null: nothing published")

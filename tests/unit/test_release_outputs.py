@@ -1,0 +1,173 @@
+"""What a release tells its reader: the summary's last lines, release.json's order and
+triples, why a target has no speed figure, and where keygen puts the public key."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import orchestrator.release.run as release_run
+from orchestrator.cli import app
+from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.model.records import ReleaseSummary, read_record
+from orchestrator.release.run import (
+    RELEASE_JSON,
+    no_speedup_reason,
+    public_key_for,
+    run_release,
+    targets,
+)
+from orchestrator.supply.attest import resolve_signer
+from orchestrator.supply.minisign import SecretKey, write_key_pair
+
+from .conftest import plan_for
+from .fakes import FakeEngine
+from .test_cli_commands import configure
+from .test_cli_json import _stand_in_build, stand_in_release  # noqa: F401 - a fixture
+
+runner = CliRunner()
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture
+def options(project: Path, tmp_path: Path) -> Options:
+    resolved = resolve(project / "orchestrator.toml", env={})
+    return replace(
+        resolved,
+        cache_dir=tmp_path / "cache",
+        artifacts_dir=tmp_path / "artifacts",
+        flavor_settings={"cpu": FlavorSettings(levels=("x86-64-v3", "x86-64-v2"))},
+    )
+
+
+# -- the text summary ------------------------------------------------------------------
+@pytest.mark.usefixtures("stand_in_release")
+def test_the_summary_ends_with_path_time_verify_and_the_key_warning(project: Path) -> None:
+    config = configure(project)
+    argv = ["release", "--flavors", "cpu,aarch64", "--bench-runs", "1", "-c", str(config)]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    release_dir = project / "out" / "demo-1.2.3"
+    public = project / "cache" / "keys" / "throwaway-signing.pub"
+    stdout = result.stdout.splitlines()
+    assert re.fullmatch(
+        rf"release: {re.escape(str(release_dir))} \(2 of 2 targets ok, \d+s\)", stdout[-2]
+    )
+    assert stdout[-1] == f"verify:  orchestrator verify {release_dir} --key {public}"
+    assert shlex.split(stdout[-1].removeprefix("verify:  "))[-2:] == ["--key", str(public)]
+    assert public.is_file()
+    # The throwaway-key warning is said at the start and again as the very last line.
+    stderr = result.stderr.strip().splitlines()
+    assert stderr[-1].startswith("WARNING: signed with a THROWAWAY key")
+    assert sum("THROWAWAY" in line for line in stderr) == 2
+    # The aarch64 row says why it has no speed figure; the cpu row too.
+    rows = [line for line in stdout if line.startswith("│")]
+    aarch64_row = next(line for line in rows if "linux-aarch64-cpu" in line)
+    assert "n/a: emulated (qemu-aarch64)" in aarch64_row
+    cpu_row = next(line for line in rows if "linux-x86_64-cpu " in line)
+    assert "skipped: no bench.command" in cpu_row
+
+
+def test_no_speedup_reason(options: Options) -> None:
+    [cpu] = targets(replace(options, flavor_settings={}), ["cpu"])
+    [aarch64] = targets(options, ["aarch64"])
+    assert no_speedup_reason(aarch64, 3) == "n/a: emulated (qemu-aarch64)"
+    assert no_speedup_reason(cpu, 0) == "skipped: --bench-runs 0"
+    assert no_speedup_reason(cpu, 3) == "skipped: no bench.command"
+    assert (
+        no_speedup_reason(replace(cpu, options=replace(cpu.options, bench_command=("b",))), 3) == ""
+    )
+
+
+# -- release.json ------------------------------------------------------------------------
+def _release(options: Options, flavors: list[str]) -> None:
+    run_release(
+        options,
+        release_run.plan_targets(targets(options, flavors)),
+        FakeEngine(),  # type: ignore[arg-type]
+        Console(file=io.StringIO()),
+        signer=None,  # type: ignore[arg-type]
+        retrain=False,
+        bench_runs=0,
+        announce=lambda _line: None,
+    )
+
+
+def test_release_json_lists_targets_in_build_order_with_triples(
+    options: Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(release_run, "prepare_plan", plan_for)
+    monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
+    monkeypatch.setattr(release_run, "run_build", _stand_in_build)
+    _release(options, ["cpu", "aarch64"])
+    path = tmp_path / "artifacts" / "demo-1.2.3" / RELEASE_JSON
+    first = read_record(path, ReleaseSummary).artifacts
+    assert [(a.artifact, a.rust_target) for a in first] == [
+        ("demo-1.2.3-linux-x86_64-cpu-v3", "x86_64-unknown-linux-gnu"),
+        ("demo-1.2.3-linux-x86_64-cpu", "x86_64-unknown-linux-gnu"),
+        ("demo-1.2.3-linux-aarch64-cpu", "aarch64-unknown-linux-gnu"),
+    ]
+    assert [a.speedup_note for a in first] == [
+        "skipped: --bench-runs 0",
+        "skipped: --bench-runs 0",
+        "n/a: emulated (qemu-aarch64)",
+    ]
+    # An entry written before triples were recorded gets its flavor's when merged.
+    document = json.loads(path.read_text())
+    del document["artifacts"][2]["rust_target"]
+    path.write_text(json.dumps(document))
+    # Rebuilding one target: the others keep their order, the rebuilt one comes last.
+    _release(
+        replace(options, flavor_settings={"cpu": FlavorSettings(levels=("x86-64-v3",))}), ["cpu"]
+    )
+    again = read_record(path, ReleaseSummary).artifacts
+    assert [(a.artifact, a.rust_target) for a in again] == [
+        ("demo-1.2.3-linux-x86_64-cpu", "x86_64-unknown-linux-gnu"),
+        ("demo-1.2.3-linux-aarch64-cpu", "aarch64-unknown-linux-gnu"),
+        ("demo-1.2.3-linux-x86_64-cpu-v3", "x86_64-unknown-linux-gnu"),
+    ]
+
+
+# -- keys ---------------------------------------------------------------------------------
+def test_keygen_writes_the_public_key_where_the_readme_says(tmp_path: Path) -> None:
+    text = README.read_text()
+    secret = re.search(r"^orchestrator keygen (\S+)\s", text, re.MULTILINE)
+    public = re.search(r"^orchestrator verify \S+ --key (\S+)", text, re.MULTILINE)
+    assert secret and public
+    # The README's pair, moved under tmp_path: keygen SECRET must write README's PUBLIC.
+    home = Path(secret.group(1)).parent
+    assert Path(public.group(1)).parent == home
+    key = tmp_path / Path(secret.group(1)).name
+    result = runner.invoke(app, ["keygen", str(key), "--unencrypted"])
+    assert result.exit_code == 0, result.output
+    written = tmp_path / Path(public.group(1)).name
+    assert written.is_file()
+    assert f"public key: {written}" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([key.name, written.name])
+    assert "`.pub` in place of KEY's suffix (`signing.key` -> `signing.pub`" in text
+
+
+def test_keygen_refuses_a_key_named_like_its_public_key(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["keygen", str(tmp_path / "signing.pub"), "--unencrypted"])
+    assert result.exit_code == 10
+    assert "ends in .pub" in result.stderr
+    assert not (tmp_path / "signing.pub").exists()
+
+
+def test_public_key_for_finds_keygens_pair_and_only_a_matching_one(tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "signing.key"
+    write_key_pair(SecretKey.generate(), key, passphrase=None)
+    signer = resolve_signer(key, project_dir=tmp_path / "project", cache_dir=tmp_path, env={})
+    assert public_key_for(signer) == tmp_path / "keys" / "signing.pub"
+    other = tmp_path / "other" / "signing.key"
+    write_key_pair(SecretKey.generate(), other, passphrase=None)
+    (tmp_path / "keys" / "signing.pub").write_text((other.parent / "signing.pub").read_text())
+    assert public_key_for(signer) is None  # a .pub of another key is not this one's
