@@ -143,6 +143,7 @@ def bench(
       orchestrator bench --flavor cuda --target-cpu x86-64-v3 --warmup 5
     """
     from orchestrator.execute.bench import bench_cpu, locate, measure, write_report
+    from orchestrator.execute.publish import update_release_index
     from orchestrator.model.records import read_record
     from orchestrator.model.reports import BenchReport
     from orchestrator.runtime.engine import Engine
@@ -165,6 +166,7 @@ def bench(
             hint='Set [bench] command = ["bench"] (arguments for the binary).',
         )
     setup = locate(options, flavor)
+    signer = signer_for(options)  # the report is signed into the release: the key first
     engine = Engine.connect()
     cpu = bench_cpu(engine)
     out.print(
@@ -208,5 +210,9 @@ def bench(
         )
     out.print(table)
     out.print(f"report: {output}")
+    # The report lies in the release folder: the signed index must list it, or `verify`
+    # would rightly call it a file nobody signed.
+    update_release_index(setup.artifact.parent, signer)
+    out.print(f"re-signed the release index of {setup.artifact.parent.name} to cover it")
     if json_output:  # bench.json as written, read back through its record
         emit_json(read_record(output / "bench.json", BenchReport))

@@ -129,8 +129,27 @@ def reproduce(
             "--artifact", help="Only this artifact (repeatable); default: all.", metavar="NAME"
         ),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="The publisher's minisign public key: the lockfile must match the SHA256SUMS "
+            "it signed (default: the release's own minisign.pub, which proves integrity only).",
+            metavar="FILE",
+        ),
+    ] = None,
+    trust_unsigned: Annotated[
+        bool,
+        typer.Option(
+            "--trust-unsigned",
+            help="Rebuild a lockfile that no signature covers (a signed one must still match).",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
+
+    First the lockfile is checked against the release's signed SHA256SUMS (exit 48 when
+    it was edited, 61 when nothing signed it); nothing is built from a lock that fails.
 
     The sources go to a fresh folder, the cache is seeded from the vault only, images are
     rebuilt from the vaulted .debs, and no step may download anything. Prints expected and
@@ -142,15 +161,18 @@ def reproduce(
     \b
     Examples:
       orchestrator reproduce artifacts/tinyllm-0.1.0
+      orchestrator reproduce artifacts/tinyllm-0.1.0 --key publisher.pub
       orchestrator reproduce artifacts/tinyllm-0.1.0/release.lock --reuse-images
     """
     from orchestrator.errors import SourceError
     from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
     from orchestrator.host.vault import Vault
+    from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.reproduce import ReproduceMismatchError, read_locked
     from orchestrator.release.reproduce import reproduce as run_reproduce
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer
+    from orchestrator.supply.verify import authenticate_lock
 
     release = release.resolve()
     if source is not None and not (source / "Cargo.toml").is_file():
@@ -162,7 +184,15 @@ def reproduce(
     workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
     cache = cache_root(cache_dir)
     vault = Vault(cache / "vault")
-    # Every input is read and checked before anything is written or Docker is asked.
+    # Every input is read and checked before anything is written or Docker is asked, the
+    # lockfile's signature first: a lock edited after publication builds nothing.
+    lock_path = release / LOCK_FILE if release.is_dir() else release
+    if lock_path.is_file():  # a missing one is read_locked's error, with its hint
+        trust = authenticate_lock(lock_path, key, trust_unsigned=trust_unsigned)
+        if trust.origin_checked:
+            console.print(trust.note, soft_wrap=True)
+        else:
+            err_console.print(styled("warning:", "yellow bold", f" {trust.note}"))
     document = read_locked(release, vault, artifact or ())
     prepare_workdir(workdir)  # refuses a folder it did not make
     ensure_cache_dir(cache)

@@ -57,14 +57,14 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
     if bolt.mode != "auto" and not pipeline.retrain:
         # A forced mode whose profile is stored needs no perf at all (reproductions
         # force the locked mode; the machine may not sample like the releasing one).
-        stored = load_profile(cache_for(bolt.mode), "BOLT")
+        stored = load_profile(cache_for(bolt.mode), "BOLT", log.line)
         if stored is not None:
             choice = ModeChoice(bolt.mode, "forced; profile stored for this binary")
     if choice is None:
         pipeline.profiler()  # probes perf access first
         choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
         if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
-            stored = load_profile(cache_for(choice.mode), "BOLT")
+            stored = load_profile(cache_for(choice.mode), "BOLT", log.line)
     report |= {"mode": choice.mode, "mode_reason": choice.reason}
     log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
     cache = cache_for(choice.mode)

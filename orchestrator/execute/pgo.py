@@ -29,17 +29,17 @@ def _pgo(pipeline: Pipeline) -> PgoPlan:
     return pipeline.plan.pgo
 
 
-def _stored(pipeline: Pipeline) -> ProfileRecord | None:
+def _stored(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
     """The cached profile for this plan's profile key, unless --retrain."""
     if pipeline.retrain:
         return None
     pgo = _pgo(pipeline)
     cache = pipeline.options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
-    return load_profile(cache, "PGO")
+    return load_profile(cache, "PGO", log.line)
 
 
 def instrument(pipeline: Pipeline, log: StepLog) -> None:
-    pipeline.state.pgo = _stored(pipeline)
+    pipeline.state.pgo = _stored(pipeline, log)
     if pipeline.state.pgo is not None:
         log.mark_cached(f"profile {pipeline.state.pgo.sha256[:12]} unchanged inputs")
         return

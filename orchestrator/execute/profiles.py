@@ -1,14 +1,18 @@
 """Profiles as release inputs: stored in the cache under the hash of what they depend on,
 reused when that is unchanged, and refused when their bytes no longer match the record.
+The record beside each profile is sealed with a key the cache does not hold
+(host/cache_seal.py): a profile and record rewritten together in the cache are not used.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import ProfileError
+from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import ProfileSidecar, read_record, write_record
 
@@ -40,17 +44,35 @@ def store_profile(source: Path, cache: Path, details: dict[str, object]) -> Prof
     shutil.copyfile(source, partial)
     partial.replace(cache)
     size = cache.stat().st_size
-    write_record(
-        cache.with_suffix(".json"), ProfileSidecar(sha256=digest, size=size, details=details)
-    )
+    write_sidecar(cache, ProfileSidecar(sha256=digest, size=size, details=details))
     return ProfileRecord(cache, digest, cache.stat().st_size, False, details)
 
 
-def load_profile(cache: Path, what: str) -> ProfileRecord | None:
+def _slot(cache: Path) -> str:
+    """What a seal binds a record to: its kind and file name (which holds its input key)."""
+    return f"{cache.parent.name}/{cache.name}"
+
+
+def write_sidecar(cache: Path, sidecar: ProfileSidecar) -> None:
+    """The record beside the profile at `cache`, sealed for that slot."""
+    sealed = sidecar.model_copy(update={"seal": seal(_slot(cache), sidecar.sealed_fields())})
+    write_record(cache.with_suffix(".json"), sealed)
+
+
+def load_profile(cache: Path, what: str, warn: Callable[[str], object]) -> ProfileRecord | None:
+    """The stored profile, or None when there is none or its record carries no valid seal
+    (it was not written by orchestrator with this machine's key: profile afresh)."""
     meta_path = cache.with_suffix(".json")
     if not cache.is_file() or not meta_path.is_file():
         return None
     meta = read_record(meta_path, ProfileSidecar)
+    if not seal_matches(_slot(cache), meta.sealed_fields(), meta.seal):
+        warn(
+            f"ignoring the stored {what} profile {cache.name}: its record is not sealed with "
+            f"this machine's cache key (written elsewhere, by an older version, or forged; "
+            f"set {KEY_ENV} to share a cache between machines); profiling afresh"
+        )
+        return None
     digest = sha256_file(cache)
     if digest != meta.sha256:
         # A profile is a release input: silently retraining would change the binary.

@@ -80,8 +80,10 @@ class ShieldedExitStack(ExitStack):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        if isinstance(exc, KeyboardInterrupt):
-            sys.stderr.write("stopping: removing containers, volumes and staging folders\n")
-            sys.stderr.flush()
         with deferred_stops(raise_after=exc is None):
+            # Said only once the shield is up: a second Ctrl-C prompted by this line must
+            # find cleanup already protected, not the default handler.
+            if isinstance(exc, KeyboardInterrupt):
+                sys.stderr.write("stopping: removing containers, volumes and staging folders\n")
+                sys.stderr.flush()
             return super().__exit__(exc_type, exc, traceback)

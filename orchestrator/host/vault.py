@@ -19,7 +19,6 @@ import io
 import json
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -126,8 +125,9 @@ class Vault:
         """Write a copy of the verified blob to `dest` (via a temporary name)."""
         source = self.verify(digest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        # A copy, never a link: a build may rewrite what it finds in its cache.
-        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".out-") as tmp:
+        # A copy, never a link: a build may rewrite what it finds in its cache. Its partial
+        # lies in the cache's scratch (swept if we are killed), on the same disk as dest.
+        with scratch_dir(self.cache_dir, "vault-out") as tmp:
             partial = Path(tmp) / dest.name
             clone_file(source, partial)
             partial.replace(dest)

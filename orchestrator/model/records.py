@@ -286,6 +286,11 @@ class ProfileSidecar(Record):
     sha256: str
     size: int
     details: JsonDict
+    # HMAC by a key kept outside the cache (host/cache_seal.py); None before seals existed
+    seal: str | None = None
+
+    def sealed_fields(self) -> JsonDict:
+        return {"sha256": self.sha256, "size": self.size, "details": self.details}
 
 
 R = TypeVar("R", bound=Record)

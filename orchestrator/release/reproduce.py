@@ -28,6 +28,7 @@ from rich.console import Console
 from orchestrator.config.options import resolve
 from orchestrator.errors import OrchestratorError, SourceError
 from orchestrator.execute.build import prepare_plan, run_build
+from orchestrator.execute.profiles import write_sidecar
 from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
@@ -41,7 +42,7 @@ from orchestrator.model.lockfile import (
     drift,
     read_lock,
 )
-from orchestrator.model.records import ProfileSidecar, write_record
+from orchestrator.model.records import ProfileSidecar
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.progress import Reporter
@@ -177,8 +178,9 @@ def seed_cache(
     for profile in resolved.profiles.values():
         path = cache / "profiles" / profile.cache_file
         vault.materialize(profile.sha256, path)
+        # Sealed here: the bytes were just checked against the lock's digest by the vault.
         sidecar = ProfileSidecar(sha256=profile.sha256, size=profile.size, details=profile.details)
-        write_record(path.with_suffix(".json"), sidecar)
+        write_sidecar(path, sidecar)
 
 
 def differing_inputs(document: LockDocument, target: LockedTarget, plan: BuildPlan) -> list[str]:

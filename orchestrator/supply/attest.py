@@ -1,7 +1,10 @@
 """Signing on the host: which key, artifact signatures, and the release-level index.
 
 The release folder holds, next to its artifact folders:
-  SHA256SUMS (+ .minisig)                  every artifact binary and SBOM
+  SHA256SUMS (+ .minisig)                  every artifact binary, SBOM and folder SHA256SUMS
+                                           (which lists every other file of the folder), and
+                                           every file outside the folders (release.json/.lock,
+                                           bench reports): one signature covers them all
   provenance.intoto.jsonl (+ .minisig)     a DSSE envelope around the SLSA statement
   minisign.pub                             the public key that signed all of it
 """
@@ -25,6 +28,16 @@ PROVENANCE = "provenance.intoto.jsonl"
 PUBLIC_KEY = "minisign.pub"
 SIGNATURE_SUFFIX = ".minisig"
 THROWAWAY_KEY = "throwaway-signing.key"
+# The release-level files that sign the rest: no checksum lists them.
+INDEX_FILES = frozenset(
+    {
+        CHECKSUMS,
+        CHECKSUMS + SIGNATURE_SUFFIX,
+        PROVENANCE,
+        PROVENANCE + SIGNATURE_SUFFIX,
+        PUBLIC_KEY,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,21 @@ def release_artifacts(release_dir: Path) -> list[tuple[str, BuildManifest]]:
     return found
 
 
+def release_files(release_dir: Path, *, artifact_folders: set[str]) -> list[Path]:
+    """The release's plain files outside its artifact folders and its signed index:
+    release.json, release.lock, bench reports. The release SHA256SUMS lists each."""
+    if not release_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(release_dir.rglob("*")):
+        relative = path.relative_to(release_dir)
+        if relative.parts[0] in artifact_folders or relative.as_posix() in INDEX_FILES:
+            continue
+        if path.is_file() and not path.is_symlink():
+            found.append(path)
+    return found
+
+
 def write_release_index(
     release_dir: Path,
     signer: Signer,
@@ -137,13 +165,14 @@ def write_release_index(
     artifacts = [(folder, located[folder][1]) for folder in sorted(located)]
     lines = []
     for folder, (where, manifest) in sorted(located.items()):
-        for name in (manifest.artifact.file, "sbom.cdx.json"):
+        # The folder's own SHA256SUMS lists every file in it (build.json, profiles, logs):
+        # listing it here puts all of them under this file's signature.
+        for name in (manifest.artifact.file, "sbom.cdx.json", CHECKSUMS):
             path = where / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
-    for listing in (release_dir / "release.json", release_dir / "release.lock"):
-        if listing.is_file():
-            lines.append(f"{sha256_file(listing)}  {listing.name}\n")
+    for path in release_files(release_dir, artifact_folders=set(located)):
+        lines.append(f"{sha256_file(path)}  {path.relative_to(release_dir).as_posix()}\n")
     checksums = out_dir / CHECKSUMS
     checksums.write_text("".join(lines))
     release = release_dir.name

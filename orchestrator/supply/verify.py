@@ -13,13 +13,36 @@ from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.lockfile import LOCK_FILE
 from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.supply.attest import CHECKSUMS, PROVENANCE, PUBLIC_KEY, SIGNATURE_SUFFIX
+from orchestrator.supply.attest import (
+    CHECKSUMS,
+    INDEX_FILES,
+    PROVENANCE,
+    PUBLIC_KEY,
+    SIGNATURE_SUFFIX,
+)
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from orchestrator.supply.sbom import SBOM_FILE, sbom_subject
 
-__all__ = ["Check", "NotAReleaseError", "Verifier", "verify_release"]
+__all__ = [
+    "Check",
+    "LockTrust",
+    "NotAReleaseError",
+    "UnsignedLockError",
+    "Verifier",
+    "authenticate_lock",
+    "verify_release",
+]
+
+
+class UnsignedLockError(OrchestratorError):
+    exit_code = 61
+    summary = (
+        "`reproduce`: the lockfile has no signed `SHA256SUMS` beside it, or no public key to "
+        "check one with; `--trust-unsigned` rebuilds it anyway"
+    )
 
 
 @dataclass(frozen=True)
@@ -68,22 +91,47 @@ class Verifier:
 
     def checksums(self, listing: Path) -> None:
         def run() -> str:
-            count = 0
-            for line in listing.read_text().splitlines():
-                digest, _, name = line.partition("  ")
+            listed = read_checksums(listing)
+            for name, digest in listed.items():
                 target = listing.parent / name
                 if ".." in Path(name).parts or Path(name).is_absolute():
                     raise VerificationError(f"unsafe path {name!r} in {listing.name}")
-                if not target.is_file():
-                    raise VerificationError(f"{name} is listed but missing")
+                if target.is_symlink() or not target.is_file():
+                    raise VerificationError(f"{name} is listed but missing (or not a plain file)")
                 if sha256_file(target) != digest:
                     raise VerificationError(f"{name}: sha256 differs from {listing.name}")
-                count += 1
-            if count == 0:
+            if not listed:
                 raise VerificationError(f"{listing.name} lists nothing")
-            return f"{count} files match"
+            return f"{len(listed)} files match"
 
         self._record(listing, "checksums", run)
+
+    def coverage(self, folders: list[str]) -> None:
+        """Every file of the release is reached from the signed SHA256SUMS: listed there, or
+        listed by a folder's SHA256SUMS that is listed there. Anything else was added."""
+
+        def run() -> str:
+            covered = set(_safe_listing(self.root / CHECKSUMS))
+            for folder in folders:
+                inner = f"{folder}/{CHECKSUMS}"
+                if inner not in covered:
+                    raise VerificationError(f"{inner} is not listed in the signed {CHECKSUMS}")
+                covered |= {f"{folder}/{name}" for name in _safe_listing(self.root / inner)}
+            unlisted = []
+            for path in sorted(self.root.rglob("*")):
+                name = path.relative_to(self.root).as_posix()
+                if path.is_dir() and not path.is_symlink():
+                    continue
+                if name not in covered and name not in INDEX_FILES and not _is_listing(name):
+                    unlisted.append(name)
+            if unlisted:
+                shown = ", ".join(unlisted[:10]) + (" ..." if len(unlisted) > 10 else "")
+                raise VerificationError(
+                    f"{len(unlisted)} file(s) that no signed checksum lists: {shown}"
+                )
+            return f"all {len(covered)} files are under the signature of {CHECKSUMS}"
+
+        self._record(self.root / CHECKSUMS, "coverage", run)
 
     def provenance(self, path: Path, binaries: dict[str, str]) -> None:
         def run() -> str:
@@ -121,6 +169,21 @@ class Verifier:
         self._record(path, "sbom", run)
 
 
+def _safe_listing(listing: Path) -> list[str]:
+    """The names a SHA256SUMS lists; none at all when it is missing or malformed (its own
+    `checksums` check reports why)."""
+    try:
+        return list(read_checksums(listing))
+    except (OSError, VerificationError):
+        return []
+
+
+def _is_listing(name: str) -> bool:
+    """An artifact folder's SHA256SUMS: listed in the release's, checked by `coverage`."""
+    parts = name.split("/")
+    return len(parts) == 2 and parts[1] == CHECKSUMS
+
+
 def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check], str]:
     """All checks of a release folder, and which key they were made against."""
     release_dir = release_dir.resolve()
@@ -141,4 +204,76 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
         verifier.sbom(folder / SBOM_FILE, folder.name, binary)
     verifier.signature(release_dir / PROVENANCE)
     verifier.provenance(release_dir / PROVENANCE, binaries)
+    verifier.coverage(sorted(set(binaries.values())))
     return verifier.checks, key_note
+
+
+@dataclass(frozen=True)
+class LockTrust:
+    """What `reproduce` may say about the lockfile it is about to rebuild from."""
+
+    signed: bool
+    origin_checked: bool  # signed by a key the rebuilder named, not one shipped alongside
+    note: str  # one line for the rebuilder: which key vouched for it, or that none did
+
+
+def read_checksums(listing: Path) -> dict[str, str]:
+    """`sha256sum` lines as name -> digest; a line that is not one is refused."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(listing.read_text().splitlines(), start=1):
+        digest, separator, name = line.partition("  ")
+        if not separator or len(digest) != 64 or not name:
+            raise VerificationError(f"{listing.name} line {number} is not `<sha256>  <file>`")
+        found[name] = digest
+    return found
+
+
+def authenticate_lock(lock: Path, key_path: Path | None, *, trust_unsigned: bool) -> LockTrust:
+    """Check a lockfile against the signed SHA256SUMS published beside it, before it is used.
+
+    A lock that was signed must match its signature whatever the flags say; only a lock
+    that carries no signature at all may be trusted on the rebuilder's word.
+    """
+    sums = lock.parent / CHECKSUMS
+    signature = sums.with_name(sums.name + SIGNATURE_SUFFIX)
+    key_file = key_path or lock.parent / PUBLIC_KEY
+    absent = [p.name for p in (sums, signature) if not p.is_file()]
+    if key_path is None and not key_file.is_file():
+        absent.append(PUBLIC_KEY)
+    if absent:
+        if trust_unsigned:
+            return LockTrust(
+                False,
+                False,
+                f"UNVERIFIED: {lock} is not covered by a signature (no {', '.join(absent)}); "
+                "rebuilding it because --trust-unsigned says so",
+            )
+        raise UnsignedLockError(
+            f"{lock} cannot be checked: {', '.join(absent)} missing beside it",
+            hint="Reproduce from the release folder as published (it holds SHA256SUMS, its "
+            ".minisig and minisign.pub), pass the publisher's key with --key, or, for a lock "
+            "that was never signed, --trust-unsigned.",
+        )
+    public = PublicKey.load(key_file)
+    verify_file(sums, signature.read_text(), public)
+    listed = read_checksums(sums).get(LOCK_FILE)
+    if listed is None:
+        raise VerificationError(
+            f"{sums} does not list {LOCK_FILE}: the signature does not cover this lockfile"
+        )
+    if sha256_file(lock) != listed:
+        raise VerificationError(
+            f"{lock} is not the lockfile that was signed (its sha256 differs from {sums.name})",
+            hint="Someone edited it after the release was published. Download the release "
+            "again from its publisher.",
+        )
+    if key_path is not None:
+        note = f"{LOCK_FILE} is signed by the key {key_path} ({public.id_text})"
+        return LockTrust(True, True, note)
+    return LockTrust(
+        True,
+        False,
+        f"{LOCK_FILE} matches the signature made with the release's own {PUBLIC_KEY} "
+        f"({public.id_text}): this proves it is intact, NOT who made it. Pass --key with the "
+        "publisher's key to check its origin.",
+    )

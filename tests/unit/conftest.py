@@ -10,6 +10,17 @@ from orchestrator.flavors import get_flavor
 from orchestrator.plan.build_plan import BuildPlan, SourceSnapshot, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 
+
+@pytest.fixture(autouse=True)
+def _private_config_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache-seal key (host/cache_seal.py) goes to a folder of the test run's, never to
+    the developer's ~/.config; one per test, as a fresh machine would have."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    monkeypatch.delenv("ORCHESTRATOR_CACHE_KEY", raising=False)
+
+
 # Stands in for the crate's source tar: plans only hash it.
 FAKE_SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
 

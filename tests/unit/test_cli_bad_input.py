@@ -115,7 +115,7 @@ def test_reproduce_of_a_malformed_lock_names_file_and_key(
     project: Path, tmp_path: Path, change: dict[str, Any], key: str
 ) -> None:
     lock = _locked(project, tmp_path / "demo-1.2.3", change)
-    output = refused(cli("reproduce", str(lock.parent)), 53, str(lock), key)
+    output = refused(cli("reproduce", str(lock.parent), "--trust-unsigned"), 53, str(lock), key)
     assert "Docker" not in output
     # Whoever reproduces did not write the lock: the hint says where an intact one is.
     assert "Write a new one with `orchestrator release`" not in output
@@ -136,7 +136,7 @@ def test_reproduce_of_a_malformed_lock_names_file_and_key(
 def test_reproduce_of_a_lock_that_is_no_lock(tmp_path: Path, text: str, why: str) -> None:
     lock = tmp_path / "release.lock"
     lock.write_text(text)
-    refused(cli("reproduce", str(lock)), 53, str(lock), why)
+    refused(cli("reproduce", str(lock), "--trust-unsigned"), 53, str(lock), why)
 
 
 @pytest.mark.usefixtures("docker_down")
@@ -317,7 +317,7 @@ def test_reproduce_of_an_artifact_the_lock_lacks_reports_it_not_docker(
     docker_down: str, project: Path, tmp_path: Path
 ) -> None:
     lock = _locked(project, tmp_path / "demo-1.2.3", {})
-    result = cli("reproduce", str(lock), "--artifact", "demo-9")
+    result = cli("reproduce", str(lock), "--artifact", "demo-9", "--trust-unsigned")
     output = refused(result, 53, "not in the lockfile: demo-9", "It locks: demo-1.2.3-linux")
     assert "Docker" not in output
 
@@ -326,7 +326,8 @@ def test_reproduce_with_inputs_missing_from_the_vault_reports_them_not_docker(
     docker_down: str, project: Path, tmp_path: Path
 ) -> None:
     lock = _locked(project, tmp_path / "demo-1.2.3", {})
-    output = refused(cli("reproduce", str(lock)), 53, "the vault lacks", "vault import")
+    result = cli("reproduce", str(lock), "--trust-unsigned")
+    output = refused(result, 53, "the vault lacks", "vault import")
     assert "Docker" not in output
 
 

@@ -198,7 +198,7 @@ def test_verify_a_good_and_a_tampered_release(tmp_path: Path) -> None:
     release = make_release(tmp_path)
     result = runner.invoke(app, ["verify", str(release.root), "--key", str(release.public)])
     assert result.exit_code == 0, result.output
-    assert "all 7 checks passed" in result.output
+    assert "all 8 checks passed" in result.output
     assert "FAILED" not in result.output
     binary = release.artifact / release.binary
     binary.write_bytes(binary.read_bytes() + b"\0")

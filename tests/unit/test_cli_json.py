@@ -173,6 +173,7 @@ def test_verify_json_passes_and_fails_as_a_document(tmp_path: Path) -> None:
         "checksums",
         "sbom",
         "provenance",
+        "coverage",
     }
 
     binary = release.root / release.folder / release.binary
@@ -335,6 +336,10 @@ def test_bench_json_is_bench_json(
     assert [v["name"] for v in document["variants"]] == ["baseline", "pgo"]
     assert document["variants"][1]["speedup_vs_baseline"] == 2.0
     assert "round 2/2" in result.stderr
+    # The report is inside the release folder, so the signed index now lists it.
+    signed = (tmp_path / "SHA256SUMS").read_text()
+    assert "  bench/demo-1.2.3-linux-x86_64-cpu/bench.json\n" in signed
+    assert (tmp_path / "SHA256SUMS.minisig").is_file()
 
 
 # -- build.json, release.lock ----------------------------------------------------------

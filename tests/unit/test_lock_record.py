@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.config.options import Options, resolve
+from orchestrator.execute.profiles import load_profile
 from orchestrator.host.vault import Vault
 from orchestrator.model.lockfile import (
     SCHEMA_VERSION,
@@ -190,7 +191,7 @@ def test_a_hostile_lock_writes_nothing(tmp_path: Path, raw: dict[str, Any]) -> N
     with pytest.raises(LockfileError, match=r"config\.file"):
         read_locked(release, Vault(tmp_path / "vault"))
     # The command reads the lock before it makes its workdir or cache.
-    argv = ["reproduce", str(release), "--workdir", str(workdir)]
+    argv = ["reproduce", str(release), "--workdir", str(workdir), "--trust-unsigned"]
     result = CliRunner().invoke(app, [*argv, "--cache-dir", str(tmp_path / "one" / "cache")])
     assert result.exit_code == 53, result.output
     assert "config.file" in result.output
@@ -228,5 +229,9 @@ def test_seed_cache_lays_out_typed_inputs(
     assert (set_dir / package["file"]).read_bytes() == b"gcc"
     assert (cache / "profiles" / "pgo" / "k.profdata").read_bytes() == b"profile"
     sidecar = read_record(cache / "profiles" / "pgo" / "k.json", ProfileSidecar)
-    assert sidecar == ProfileSidecar(sha256=profile["sha256"], size=7, details={"functions": 12})
+    assert sidecar.model_copy(update={"seal": None}) == ProfileSidecar(
+        sha256=profile["sha256"], size=7, details={"functions": 12}
+    )
+    # Sealed, so the build that follows uses it (a vault blob was checked by its digest).
+    assert load_profile(cache / "profiles" / "pgo" / "k.profdata", "PGO", print) is not None
     assert differing_inputs(document, document.targets[0], plan) == []

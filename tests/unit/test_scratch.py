@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import orchestrator.host.vault as vault_module
 from orchestrator.host.scratch import remove_abandoned, scratch_dir, scratch_root
 from orchestrator.host.vault import Vault
 
@@ -49,3 +52,25 @@ def test_vault_temporaries_never_land_in_the_vault(tmp_path: Path) -> None:
     digest = vault.put(blob)
     assert sorted(p.name for p in vault.root.rglob("*")) == sorted(["sha256", digest[:2], digest])
     assert list((tmp_path / "cache" / "tmp").iterdir()) == []  # the killed run's, too
+
+
+def test_vault_materialize_leaves_no_temporary_beside_its_destination(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vault = Vault(tmp_path / "cache" / "vault")
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"rootfs")
+    digest = vault.put(blob)
+    seen: list[Path] = []
+    real_clone = vault_module.clone_file
+
+    def clone(source: Path, partial: Path) -> None:
+        seen.append(partial)
+        real_clone(source, partial)
+
+    monkeypatch.setattr(vault_module, "clone_file", clone)
+    dest = tmp_path / "cache" / "rootfs" / "base.tar"
+    vault.materialize(digest, dest)
+    assert dest.read_bytes() == b"rootfs"
+    assert seen[0].is_relative_to(tmp_path / "cache" / "tmp")  # swept if we are killed
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["base.tar"]

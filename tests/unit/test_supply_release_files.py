@@ -100,6 +100,10 @@ def make_release(base: Path) -> Release:
         )
     )
     write_record(artifact / "build.json", manifest)
+    (artifact / "profiles").mkdir()
+    (artifact / "profiles" / "pgo.profdata").write_bytes(b"\x00profile")
+    (artifact / "logs").mkdir()
+    (artifact / "logs" / "build-release.log").write_text("+ cargo build --release\n")
     signer.sign(binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir))
     write_checksums(artifact)
     update_release_index(root, signer)
@@ -131,10 +135,13 @@ def test_a_fresh_release_passes_every_check(release: Release) -> None:
         (f"{folder}/{SBOM_FILE}", "sbom"),
         (PROVENANCE, "signature"),
         (PROVENANCE, "provenance"),
+        (CHECKSUMS, "coverage"),
     ]
     assert failed(checks) == set()
     found = details(checks)
-    assert found[CHECKSUMS, "checksums"] == "2 files match"  # binary and SBOM
+    assert found[CHECKSUMS, "checksums"] == "3 files match"  # binary, SBOM, folder listing
+    # binary, its .minisig, SBOM, build.json, a profile, a log; the folder listing
+    assert found[CHECKSUMS, "coverage"] == "all 7 files are under the signature of SHA256SUMS"
     assert found[PROVENANCE, "provenance"] == "DSSE signature valid; 1 subjects match"
     assert found[f"{folder}/{SBOM_FILE}", "sbom"] == f"describes {release.binary} (0 components)"
     assert found[binary, "signature"].startswith(f"orchestrator: {binary} demo 1.2.3 inputs:")
@@ -148,6 +155,8 @@ def test_release_index_files(release: Release) -> None:
         f"{hashlib.sha256(binary.read_bytes()).hexdigest()}  {release.folder}/{release.binary}",
         f"{hashlib.sha256((release.artifact / SBOM_FILE).read_bytes()).hexdigest()}"
         f"  {release.folder}/{SBOM_FILE}",
+        f"{hashlib.sha256((release.artifact / CHECKSUMS).read_bytes()).hexdigest()}"
+        f"  {release.folder}/{CHECKSUMS}",
     ]
     assert (release.root / PUBLIC_KEY).read_text() == release.public.read_text()
     for name in (CHECKSUMS, PROVENANCE, PUBLIC_KEY, CHECKSUMS + ".minisig"):
@@ -199,16 +208,20 @@ def test_an_edited_checksums_line_breaks_its_signature(release: Release) -> None
 @pytest.mark.parametrize(
     ("line", "detail"),
     [
-        ("00  ../outside", "unsafe path '../outside' in SHA256SUMS"),
-        ("00  /etc/passwd", "unsafe path '/etc/passwd' in SHA256SUMS"),
-        ("00  gone/file", "gone/file is listed but missing"),
+        ("0" * 64 + "  ../outside", "unsafe path '../outside' in SHA256SUMS"),
+        ("0" * 64 + "  /etc/passwd", "unsafe path '/etc/passwd' in SHA256SUMS"),
+        ("0" * 64 + "  gone/file", "gone/file is listed but missing (or not a plain file)"),
     ],
 )
 def test_bad_checksum_entries(release: Release, line: str, detail: str) -> None:
     listing = release.artifact / CHECKSUMS
     listing.write_text(line + "\n" + listing.read_text())
     checks, _ = verify_release(release.root, release.public)
-    assert failed(checks) == {(f"{release.folder}/{CHECKSUMS}", "checksums")}
+    # The folder's listing changed, so the signed one no longer matches it either.
+    assert failed(checks) == {
+        (f"{release.folder}/{CHECKSUMS}", "checksums"),
+        (CHECKSUMS, "checksums"),
+    }
     assert details(checks)[f"{release.folder}/{CHECKSUMS}", "checksums"] == detail
 
 
@@ -343,7 +356,7 @@ def test_release_index_covers_release_files_and_pins_the_lock(release: Release) 
     )
     checks, _ = verify_release(release.root, release.public)
     assert failed(checks) == set()
-    assert details(checks)[CHECKSUMS, "checksums"] == "4 files match"
+    assert details(checks)[CHECKSUMS, "checksums"] == "5 files match"
 
 
 @pytest.mark.skipif(shutil.which("minisign") is None, reason="the minisign CLI is not installed")
