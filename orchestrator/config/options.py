@@ -9,10 +9,11 @@ environment variables, flags) is declared once, in `orchestrator.config.settings
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from orchestrator.config.settings import (
@@ -66,6 +67,24 @@ class FlavorSettings:
 
 
 @dataclass(frozen=True)
+class CrateCargoConfig:
+    """The rustflags of the crate's own `.cargo/config.toml`.
+
+    cargo reads that file itself (builds run at the crate's root, so `[env]`, `[alias]`
+    and the rest apply), but the flags orchestrator passes in CARGO_ENCODED_RUSTFLAGS
+    replace its rustflags: those are read here and put first, before ours.
+    """
+
+    build_rustflags: tuple[str, ...] = ()
+    target_rustflags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def rustflags_for(self, triple: str) -> tuple[str, ...]:
+        """cargo's own rule: `[target.<triple>] rustflags` when set, else `[build]`'s.
+        `[target.'cfg(...)']` tables are not evaluated (they stay inert)."""
+        return self.target_rustflags.get(triple, self.build_rustflags)
+
+
+@dataclass(frozen=True)
 class Options:
     config_path: Path
     project_dir: Path
@@ -97,7 +116,14 @@ class Options:
     bench_warmup: int = default_of("bench.warmup")
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None
     glibc_floor: str = default_of("release.glibc_floor")
+    source_exclude: tuple[str, ...] = default_of("package.exclude")
+    run_env: tuple[str, ...] = default_of("train.env")
+    run_stdin: str = default_of("train.stdin")
+    test_enabled: bool = default_of("test.enabled")
+    test_reason: str = default_of("test.reason")
+    test_args: tuple[str, ...] = default_of("test.args")
     sources: Mapping[str, str] = field(default_factory=dict)
+    crate_cargo: CrateCargoConfig = field(default_factory=CrateCargoConfig)
     # reproduce: every input must come from the cache/vault; nothing may be downloaded
     offline: bool = False
 
@@ -204,6 +230,36 @@ def _read_cargo_package(crate_dir: Path) -> tuple[str, str | None]:
         )
     version = package.get("version")
     return package["name"], version if isinstance(version, str) else None
+
+
+def _flags(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ConfigError(f"{where}: rustflags must be a string or a list of strings")
+
+
+def read_crate_cargo_config(crate_dir: Path) -> CrateCargoConfig:
+    for name in ("config.toml", "config"):
+        path = crate_dir / ".cargo" / name
+        if path.is_file():
+            break
+    else:
+        return CrateCargoConfig()
+    data = read_toml(path)
+    build = data.get("build", {})
+    build_flags = (
+        _flags(build["rustflags"], f"{path}: build.rustflags")
+        if isinstance(build, dict) and "rustflags" in build
+        else ()
+    )
+    target_flags = {
+        triple: _flags(table["rustflags"], f"{path}: target.{triple}.rustflags")
+        for triple, table in (data.get("target") or {}).items()
+        if isinstance(table, dict) and "rustflags" in table and not triple.startswith("cfg(")
+    }
+    return CrateCargoConfig(build_flags, target_flags)
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -351,6 +407,36 @@ def _source_date_epoch(layers: _Layers, commit_time_of: CommitTime | None) -> in
     return FALLBACK_SOURCE_DATE_EPOCH
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -> None:
+    """What workloads get (env, stdin) and the test switch, checked before any work."""
+    for pair in values.get("run_env", ()):
+        name, equals, _value = pair.partition("=")
+        if not equals or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: train.env entry {pair!r} is not KEY=VALUE",
+                hint='Write each as "NAME=value", e.g. env = ["MODEL=models/tiny.bin"].',
+            )
+    stdin = values.get("run_stdin", "")
+    if stdin:
+        relative = PurePosixPath(stdin)
+        if relative.is_absolute() or ".." in relative.parts:
+            raise ConfigError(
+                f"{path}: train.stdin = {stdin!r} must be a path inside the crate",
+                hint="Workloads see only the crate's files (at its root), read-only.",
+            )
+        if not (crate_dir / relative).is_file():
+            raise ConfigError(f"{path}: train.stdin = {stdin!r}: no such file in {crate_dir}")
+    if not values.get("test_enabled", True) and not values.get("test_reason", "").strip():
+        raise ConfigError(
+            f"{path}: test.enabled = false needs a reason",
+            hint='Say why, e.g. reason = "needs a GPU"; it is recorded in build.json and '
+            "shown in the release summary.",
+        )
+
+
 def resolve(
     config_path: Path | None = None,
     *,
@@ -374,6 +460,7 @@ def resolve(
     }
     values["crate_dir"] = crate_dir  # relative to the config file, never ~-expanded
     values.setdefault("binary", package_name)
+    _check_run_settings(path, values, crate_dir)
     for flavor in values["flavors"]:
         if flavor not in KNOWN_FLAVORS:
             raise ConfigError(
@@ -394,6 +481,7 @@ def resolve(
     return Options(
         config_path=path,
         project_dir=path.parent,
+        crate_cargo=read_crate_cargo_config(crate_dir),
         package_name=package_name,
         flavor_settings=flavor_settings,
         sources=layers.sources,

@@ -111,6 +111,14 @@ SETTINGS: tuple[Setting, ...] = (
         computed="the version in the crate's Cargo.toml",
     ),
     Setting(
+        "package.exclude",
+        "list[str]",
+        (),
+        "paths left out of the source tarball: globs relative to the crate "
+        '(a name without "/" matches at any depth), e.g. ["docs", "*.mp4"]',
+        attr="source_exclude",
+    ),
+    Setting(
         "build.toolchain",
         "str",
         "rustc-web-1.96",
@@ -170,6 +178,41 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         "argument lists run to train PGO/BOLT profiles",
         attr="workloads",
+    ),
+    Setting(
+        "train.env",
+        "list[str]",
+        (),
+        'KEY=VALUE pairs set for every workload, validation and bench run, e.g. ["MODE=fast"]',
+        attr="run_env",
+    ),
+    Setting(
+        "train.stdin",
+        "str",
+        "",
+        "a file of the crate (relative to its root) fed to every workload on stdin",
+        attr="run_stdin",
+    ),
+    Setting(
+        "test.enabled",
+        "bool",
+        True,
+        "run `cargo test` with the shipped flags before publishing",
+        attr="test_enabled",
+    ),
+    Setting(
+        "test.reason",
+        "str",
+        "",
+        "why the tests are off (required with test.enabled = false; shown in build.json)",
+        attr="test_reason",
+    ),
+    Setting(
+        "test.args",
+        "list[str]",
+        (),
+        'extra `cargo test` arguments, e.g. ["--workspace", "--", "--skip", "slow_case"]',
+        attr="test_args",
     ),
     Setting(
         "pgo.enabled",

@@ -16,16 +16,18 @@ import shutil
 import statistics
 import tarfile
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
-from orchestrator.model.layout import BUILDER_UID, artifact_dir_name, release_dir_name
+from orchestrator.host.source import snapshot
+from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
 from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
 from orchestrator.model.reports import BenchReport, BenchVariant
+from orchestrator.plan.build_plan import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
 ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
@@ -196,6 +198,9 @@ class BenchSetup:
     image: str
     sizes: dict[str, int]
     output_dir: Path
+    # The crate's files at /build/src (the bench command runs there) and [train] env.
+    sources: bytes = b""
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 def bench_cpu(engine: Engine) -> str:
@@ -234,7 +239,17 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         )
     kept = read_record(description, VariantsRecord)
     sizes = {name: variant.size for name, variant in kept.variants.items()}
-    return BenchSetup(artifact, variants_dir, kept.image, sizes, release / "bench" / artifact.name)
+    return BenchSetup(
+        artifact,
+        variants_dir,
+        kept.image,
+        sizes,
+        release / "bench" / artifact.name,
+        sources=snapshot(
+            options.crate_dir, options.source_date_epoch, options.source_exclude
+        ).archive,
+        environment=run_plan(options).environment,
+    )
 
 
 def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
@@ -249,9 +264,16 @@ def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
     return buffer.getvalue()
 
 
-def _timed(box: Container, binary: str, command: Sequence[str]) -> tuple[float, int]:
+def _timed(
+    box: Container, binary: str, command: Sequence[str], environment: Mapping[str, str]
+) -> tuple[float, int]:
     lines: list[str] = []
-    code = box.exec(["sh", "-c", TIMER, "sh", binary, *command], on_output=lines.append)
+    code = box.exec(
+        ["sh", "-c", TIMER, "sh", binary, *command],
+        on_output=lines.append,
+        environment=environment,
+        workdir=PATHS.src,
+    )
     fields = lines[-1].split() if lines else []
     if code != 0 or len(fields) != 3 or fields[0] != "0":
         raise StepFailedError(f"benchmark run of {binary} failed: {' '.join(lines)[-300:]}")
@@ -278,10 +300,12 @@ def measure(
     spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
     with engine.container(spec) as box:
         box.put_archive("/build", _binaries_tar(setup.variants_dir, names))
+        if setup.sources:
+            box.put_archive(PATHS.root, setup.sources)
         for round_ in range(warmup + runs):
             timed = round_ >= warmup
             for name in names:  # interleaved: drift hits every variant alike
-                seconds, kb = _timed(box, f"{BENCH_DIR}/{name}", command)
+                seconds, kb = _timed(box, f"{BENCH_DIR}/{name}", command, setup.environment)
                 if timed:
                     times[name].append(seconds)
                     rss[name] = max(rss[name], kb)

@@ -82,7 +82,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         base=load_base_spec(),
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
-        source=snapshot(options.crate_dir, options.source_date_epoch),
+        source=snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude),
     )
 
 

@@ -42,6 +42,7 @@ def run(
     *,
     environment: Mapping[str, str] | None = None,
     keep_output: bool = False,
+    workdir: str | None = None,
 ) -> str:
     """Run a command, logging it as `+ cmd`; raise StepFailedError on a non-zero exit."""
     shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
@@ -55,7 +56,7 @@ def run(
             lines.append(line)
         log.line(line)
 
-    code = box.exec(argv, environment=environment, on_output=sink)
+    code = box.exec(argv, environment=environment, on_output=sink, workdir=workdir)
     if code != 0:
         raise StepFailedError(
             f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` "
@@ -72,7 +73,16 @@ _UNKNOWN_CPU = re.compile(r"'([^']*)' is not a recognized processor for this tar
 
 def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
     """Run a cargo command; rustc ignoring the target-cpu is an error, not a warning."""
-    output = run(box, command.argv, log, step, environment=command.environment, keep_output=True)
+    # At the crate's root, so cargo reads the crate's .cargo/config.toml ([env], [alias]...).
+    output = run(
+        box,
+        command.argv,
+        log,
+        step,
+        environment=command.environment,
+        keep_output=True,
+        workdir=PATHS.src,
+    )
     unknown = _UNKNOWN_CPU.search(output)
     if unknown is not None:
         raise ConfigError(
@@ -144,6 +154,7 @@ class Pipeline:
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
     _volume: str | None = None
+    _sources: str | None = None
     _box: Container | None = None
     _profiler: Container | None = None
 
@@ -166,13 +177,23 @@ class Pipeline:
         return self._volume
 
     @property
+    def source_volume(self) -> str:
+        """The crate's sources at /build/src: written by the build container, seen read-only
+        by the profiling container, where workloads run at the crate's root."""
+        if self._sources is None:
+            self._sources = self.stack.enter_context(
+                self.engine.volume("src", keep=self.keep_containers)
+            )
+        return self._sources
+
+    @property
     def box(self) -> Container:
         """The build container: no network, no capabilities, started on first use."""
         if self._box is None:
             spec = ContainerSpec(
                 self.image.reference,
                 environment=self.plan.build.environment,
-                volumes={self.volume: PATHS.out},
+                volumes={self.volume: PATHS.out, self.source_volume: PATHS.src},
             )
             self._box = self.stack.enter_context(
                 self.engine.container(spec, keep=self.keep_containers)
@@ -198,6 +219,7 @@ class Pipeline:
                 self.image.reference,
                 privileges=self.perf.privileges,
                 volumes={self.volume: PATHS.out},
+                read_only_volumes={self.source_volume: PATHS.src},
                 purpose="profile",
             )
             self._profiler = self.stack.enter_context(
@@ -227,7 +249,17 @@ def run_workloads(
             "orchestrator.toml, or build with --no-pgo --no-bolt.",
         )
     box = pipeline.profiler()
-    for index, workload in enumerate(pipeline.plan.workloads):
+    plan = pipeline.plan
+    for index, workload in enumerate(plan.workloads):
         wrapper = [part.replace("{index}", str(index)) for part in wrap]
-        argv = [*wrapper, *pipeline.plan.runner, binary, *workload]
-        run(box, argv, log, step, environment=environment)
+        argv = [*wrapper, *plan.runner, binary, *workload]
+        if plan.run.stdin:  # the shell only redirects; the workload is exec'd as given
+            argv = ["/bin/sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", plan.run.stdin, *argv]
+        run(
+            box,
+            argv,
+            log,
+            step,
+            environment={**plan.run.environment, **(environment or {})},
+            workdir=plan.run.workdir,
+        )

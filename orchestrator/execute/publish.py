@@ -230,6 +230,10 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         device_code=state.gpu,
         started_at=pipeline.started,
         finished_at=_now(),
+        tests={"ran": True, "cargo": list(plan.test.argv)}
+        if not plan.test_skipped
+        else {"ran": False, "reason": plan.test_skipped},
+        run=plan.run.as_dict(),
     )
 
 

@@ -3,12 +3,36 @@ it needs from the machine it runs on (`portability`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.errors import StepFailedError, ValidationError
-from orchestrator.execute.pipeline import BIN_DIR, Pipeline, run
-from orchestrator.model.outputs import compare_outputs, render_diff
+from orchestrator.execute.pipeline import BIN_DIR, Pipeline, fetch_file, run
+from orchestrator.model.layout import PATHS
+from orchestrator.model.outputs import Captured, compare_captured, render_diff
 from orchestrator.model.portability import parse as parse_portability
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
+
+VALIDATE_DIR = f"{PATHS.out}/validate"
+# Runs the command with stdout and stderr in files of their own: their bytes are compared
+# as written (not decoded, not interleaved by the pipe), each on its own.
+_CAPTURE = 'o=$1; e=$2; shift 2; exec "$@" > "$o" 2> "$e"'
+
+
+def _capture(pipeline: Pipeline, binary: str, name: str, log: StepLog) -> Captured:
+    plan, box, step = pipeline.plan, pipeline.box, StepName.VALIDATE
+    stdout, stderr = f"{VALIDATE_DIR}/{name}.stdout", f"{VALIDATE_DIR}/{name}.stderr"
+    run(box, ["mkdir", "-p", VALIDATE_DIR], log, step)
+    argv = ["/bin/sh", "-c", _CAPTURE, "sh", stdout, stderr]
+    argv += [*plan.runner, binary, *plan.validate_command]
+    run(box, argv, log, step, environment=plan.run.environment, workdir=plan.run.workdir)
+    folder = pipeline.scratch / f"validate-{name}"
+    captured = Captured(
+        fetch_file(box, stdout, folder).read_bytes(), fetch_file(box, stderr, folder).read_bytes()
+    )
+    for line in captured.text().splitlines()[:40]:
+        log.line(f"{name}> {line}")
+    return captured
 
 
 def validate_binary(
@@ -18,24 +42,24 @@ def validate_binary(
     if not command:
         log.line("no validate.command configured: outputs not compared")
         return {"command": [], "compared": False}
-    baseline = f"{BIN_DIR}/baseline"
-    runner = pipeline.plan.runner
-    step = StepName.VALIDATE
-    expected = run(pipeline.box, [*runner, baseline, *command], log, step, keep_output=True)
-    got = run(pipeline.box, [*runner, binary, *command], log, step, keep_output=True)
-    differences = compare_outputs(expected, got, pipeline.plan.validate_tolerance)
+    tolerance = pipeline.plan.validate_tolerance
+    expected = _capture(pipeline, f"{BIN_DIR}/baseline", "baseline", log)
+    got = _capture(pipeline, binary, Path(binary).name, log)
+    differences = compare_captured(expected, got, tolerance)
     if differences:
         diff = render_diff(expected, got, expected_name="baseline", got_name=what)
         raise ValidationError(
             f"{what} printed something else than the baseline for "
-            f"`{' '.join(command)}` ({len(differences)} line(s) differ):\n{diff}"
+            f"`{' '.join(command)}` ({differences}):\n{diff}"
         )
     return {
         "command": list(command),
         "compared": True,
-        "tolerance": pipeline.plan.validate_tolerance,
+        "tolerance": tolerance,
         "identical": expected == got,
-        "output_lines": len(expected.splitlines()),
+        "output_lines": len(expected.stdout.splitlines()),
+        "stdout_bytes": len(expected.stdout),
+        "stderr_bytes": len(expected.stderr),
     }
 
 

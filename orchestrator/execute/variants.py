@@ -31,7 +31,7 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
     if vendor is None:
         raise StepFailedError("internal: the baseline build runs after fetch-crates")
     # Re-snapshot: a source edited since planning must not slip in unrecorded.
-    current = snapshot(options.crate_dir, options.source_date_epoch)
+    current = snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude)
     if current.archive_sha256 != plan.source.archive_sha256:
         raise SourceError(
             "the crate's sources changed while the build was starting",

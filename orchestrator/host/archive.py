@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, NoReturn
 
-from orchestrator.errors import UnsafeArchiveError
+from orchestrator.errors import SourceError, UnsafeArchiveError
 from orchestrator.model.hashing import CHUNK
 
 
@@ -266,10 +266,13 @@ def pack_tree(
     mtime: int,
     uid: int,
     skip: Callable[[PurePosixPath], bool] = lambda _: False,
+    keep_inner_symlinks: bool = False,
 ) -> bytes:
     """A deterministic tar of `root` under `prefix/`: sorted names, fixed times and owners.
 
-    Symlinks are refused rather than followed or stored: a release input should be files.
+    Symlinks are refused rather than followed; with `keep_inner_symlinks`, one whose target
+    stays inside `root` is stored as a symlink (as `git archive` does) and one that points
+    outside is refused by name.
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -279,7 +282,9 @@ def pack_tree(
         for path in _walk_sorted(root, skip):
             rel = PurePosixPath(path.relative_to(root).as_posix())
             info = tar.gettarinfo(str(path), arcname=f"{prefix}/{rel}")
-            if info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
+            if info.issym() and keep_inner_symlinks:
+                _check_inner_link(rel, info.linkname, root)
+            elif info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
                 raise UnsafeArchiveError(f"refusing to pack {path}: not a plain file or folder")
             _normalise(info, mtime=mtime, uid=uid)
             if info.isfile():
@@ -288,6 +293,27 @@ def pack_tree(
             else:
                 tar.addfile(info)
     return buffer.getvalue()
+
+
+def _check_inner_link(rel: PurePosixPath, target: str, root: Path) -> None:
+    """A symlink may name only a path inside the tree, spelt relatively: an absolute or
+    climbing target would mean different files on the build machine than here."""
+    resolved: list[str] = list(rel.parent.parts)
+    for part in PurePosixPath(target).parts:
+        if part == "..":
+            if not resolved:
+                resolved = ["..", "outside"]
+                break
+            resolved.pop()
+        elif part != ".":
+            resolved.append(part)
+    if target.startswith("/") or (resolved and resolved[0] == ".."):
+        raise SourceError(
+            f"refusing to pack {root / rel.as_posix()}: it is a symlink to {target!r}, "
+            f"outside {root}",
+            hint="Make it point inside the crate, or leave it out with [package] exclude "
+            f'= ["{rel.as_posix()}"].',
+        )
 
 
 def single_file_tar(path: str, data: bytes, *, uid: int = 1000) -> bytes:

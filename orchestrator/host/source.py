@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import tomllib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -17,11 +19,28 @@ CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 _SKIPPED_TOP = {"target", ".git"}
 
 
-def _skip(rel: PurePosixPath) -> bool:
-    return rel.parts[0] in _SKIPPED_TOP or rel.name == ".git"
+def excluded_by(patterns: Sequence[str]) -> Callable[[PurePosixPath], bool]:
+    """What `[package] exclude` leaves out, besides build outputs and VCS metadata: a
+    pattern with a "/" matches the whole relative path, one without matches a name at any
+    depth (as in .gitignore); a folder that matches takes everything below it along."""
+
+    def skip(rel: PurePosixPath) -> bool:
+        if rel.parts[0] in _SKIPPED_TOP or rel.name == ".git":
+            return True
+        text = rel.as_posix()
+        return any(
+            fnmatch.fnmatchcase(text, pattern.strip("/"))
+            if "/" in pattern.strip("/")
+            else fnmatch.fnmatchcase(rel.name, pattern.strip("/"))
+            for pattern in patterns
+        )
+
+    return skip
 
 
-def snapshot(crate_dir: Path, source_date_epoch: int) -> SourceSnapshot:
+def snapshot(
+    crate_dir: Path, source_date_epoch: int, exclude: Sequence[str] = ()
+) -> SourceSnapshot:
     lock = crate_dir / "Cargo.lock"
     if not lock.is_file():
         raise SourceError(
@@ -29,7 +48,12 @@ def snapshot(crate_dir: Path, source_date_epoch: int) -> SourceSnapshot:
             hint=f"Run `cargo generate-lockfile` in {crate_dir} and commit Cargo.lock.",
         )
     archive = pack_tree(
-        crate_dir, prefix="src", mtime=source_date_epoch, uid=BUILDER_UID, skip=_skip
+        crate_dir,
+        prefix="src",
+        mtime=source_date_epoch,
+        uid=BUILDER_UID,
+        skip=excluded_by(exclude),
+        keep_inner_symlinks=True,
     )
     return SourceSnapshot(
         archive=archive,

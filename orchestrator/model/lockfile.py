@@ -115,6 +115,7 @@ class LockSource(Record):
     cargo_lock_sha256: Sha256
     vendor_sha256: Sha256
     crates: list[LockCrate]
+    exclude: list[str] = Field(default_factory=list)  # [package] exclude, as configured
 
 
 class RootfsRecipe(Record):
@@ -167,6 +168,9 @@ class LockInputs(Record):
     validate_: list[str] = Field(alias="validate")  # `validate` is a BaseModel method
     pgo_profile_key: str | None
     bolt: BoltInputs | None
+    # What workloads see ([train] env/stdin; None: neither set) and why tests were off
+    run: JsonDict | None = None
+    test_skipped: str = ""
 
 
 class LockedPackage(Record):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 
 
@@ -28,29 +29,93 @@ def _close(expected: str, got: str, tolerance: float) -> bool:
     return abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-300)
 
 
+def _line_within(expected: str, got: str, tolerance: float) -> bool:
+    """Equal but for numbers within `tolerance`: words, punctuation after a number and the
+    whitespace between tokens must all be the same."""
+    a_parts, b_parts = re.split(r"(\s+)", expected), re.split(r"(\s+)", got)
+    if len(a_parts) != len(b_parts):
+        return False
+    for a, b in zip(a_parts, b_parts, strict=True):
+        if a == b:
+            continue
+        a_core, b_core = a.rstrip(":,"), b.rstrip(":,")
+        if a[len(a_core) :] != b[len(b_core) :] or not _close(a_core, b_core, tolerance):
+            return False
+    return True
+
+
 def compare_outputs(expected: str, got: str, tolerance: float = 0.0) -> list[Difference]:
     """Lines that differ; with a tolerance, numbers may differ by that relative amount.
 
     Tokens are split on whitespace (and a trailing `:`/`,`), so `loss: 0.30000001` and
-    `loss: 0.3` agree at tolerance 1e-6 while any change to words or hex digests does not.
+    `loss: 0.3` agree at tolerance 1e-6 while any change to words, spacing or hex digests
+    does not.
     """
     a_lines, b_lines = expected.splitlines(), got.splitlines()
     differences: list[Difference] = []
     for number in range(max(len(a_lines), len(b_lines))):
         a = a_lines[number] if number < len(a_lines) else ""
         b = b_lines[number] if number < len(b_lines) else ""
-        a_tokens = [t.rstrip(":,") for t in a.split()]
-        b_tokens = [t.rstrip(":,") for t in b.split()]
-        same = len(a_tokens) == len(b_tokens) and all(
-            _close(x, y, tolerance) for x, y in zip(a_tokens, b_tokens, strict=True)
-        )
-        if not same or (tolerance <= 0 and a != b):
+        missing = number >= len(a_lines) or number >= len(b_lines)
+        if missing or (a != b and (tolerance <= 0 or not _line_within(a, b, tolerance))):
             differences.append(Difference(number + 1, a, b))
     return differences
 
 
-def render_diff(expected: str, got: str, *, expected_name: str, got_name: str) -> str:
-    lines = difflib.unified_diff(
-        expected.splitlines(), got.splitlines(), expected_name, got_name, lineterm="", n=2
+@dataclass(frozen=True)
+class Captured:
+    """What one run of the validate command wrote, as bytes."""
+
+    stdout: bytes
+    stderr: bytes
+
+    def text(self) -> str:
+        """For people: undecodable bytes shown as \\xNN escapes, never replaced."""
+        return _readable(self.stdout) + (
+            "\n[stderr]\n" + _readable(self.stderr) if self.stderr else ""
+        )
+
+
+def _readable(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
+def compare_captured(expected: Captured, got: Captured, tolerance: float = 0.0) -> str:
+    """ "" when `got` passes, else what differs. Bytes are compared as written; with a
+    tolerance, numbers in the text may differ by that relative amount and nothing else may
+    (undecodable bytes take part as themselves, so no two different outputs look alike)."""
+    if expected == got:
+        return ""
+    problems = []
+    for stream in ("stdout", "stderr"):
+        a, b = getattr(expected, stream), getattr(got, stream)
+        if a == b:
+            continue
+        if tolerance > 0:
+            # surrogateescape: a byte that is not UTF-8 stays distinct from every other
+            a_text, b_text = (
+                a.decode("utf-8", "surrogateescape"),
+                b.decode("utf-8", "surrogateescape"),
+            )
+            lines = compare_outputs(a_text, b_text, tolerance)
+            if lines:
+                problems.append(f"{stream}: {len(lines)} line(s) differ beyond the tolerance")
+        else:
+            lines = compare_outputs(_readable(a), _readable(b))
+            problems.append(f"{stream}: {len(lines) or 'no'} line(s) differ, bytes differ")
+    return "; ".join(problems)
+
+
+def render_diff(
+    expected: str | Captured, got: str | Captured, *, expected_name: str, got_name: str
+) -> str:
+    a = expected.text() if isinstance(expected, Captured) else expected
+    b = got.text() if isinstance(got, Captured) else got
+    lines = list(
+        difflib.unified_diff(
+            a.splitlines(), b.splitlines(), expected_name, got_name, lineterm="", n=2
+        )
     )
-    return "\n".join(list(lines)[:80])
+    if not lines:  # same text, other bytes (a line ending, a trailing newline)
+        return f"(the text is the same; the bytes differ: {a!r:.200} vs {b!r:.200})"
+    return "\n".join(lines[:80])

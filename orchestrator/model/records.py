@@ -199,6 +199,9 @@ class BuildManifest(Record):
     device_code: JsonDict | None
     started_at: str
     finished_at: str
+    # Added within version 2: `cargo test` as run, or why it was not ([test] reason).
+    tests: JsonDict | None = None
+    run: JsonDict | None = None  # where and with what workloads and validation ran
 
 
 # -- release.json ---------------------------------------------------------------------

@@ -66,6 +66,25 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class RunPlan:
+    """How workloads, validation and bench run the binary: at the crate's root, whose files
+    they may read (read-only for workloads), with `[train] env` and `[train] stdin`."""
+
+    workdir: str
+    environment: Mapping[str, str]
+    stdin: str  # a path in the container, or "" for none
+
+    def as_dict(self) -> dict[str, object]:
+        return {"workdir": self.workdir, "env": dict(self.environment), "stdin": self.stdin}
+
+
+def run_plan(options: Options) -> RunPlan:
+    environment = dict(pair.split("=", 1) for pair in options.run_env)
+    stdin = f"{PATHS.src}/{options.run_stdin}" if options.run_stdin else ""
+    return RunPlan(PATHS.src, environment, stdin)
+
+
+@dataclass(frozen=True)
 class PgoPlan:
     profile_key: str  # cache key: everything the profile depends on
     raw_dir: str
@@ -105,6 +124,8 @@ class BuildPlan:
     fetch: CargoCommand
     variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
     test: CargoCommand
+    test_skipped: str  # why `cargo test` does not run ([test] reason), or "" when it runs
+    run: RunPlan
     pgo: PgoPlan | None
     bolt: BoltPlan | None
     workloads: tuple[tuple[str, ...], ...]
@@ -192,6 +213,22 @@ def _bolt_mode(options: Options, flavor: Flavor) -> str:
     return requested
 
 
+def _rustflags(
+    options: Options, flavor: Flavor, release_dir: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the baseline's rustflags, every other variant's)."""
+    # Paths in panic messages and debug info must not depend on where we built.
+    remap = (
+        f"--remap-path-prefix={PATHS.src}={release_dir}",
+        f"--remap-path-prefix={PATHS.vendor}=crates",
+        f"--remap-path-prefix={PATHS.cargo_home}=cargo-home",
+    )
+    # The crate's own .cargo/config.toml rustflags come first (ours win where they clash:
+    # later -C flags override earlier ones), in every variant, the baseline included.
+    crate_flags = options.crate_cargo.rustflags_for(flavor.rust_target)
+    return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *remap)
+
+
 def make_plan(
     options: Options,
     flavor: Flavor,
@@ -217,13 +254,7 @@ def make_plan(
     release_dir = release_dir_name(options.binary, options.version)
     cargo = toolchain.tool("cargo")
 
-    # Paths in panic messages and debug info must not depend on where we built.
-    remap = (
-        f"--remap-path-prefix={PATHS.src}={release_dir}",
-        f"--remap-path-prefix={PATHS.vendor}=crates",
-        f"--remap-path-prefix={PATHS.cargo_home}=cargo-home",
-    )
-    rustflags = (*flavor.rustflags(options), *remap)
+    baseline_flags, rustflags = _rustflags(options, flavor, release_dir)
     feature_args: list[str] = []
     if not settings.default_features:
         feature_args.append("--no-default-features")
@@ -273,10 +304,13 @@ def make_plan(
             f"{target_dir}/{flavor.rust_target}/release/{options.binary}",
         )
 
+    runs = run_plan(options)
+    # Profile keys of configs without [train] env/stdin stay as they were before those existed.
+    run_plan_default = RunPlan(PATHS.src, {}, "")
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
-        variant("baseline", remap, profile=False),
+        variant("baseline", baseline_flags, profile=False),
         variant("release", rustflags),
     ]
     optimized_flags = rustflags
@@ -294,6 +328,9 @@ def make_plan(
                     "image": image.input_hash,
                     "build": [generate.build.argv, dict(generate.build.environment)],
                     "workloads": [list(w) for w in options.workloads],
+                    # What the workloads see besides their arguments (the files they read
+                    # are in the source tree, hashed above).
+                    **({"run": runs.as_dict()} if runs != run_plan_default else {}),
                 }
             ),
             raw_dir=f"{pgo_dir}/raw",
@@ -334,6 +371,8 @@ def make_plan(
         variants.append(variant("optimized", optimized_flags))
     final = variants[-1]
     test = command("test", f"{PATHS.target}/{final.name}", optimized_flags, profile=True)
+    # Last: a "--" among them passes what follows to the test binaries.
+    test = CargoCommand((*test.argv, *options.test_args), test.environment)
     fetch = CargoCommand(
         (
             cargo,
@@ -377,6 +416,8 @@ def make_plan(
         fetch=fetch,
         variants={v.name: v for v in variants},
         test=test,
+        test_skipped="" if options.test_enabled else options.test_reason.strip(),
+        run=runs,
         pgo=pgo,
         bolt=bolt,
         workloads=options.workloads,

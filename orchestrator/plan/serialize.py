@@ -39,6 +39,8 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "validate": list(plan.validate_command),
         "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
         "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
+        "run": plan.run.as_dict() if plan.run.environment or plan.run.stdin else None,
+        "test_skipped": plan.test_skipped,
     }
 
 
@@ -63,6 +65,8 @@ def plan_summary(plan: BuildPlan) -> dict[str, object]:
             for name, v in plan.variants.items()
         },
         "test": list(plan.test.argv),
+        "test_skipped": plan.test_skipped or None,
+        "run": plan.run.as_dict(),
         "pgo": {"profile_key": plan.pgo.profile_key} if plan.pgo else None,
         "bolt": {
             "mode": plan.bolt.mode,

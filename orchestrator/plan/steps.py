@@ -91,7 +91,8 @@ def steps_of(
             x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
         )
         steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
-    steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
+    if options.test_enabled:  # off only with a reason, which build.json records
+        steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
     if bolt:
         mode, flags = bolt
         steps += [

@@ -187,6 +187,7 @@ def record_release(
             "cargo_lock_sha256": plan.source.cargo_lock_sha256,
             "vendor_sha256": vault.put(vendor),
             "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
+            "exclude": list(options.source_exclude),
         },
         base={
             **plan.base.as_dict(),

@@ -123,7 +123,9 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
     config.write_text(document.config.text)
     crate = workdir / source.crate
     if source_dir is not None:
-        shutil.copytree(source_dir, crate, ignore=shutil.ignore_patterns("target", ".git"))
+        shutil.copytree(
+            source_dir, crate, symlinks=True, ignore=shutil.ignore_patterns("target", ".git")
+        )
         return config
     commit, repository_path = source.git_commit, source.repository_path
     root = git(Path.cwd(), "rev-parse", "--show-toplevel")
@@ -154,7 +156,8 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
         tar_path.write_bytes(archive.stdout)
         with tarfile.open(tar_path) as tar:
             tar.extractall(Path(tmp) / "tree", filter="data")
-        shutil.copytree(Path(tmp) / "tree" / crate_in_repo, crate)
+        # Symlinks stay symlinks (the "data" filter let only those inside the tree through).
+        shutil.copytree(Path(tmp) / "tree" / crate_in_repo, crate, symlinks=True)
     return config
 
 

@@ -220,6 +220,9 @@ def run_release(
         result.status = "ok"
         result.size = outcome.binary.stat().st_size
         result.sha256 = sha256_file(outcome.binary)
+        tests = outcome.manifest.tests or {}
+        if tests.get("ran") is False:
+            result.warnings.append(f"cargo test not run: {tests.get('reason')}")
         portability = outcome.manifest.portability
         if portability is not None:
             glibc = portability.glibc_max

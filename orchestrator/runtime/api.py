@@ -60,6 +60,7 @@ class ContainerSpec:
     user: str | None = None  # None: the image's USER (non-root in our images)
     purpose: str = "build"
     volumes: Mapping[str, str] = field(default_factory=dict)  # volume name -> mount path
+    read_only_volumes: Mapping[str, str] = field(default_factory=dict)  # the same, mounted ro
     cpuset: str | None = None  # pin to these CPUs (benchmarks)
 
 

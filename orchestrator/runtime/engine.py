@@ -262,7 +262,13 @@ class Engine:
                 cap_drop=None if privileges.privileged else ["ALL"],
                 security_opt=[*privileges.security_opt, "no-new-privileges"],
                 user=spec.user,
-                volumes={name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
+                volumes={
+                    **{name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
+                    **{
+                        name: {"bind": path, "mode": "ro"}
+                        for name, path in spec.read_only_volumes.items()
+                    },
+                },
                 cpuset_cpus=spec.cpuset,
             )
         except docker.errors.APIError as exc:

@@ -15,6 +15,7 @@ from orchestrator.execute import pipeline as pipeline_module
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.execute.profiles import store_profile
 from orchestrator.model.bolt_report import PerfCapabilities
+from orchestrator.model.layout import PATHS
 from orchestrator.model.records import ProfileSidecar, read_record
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.engine import Privileges
@@ -109,6 +110,7 @@ def test_a_fresh_profile_is_instrumented_trained_merged_and_stored(
     assert profiler.spec.purpose == "profile"
     assert profiler.argvs == [(f"{BIN_DIR}/pgo-generate", "--help")]
     assert profiler.execs[0].environment == {"LLVM_PROFILE_FILE": plan.pgo.profile_file_pattern}
+    assert profiler.execs[0].workdir == PATHS.src  # relative paths reach the crate's files
     cache = _pgo_cache(rig)
     assert cache.read_bytes() == b"merged profile"
     sidecar = read_record(cache.with_suffix(".json"), ProfileSidecar)
@@ -122,6 +124,34 @@ def test_a_fresh_profile_is_instrumented_trained_merged_and_stored(
         "total_count": 1234,
     }
     assert rig.pipeline.reporter.results[-1].detail == "2 .profraw -> 14 bytes, 40 functions"
+
+
+def test_workloads_get_the_train_env_and_stdin_and_a_different_profile_key(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    (project / "crate" / "corpus.txt").write_text("the quick brown fox\n")
+    plain = _pgo_rig(project, stack, tmp_path).pipeline.plan
+    rig = _pgo_rig(project, stack, tmp_path, run_env=("MODE=train",), run_stdin="corpus.txt")
+    _run_pgo(rig)
+    plan = rig.pipeline.plan
+    assert plan.pgo is not None and plain.pgo is not None
+    profiler = rig.engine.containers[-1]
+    (workload,) = profiler.execs
+    assert workload.argv == (
+        "/bin/sh",
+        "-c",
+        'f=$1; shift; exec "$@" < "$f"',
+        "sh",
+        f"{PATHS.src}/corpus.txt",
+        f"{BIN_DIR}/pgo-generate",
+        "--help",
+    )
+    assert workload.environment == {
+        "MODE": "train",
+        "LLVM_PROFILE_FILE": plan.pgo.profile_file_pattern,
+    }
+    # What the workloads see is part of what the profile depends on.
+    assert plan.pgo.profile_key != plain.pgo.profile_key
 
 
 def test_training_that_leaves_no_profraw_is_a_profile_error(
@@ -188,6 +218,10 @@ def _bolt_rig(
     rig = make_rig(make_options(project, pgo=False, **changes), stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     return rig, probes
+
+
+VALIDATED = "/build/out/validate"
+CAPTURE = ("/bin/sh", "-c", 'o=$1; e=$2; shift 2; exec "$@" > "$o" 2> "$e"', "sh")
 
 
 def _bolt_cache(rig: Rig, mode: str) -> Path:
@@ -358,8 +392,22 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
             "-o",
             bolted,
         ),
-        (f"{BIN_DIR}/baseline", "--version"),
-        (bolted, "--version"),
+        ("mkdir", "-p", "/build/out/validate"),
+        (
+            *CAPTURE,
+            f"{VALIDATED}/baseline.stdout",
+            f"{VALIDATED}/baseline.stderr",
+            f"{BIN_DIR}/baseline",
+            "--version",
+        ),
+        ("mkdir", "-p", "/build/out/validate"),
+        (
+            *CAPTURE,
+            f"{VALIDATED}/optimized.bolt.stdout",
+            f"{VALIDATED}/optimized.bolt.stderr",
+            bolted,
+            "--version",
+        ),
     ]
     assert state.shipped == bolted
     assert state.bolt_report["applied"] is True
@@ -375,11 +423,9 @@ def test_optimize_refuses_a_bolted_binary_that_prints_something_else(
     project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, validate_command=("--version",))
-    rig.engine.responder = answers(
-        ("-o /build/out/bin/optimized.bolt", 0, [BOLT_INFO]),
-        ("baseline --version", 0, ["demo 1.2.3"]),
-        ("--version", 0, ["demo 1.2.4"]),
-    )
+    rig.engine.responder = answers(("-o /build/out/bin/optimized.bolt", 0, [BOLT_INFO]))
+    # What the two validate runs wrote to their stdout files.
+    rig.engine.missing = lambda path: b"demo 1.2.3\n" if "baseline" in path else b"demo 1.2.4\n"
     state = rig.pipeline.state
     state.unbolted = f"{BIN_DIR}/optimized"
     with pytest.raises(ValidationError, match="the BOLT-optimized binary printed something else"):

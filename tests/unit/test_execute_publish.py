@@ -8,7 +8,7 @@ import struct
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -168,11 +168,25 @@ def test_without_a_validate_command_nothing_is_compared(
     assert rig.engine.containers == []
 
 
+def outputs(**files: bytes) -> FakeEngine:
+    """An engine whose validate runs wrote these files ("baseline_stdout" is
+    /build/out/validate/baseline.stdout; a stream not given is empty)."""
+
+    def read(path: str) -> bytes:
+        name = PurePosixPath(path).name.replace(".", "_")
+        return files.get(name, b"")
+
+    return FakeEngine(missing=read)
+
+
+CAPTURE_PREFIX = ("/bin/sh", "-c", 'o=$1; e=$2; shift 2; exec "$@" > "$o" 2> "$e"', "sh")
+
+
 @pytest.mark.parametrize(
     ("tolerance", "got", "identical", "detail"),
     [
-        (0.0, "loss: 0.3", True, "outputs identical"),
-        (1e-3, "loss: 0.3000001", False, "within tolerance"),
+        (0.0, b"step 1\nloss: 0.3\n", True, "outputs identical"),
+        (1e-3, b"step 1\nloss: 0.3000001\n", False, "within tolerance"),
     ],
 )
 def test_validate_compares_the_shipped_binary_with_the_baseline(
@@ -180,31 +194,53 @@ def test_validate_compares_the_shipped_binary_with_the_baseline(
     stack: ExitStack,
     tmp_path: Path,
     tolerance: float,
-    got: str,
+    got: bytes,
     identical: bool,
     detail: str,
 ) -> None:
+    (project / "crate" / "model.bin").write_bytes(b"weights")
     options = make_options(
-        project, validate_command=("eval", "--seed", "1"), validate_tolerance=tolerance
+        project,
+        validate_command=("eval", "--seed", "1"),
+        validate_tolerance=tolerance,
+        run_env=("MODE=fast",),
     )
-    engine = FakeEngine(
-        responder=answers(
-            ("baseline", 0, ["step 1", "loss: 0.3"]), ("optimized", 0, ["step 1", got])
-        )
-    )
+    engine = outputs(baseline_stdout=b"step 1\nloss: 0.3\n", optimized_stdout=got)
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     validate.validate(rig.pipeline, rig.log)
-    assert rig.box.argvs == [
-        (f"{BIN_DIR}/baseline", "eval", "--seed", "1"),
-        (f"{BIN_DIR}/optimized", "eval", "--seed", "1"),
+    runs = [e for e in rig.box.execs if e.argv[0] == "/bin/sh"]
+    out = "/build/out/validate"
+    assert [e.argv for e in runs] == [
+        (
+            *CAPTURE_PREFIX,
+            f"{out}/baseline.stdout",
+            f"{out}/baseline.stderr",
+            f"{BIN_DIR}/baseline",
+            "eval",
+            "--seed",
+            "1",
+        ),
+        (
+            *CAPTURE_PREFIX,
+            f"{out}/optimized.stdout",
+            f"{out}/optimized.stderr",
+            f"{BIN_DIR}/optimized",
+            "eval",
+            "--seed",
+            "1",
+        ),
     ]
+    # At the crate's root (relative paths to its files work), with [train] env.
+    assert {(e.workdir, e.environment["MODE"]) for e in runs} == {(PATHS.src, "fast")}
     assert rig.pipeline.state.validation == {
         "command": ["eval", "--seed", "1"],
         "compared": True,
         "tolerance": tolerance,
         "identical": identical,
         "output_lines": 2,
+        "stdout_bytes": 17,
+        "stderr_bytes": 0,
     }
     assert rig.log.detail == detail
 
@@ -213,19 +249,59 @@ def test_differing_outputs_are_a_validation_error_with_a_diff(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     options = make_options(project, validate_command=("eval",))
-    engine = FakeEngine(
-        responder=answers(
-            ("baseline", 0, ["same", "loss: 0.3"]), ("optimized", 0, ["same", "loss: 0.4"])
-        )
-    )
+    engine = outputs(baseline_stdout=b"same\nloss: 0.3\n", optimized_stdout=b"same\nloss: 0.4\n")
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     with pytest.raises(ValidationError) as caught:
         validate.validate(rig.pipeline, rig.log)
     message = caught.value.message
-    assert "1 line(s) differ" in message
+    assert "stdout: 1 line(s) differ" in message
     assert "-loss: 0.3" in message and "+loss: 0.4" in message
     assert rig.pipeline.state.validation == {}
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 0.5])
+def test_a_difference_inside_non_utf8_output_is_caught(
+    project: Path, stack: ExitStack, tmp_path: Path, tolerance: float
+) -> None:
+    """Decoded with replacement characters, b"\\xff" and b"\\xfe" both read as U+FFFD: the
+    old comparison called these equal. Bytes are compared now, and the diff shows them."""
+    options = make_options(project, validate_command=("dump",), validate_tolerance=tolerance)
+    engine = outputs(baseline_stdout=b"id: \xff\x00 1.0\n", optimized_stdout=b"id: \xfe\x00 1.0\n")
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(ValidationError) as caught:
+        validate.validate(rig.pipeline, rig.log)
+    assert "\\xff" in caught.value.message and "\\xfe" in caught.value.message
+
+
+def test_stderr_is_compared_on_its_own_and_a_trailing_byte_counts(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project, validate_command=("run",))
+    same = b"result 42\n"
+    engine = outputs(
+        baseline_stdout=same,
+        optimized_stdout=same,
+        baseline_stderr=b"warning: slow\n",
+        optimized_stderr=b"warning: slow",
+    )
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(ValidationError) as caught:
+        validate.validate(rig.pipeline, rig.log)
+    assert "stderr" in caught.value.message and "stdout" not in caught.value.message
+
+
+def test_with_a_tolerance_only_numbers_may_differ(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project, validate_command=("run",), validate_tolerance=0.1)
+    engine = outputs(baseline_stdout=b"loss:  0.30\n", optimized_stdout=b"loss: 0.31\n")
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(ValidationError, match="beyond the tolerance"):
+        validate.validate(rig.pipeline, rig.log)
 
 
 VERSION_INFO = [

@@ -121,16 +121,24 @@ def test_build_container_and_volume_start_once_and_close_with_the_stack(
         assert rig.pipeline.volume == "orchestrator-out-fake-session"
         (started,) = rig.engine.containers
         assert started.spec.network is False
-        assert started.spec.volumes == {"orchestrator-out-fake-session": PATHS.out}
+        assert started.spec.volumes == {
+            "orchestrator-out-fake-session": PATHS.out,
+            "orchestrator-src-fake-session": PATHS.src,
+        }
         assert started.spec.environment == rig.pipeline.plan.build.environment
-        assert len(rig.engine.volumes) == 1
+        assert len(rig.engine.volumes) == 2
+        # The profiling container sees the same sources, read-only.
+        rig.pipeline.profiler()
+        profiler = rig.engine.containers[-1]
+        assert profiler.spec.read_only_volumes == {"orchestrator-src-fake-session": PATHS.src}
+        assert profiler.spec.volumes == {"orchestrator-out-fake-session": PATHS.out}
         assert rig.pipeline.title(StepName.PUBLISH) == rig.pipeline.plan.steps[-1].title
         assert rig.pipeline.copy_binary("release", rig.log) == f"{BIN_DIR}/release"
         assert started.argvs == [
             ("cp", rig.pipeline.plan.variants["release"].binary, f"{BIN_DIR}/release")
         ]
     assert started.removed
-    assert rig.engine.volumes[0].removed
+    assert all(volume.removed for volume in rig.engine.volumes)
 
 
 def test_a_step_needing_the_image_before_it_exists_fails(

@@ -48,7 +48,10 @@ def test_the_baseline_copies_source_and_crates_in_and_builds(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     options = make_options(project)
-    plan = replace(plan_for(options), source=snapshot(options.crate_dir, options.source_date_epoch))
+    plan = replace(
+        plan_for(options),
+        source=snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude),
+    )
     rig = make_rig(options, stack, tmp_path, plan=plan)
     vendor = tmp_path / "vendor.tar"
     vendor.write_bytes(b"vendored")

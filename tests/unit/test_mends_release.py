@@ -42,7 +42,9 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
         folder = tmp_path / "out" / options.target_cpu
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "demo").write_bytes(options.target_cpu.encode())
-        return BuildOutcome(folder, folder / "demo", cast(Any, SimpleNamespace(portability=None)))
+        return BuildOutcome(
+            folder, folder / "demo", cast(Any, SimpleNamespace(portability=None, tests=None))
+        )
 
     return run_build
 

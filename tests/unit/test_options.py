@@ -111,7 +111,9 @@ def test_flavor_settings_and_describe(project: Path) -> None:
 
 
 BUILD_KEYS = "artifacts_dir, cache_dir, flavors, source_date_epoch, target_cpu, toolchain"
-SECTIONS = "bench, bolt, build, flavors, package, pgo, profiling, release, signing, train, validate"
+SECTIONS = (
+    "bench, bolt, build, flavors, package, pgo, profiling, release, signing, test, train, validate"
+)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +144,7 @@ SECTIONS = "bench, bolt, build, flavors, package, pgo, profiling, release, signi
         ),
         (  # nothing close: no guess, only the list
             '[package]\ncrate = "crate"\ncolour = "red"\n',
-            "unknown key 'package.colour'; [package] takes: binary, crate, version",
+            "unknown key 'package.colour'; [package] takes: binary, crate, exclude, version",
         ),
         (
             '[package]\ncrate = "crate"\n[zzz]\n',

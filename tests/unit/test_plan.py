@@ -175,3 +175,67 @@ def test_image_tags_follow_their_inputs_only(options: Options) -> None:
 def test_bad_target_cpu_is_refused(options: Options) -> None:
     with pytest.raises(ConfigError, match=r"target-cpu .* is not a CPU name"):
         _plan(replace(options, target_cpu="x86-64 v3; rm -rf"))
+
+
+def test_test_args_go_last_and_disabled_tests_leave_the_plan_with_their_reason(
+    project: Path,
+) -> None:
+    options = resolve(project / "orchestrator.toml", env={})
+    with_args = plan_for(replace(options, test_args=("--workspace", "--", "--skip", "slow")))
+    assert with_args.test.argv[-4:] == ("--workspace", "--", "--skip", "slow")
+    assert "test" in [s.name for s in with_args.steps]
+    assert with_args.test_skipped == ""
+    off = plan_for(replace(options, test_enabled=False, test_reason=" needs a GPU "))
+    assert "test" not in [s.name for s in off.steps]
+    assert off.test_skipped == "needs a GPU"
+
+
+def test_disabling_tests_without_a_reason_is_refused(project: Path) -> None:
+    config = project / "orchestrator.toml"
+    config.write_text(config.read_text() + "\n[test]\nenabled = false\n")
+    with pytest.raises(ConfigError, match="needs a reason"):
+        resolve(config, env={})
+    config.write_text(config.read_text() + 'reason = "flaky on this toolchain"\n')
+    assert resolve(config, env={}).test_reason == "flaky on this toolchain"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('[train]\nenv = ["NOEQUALS"]\n', "is not KEY=VALUE"),
+        ('[train]\nstdin = "../outside.txt"\n', "must be a path inside the crate"),
+        ('[train]\nstdin = "missing.txt"\n', "no such file"),
+    ],
+)
+def test_bad_run_settings_are_refused_at_resolve(project: Path, setting: str, message: str) -> None:
+    config = project / "orchestrator.toml"
+    config.write_text(config.read_text().replace("[train]\n", setting, 1))
+    with pytest.raises(ConfigError, match=message):
+        resolve(config, env={})
+
+
+def test_the_crates_cargo_config_rustflags_come_first_in_every_variant(project: Path) -> None:
+    cargo = project / "crate" / ".cargo"
+    cargo.mkdir()
+    (cargo / "config.toml").write_text(
+        '[env]\nGREETING = "hi"\n'
+        '[build]\nrustflags = "--cfg from_build"\n'
+        '[target.aarch64-unknown-linux-gnu]\nrustflags = ["--cfg", "from_aarch64"]\n'
+        '[target.\'cfg(windows)\']\nrustflags = ["--cfg", "inert"]\n'
+    )
+    options = resolve(project / "orchestrator.toml", env={})
+    cpu = plan_for(options)
+    for variant in cpu.variants.values():
+        assert variant.rustflags[:2] == ["--cfg", "from_build"], variant.name
+    assert cpu.rustflags[2].startswith("-Ctarget-cpu=")  # ours after: they win a clash
+    aarch64 = plan_for(options, "aarch64")
+    assert aarch64.variants["baseline"].rustflags[:2] == ["--cfg", "from_aarch64"]
+    assert not any("inert" in flag for flag in aarch64.rustflags + cpu.rustflags)
+
+
+def test_a_malformed_crate_cargo_config_names_the_file(project: Path) -> None:
+    cargo = project / "crate" / ".cargo"
+    cargo.mkdir()
+    (cargo / "config.toml").write_text("[build]\nrustflags = 3\n")
+    with pytest.raises(ConfigError, match=r"config\.toml: build\.rustflags"):
+        resolve(project / "orchestrator.toml", env={})

@@ -21,7 +21,7 @@ from tests.unit.conftest import write_config
 
 # Options fields that are not settings of orchestrator.toml.
 NOT_SETTINGS = {"config_path", "project_dir", "package_name", "flavor_settings", "sources"}
-NOT_SETTINGS |= {"offline"}
+NOT_SETTINGS |= {"offline", "crate_cargo"}  # crate_cargo: read from the crate's .cargo/
 
 
 def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
@@ -32,6 +32,15 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         return "cpu, cuda", ("cpu", "cuda")
     if spec.choices:
         return spec.choices[-1], spec.choices[-1]
+    # Settings whose values are checked against the crate or each other.
+    (project / "crate" / "input.txt").write_text("stdin\n")
+    checked: dict[str, tuple[str, object]] = {
+        "train.env": ("A=1, B=x y", ("A=1", "B=x y")),
+        "train.stdin": ("input.txt", "input.txt"),
+        "test.enabled": ("off", False),
+    }
+    if spec.key in checked:
+        return checked[spec.key]
     by_kind: dict[str, tuple[str, object]] = {
         "str": ("9.9.9", "9.9.9"),
         "int": ("7", 7),
@@ -60,7 +69,8 @@ def test_every_setting_has_a_unique_canonical_env_var() -> None:
 @pytest.mark.parametrize("spec", SETTINGS, ids=lambda s: s.key)
 def test_every_setting_resolves_from_its_env_var(project: Path, spec: Setting) -> None:
     text, expected = _text_and_expected(spec, project)
-    options = resolve(project / "orchestrator.toml", env={spec.env: text})
+    reason = {"ORCHESTRATOR_TEST_REASON": "needs a GPU"} if spec.key == "test.enabled" else {}
+    options = resolve(project / "orchestrator.toml", env={spec.env: text, **reason})
     assert getattr(options, spec.attr) == expected
     assert getattr(options, spec.attr) != spec.default
     rows = {key: source for key, _value, source in options.describe()}

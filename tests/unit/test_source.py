@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,52 @@ def test_snapshot_hash_changes_with_one_byte(project: Path) -> None:
     second = snapshot(crate, 1700000000)
     assert first.archive_sha256 != second.archive_sha256
     assert first.cargo_lock_sha256 == second.cargo_lock_sha256
+
+
+def _members(archive: bytes) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def test_symlinks_inside_the_tree_are_kept_as_symlinks(project: Path) -> None:
+    """As `git archive` packs them: a link to a folder and one to a file, relative."""
+    crate = project / "crate"
+    (crate / "pkg" / "brew").mkdir(parents=True)
+    (crate / "pkg" / "brew" / "formula.rb").write_text("class Demo\nend\n")
+    (crate / "HomebrewFormula").symlink_to("pkg/brew")
+    (crate / "pkg" / "README").symlink_to("../src/main.rs")
+    members = _members(snapshot(crate, 1700000000).archive)
+    link = members["src/HomebrewFormula"]
+    assert link.issym() and link.linkname == "pkg/brew"
+    assert members["src/pkg/README"].linkname == "../src/main.rs"
+    assert "src/HomebrewFormula/formula.rb" not in members  # stored, not followed
+    assert members["src/pkg/brew/formula.rb"].isfile()
+    # Deterministic like the rest: the same tree packs to the same bytes.
+    assert snapshot(crate, 1700000000).archive_sha256 == snapshot(crate, 1700000000).archive_sha256
+
+
+@pytest.mark.parametrize("target", ["../../outside", "/etc/passwd", "a/../../../x"])
+def test_a_symlink_leaving_the_tree_is_refused_by_name(project: Path, target: str) -> None:
+    crate = project / "crate"
+    (crate / "escape").symlink_to(target)
+    with pytest.raises(SourceError) as caught:
+        snapshot(crate, 0)
+    assert f"{crate / 'escape'}" in caught.value.message and target in caught.value.message
+    assert 'exclude = ["escape"]' in caught.value.hint
+    # Left out by the config, it no longer stops the build.
+    assert "src/escape" not in _members(snapshot(crate, 0, ["escape"]).archive)
+
+
+def test_exclude_patterns_leave_paths_out(project: Path) -> None:
+    crate = project / "crate"
+    (crate / "docs" / "img").mkdir(parents=True)
+    (crate / "docs" / "img" / "logo.png").write_bytes(b"png")
+    (crate / "src" / "demo.mp4").write_bytes(b"video")
+    (crate / "data").mkdir()
+    (crate / "data" / "big.bin").write_bytes(b"big")
+    (crate / "data" / "small.txt").write_text("kept\n")
+    names = set(_members(snapshot(crate, 0, ["docs", "*.mp4", "data/*.bin"]).archive))
+    assert "src/data/small.txt" in names and "src/src/main.rs" in names
+    assert not {n for n in names if "docs" in n or n.endswith((".mp4", ".bin"))}
+    everything = set(_members(snapshot(crate, 0).archive))
+    assert {"src/docs/img/logo.png", "src/src/demo.mp4", "src/data/big.bin"} <= everything
