@@ -116,6 +116,7 @@ class Options:
     bench_warmup: int = default_of("bench.warmup")
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None
     glibc_floor: str = default_of("release.glibc_floor")
+    member: str | None = default_of("package.package")
     source_exclude: tuple[str, ...] = default_of("package.exclude")
     run_env: tuple[str, ...] = default_of("train.env")
     run_stdin: str = default_of("train.stdin")
@@ -220,16 +221,58 @@ def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object
     return flat
 
 
-def _read_cargo_package(crate_dir: Path) -> tuple[str, str | None]:
+def _read_cargo_package(crate_dir: Path, member: str | None) -> tuple[str, str | None]:
+    """(package name, version) of the crate, or of `member` when it is a workspace."""
     manifest = crate_dir / "Cargo.toml"
     data = read_toml(manifest)
     package = data.get("package")
-    if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+    own = package.get("name") if isinstance(package, dict) else None
+    if member is None or member == own:
+        if not isinstance(own, str):
+            names = ", ".join(sorted(_workspace_members(crate_dir, data))) or "none found"
+            raise ConfigError(
+                f"{manifest} is a workspace root without a [package] of its own",
+                hint=f'Name the member to release: [package] package = "NAME" (members: {names}).',
+            )
+        return own, _version_of(package, data)
+    members = _workspace_members(crate_dir, data)
+    if member not in members:
         raise ConfigError(
-            f"{manifest}: no [package] name; point package.crate at a crate, not a workspace root"
+            f"{manifest}: package.package = {member!r} is not a member of this workspace; "
+            + _did_you_mean(member, members)
+            + "members: "
+            + (", ".join(sorted(members)) or "none")
         )
-    version = package.get("version")
-    return package["name"], version if isinstance(version, str) else None
+    member_manifest = members[member]
+    member_package = read_toml(member_manifest).get("package", {})
+    return member, _version_of(member_package, data)
+
+
+def _version_of(package: object, root: dict[str, Any]) -> str | None:
+    """A literal version, or the workspace's for `version.workspace = true`."""
+    version = package.get("version") if isinstance(package, dict) else None
+    if isinstance(version, dict) and version.get("workspace") is True:
+        inherited = (root.get("workspace") or {}).get("package", {}).get("version")
+        return inherited if isinstance(inherited, str) else None
+    return version if isinstance(version, str) else None
+
+
+def _workspace_members(crate_dir: Path, data: dict[str, Any]) -> dict[str, Path]:
+    """name -> Cargo.toml of every workspace member (globs in `members` expanded)."""
+    workspace = data.get("workspace")
+    if not isinstance(workspace, dict):
+        return {}
+    found: dict[str, Path] = {}
+    for pattern in workspace.get("members", []):
+        if not isinstance(pattern, str):
+            continue
+        for folder in sorted(crate_dir.glob(pattern)):
+            manifest = folder / "Cargo.toml"
+            if manifest.is_file():
+                name = read_toml(manifest).get("package", {}).get("name")
+                if isinstance(name, str):
+                    found[name] = manifest
+    return found
 
 
 def _flags(value: object, where: str) -> tuple[str, ...]:
@@ -382,7 +425,7 @@ def _crate(layers: _Layers) -> tuple[Path, str, str]:
     crate_dir = (path.parent / crate).resolve()
     if not (crate_dir / "Cargo.toml").is_file():
         raise ConfigError(f"{path}: package.crate = {crate!r}: {crate_dir} has no Cargo.toml")
-    package_name, cargo_version = _read_cargo_package(crate_dir)
+    package_name, cargo_version = _read_cargo_package(crate_dir, layers.text("package.package"))
     version = layers.text("package.version")
     if version is None:
         if cargo_version is None:

@@ -95,6 +95,14 @@ SETTINGS: tuple[Setting, ...] = (
         computed="required",
     ),
     Setting(
+        "package.package",
+        "str",
+        None,
+        "the workspace member to release, when package.crate is a workspace root",
+        attr="member",
+        computed="the crate's own [package]",
+    ),
+    Setting(
         "package.binary",
         "str",
         None,

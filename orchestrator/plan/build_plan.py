@@ -265,6 +265,8 @@ def make_plan(
         verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool
     ) -> CargoCommand:
         argv = [cargo, verb]
+        if options.member:  # a workspace member: its binaries, its tests
+            argv += ["--package", options.member]
         if verb == "build":
             argv += ["--bin", options.binary]
         argv += [

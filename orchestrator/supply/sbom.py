@@ -51,10 +51,13 @@ class DebPackage:
 def crates_from_metadata(
     metadata: Mapping[str, Any], checksums: Mapping[tuple[str, str], str], root_name: str
 ) -> list[Crate]:
-    """Crates in the resolved graph for the build's target and features (root excluded)."""
+    """Crates in the resolved graph for the build's target and features (root excluded):
+    those the root package reaches, so a workspace's other members and their dependencies
+    are not listed as inside this binary."""
     packages = {p["id"]: p for p in metadata.get("packages", [])}
     resolve = metadata.get("resolve") or {}
-    ids = [node["id"] for node in resolve.get("nodes", [])] or list(packages)
+    nodes = {node["id"]: node for node in resolve.get("nodes", [])}
+    ids = _reachable(nodes, packages, root_name) or list(nodes) or list(packages)
     crates = []
     for package_id in ids:
         package = packages.get(package_id)
@@ -71,6 +74,24 @@ def crates_from_metadata(
             )
         )
     return sorted(crates, key=lambda c: (c.name, c.version))
+
+
+def _reachable(nodes: Mapping[str, Any], packages: Mapping[str, Any], root_name: str) -> list[str]:
+    """Package ids the root package depends on, directly or not; [] without a root."""
+    roots = [
+        package_id
+        for package_id, package in packages.items()
+        if package["name"] == root_name and package.get("source") is None and package_id in nodes
+    ]
+    seen: set[str] = set()
+    pending = list(roots)
+    while pending:
+        package_id = pending.pop()
+        if package_id in seen:
+            continue
+        seen.add(package_id)
+        pending.extend(nodes.get(package_id, {}).get("dependencies", []))
+    return sorted(seen)
 
 
 def build_sbom(

@@ -365,7 +365,12 @@ METADATA = {
             "license": "MIT OR Apache-2.0",
         },
     ],
-    "resolve": {"nodes": [{"id": "demo 1.2.3"}, {"id": "either 1.15.0"}]},
+    "resolve": {
+        "nodes": [
+            {"id": "demo 1.2.3", "dependencies": ["either 1.15.0"]},
+            {"id": "either 1.15.0", "dependencies": []},
+        ]
+    },
 }
 DPKG = ["gcc 4:14.2.0-1 amd64", "libc6 2.41-7 amd64", ""]
 

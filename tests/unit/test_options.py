@@ -144,7 +144,8 @@ SECTIONS = (
         ),
         (  # nothing close: no guess, only the list
             '[package]\ncrate = "crate"\ncolour = "red"\n',
-            "unknown key 'package.colour'; [package] takes: binary, crate, exclude, version",
+            "unknown key 'package.colour'; "
+            "[package] takes: binary, crate, exclude, package, version",
         ),
         (
             '[package]\ncrate = "crate"\n[zzz]\n',

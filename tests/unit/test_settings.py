@@ -38,6 +38,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "train.env": ("A=1, B=x y", ("A=1", "B=x y")),
         "train.stdin": ("input.txt", "input.txt"),
         "test.enabled": ("off", False),
+        "package.package": ("demo", "demo"),  # the crate's own package, named
     }
     if spec.key in checked:
         return checked[spec.key]

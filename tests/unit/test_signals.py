@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,11 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         stderr=subprocess.PIPE,
         text=True,
     )
+    # A child that misses a signal would leave the test reading its pipes for ever: kill it
+    # after a minute, so the test fails instead of hanging the run.
+    watchdog = threading.Timer(60, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
     assert child.stdout is not None
     assert child.stdout.readline() == "ready\n"
     return child, marker

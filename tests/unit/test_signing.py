@@ -143,7 +143,12 @@ def test_sbom_is_valid_cyclonedx_and_names_its_artifact() -> None:
                 "license": "MIT OR Apache-2.0",
             },
         ],
-        "resolve": {"nodes": [{"id": "demo 1.0"}, {"id": "either 1.15.0"}]},
+        "resolve": {
+            "nodes": [
+                {"id": "demo 1.0", "dependencies": ["either 1.15.0"]},
+                {"id": "either 1.15.0", "dependencies": []},
+            ]
+        },
     }
     crates = crates_from_metadata(metadata, {("either", "1.15.0"): "67" * 32}, "demo")
     assert crates == [
