@@ -120,12 +120,18 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
     source = document.source  # its paths stay inside `workdir`: the lock's model checks
     config = workdir / document.config.file
     workdir.mkdir(parents=True, exist_ok=True)
-    config.write_text(document.config.text)
     crate = workdir / source.crate
     if source_dir is not None:
+        # The crate may be the config's own folder (crate = "."): lay it out first, then
+        # write the locked config over whatever copy of it came along.
         shutil.copytree(
-            source_dir, crate, symlinks=True, ignore=shutil.ignore_patterns("target", ".git")
+            source_dir,
+            crate,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("target", ".git"),
+            dirs_exist_ok=True,
         )
+        config.write_text(document.config.text)
         return config
     commit, repository_path = source.git_commit, source.repository_path
     root = git(Path.cwd(), "rev-parse", "--show-toplevel")
@@ -157,7 +163,10 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
         with tarfile.open(tar_path) as tar:
             tar.extractall(Path(tmp) / "tree", filter="data")
         # Symlinks stay symlinks (the "data" filter let only those inside the tree through).
-        shutil.copytree(Path(tmp) / "tree" / crate_in_repo, crate, symlinks=True)
+        shutil.copytree(
+            Path(tmp) / "tree" / crate_in_repo, crate, symlinks=True, dirs_exist_ok=True
+        )
+    config.write_text(document.config.text)
     return config
 
 

@@ -235,3 +235,27 @@ def test_seed_cache_lays_out_typed_inputs(
     # Sealed, so the build that follows uses it (a vault blob was checked by its digest).
     assert load_profile(cache / "profiles" / "pgo" / "k.profdata", "PGO", print) is not None
     assert differing_inputs(document, document.targets[0], plan) == []
+
+
+def test_sources_for_a_crate_at_the_config_folder_keep_symlinks_and_the_locked_config(
+    tmp_path: Path, raw: dict[str, Any]
+) -> None:
+    """crate = "." puts the config inside the crate: the copy must not trip over the folder
+    it already made, and the locked config text wins over the copy's own file."""
+    from orchestrator.release.reproduce import lay_out_sources
+
+    raw["source"]["crate"] = "."
+    raw["config"]["file"] = "orchestrator.toml"
+    raw["config"]["text"] = "# the locked text\n"
+    document = parse_lock(raw, "release.lock")
+    source = tmp_path / "given"
+    (source / "pkg" / "brew").mkdir(parents=True)
+    (source / "pkg" / "brew" / "f.rb").write_text("formula\n")
+    (source / "HomebrewFormula").symlink_to("pkg/brew")
+    (source / "orchestrator.toml").write_text("# edited since the release\n")
+    (source / "target").mkdir()
+    config = lay_out_sources(document, tmp_path / "work", source)
+    assert config == tmp_path / "work" / "orchestrator.toml"
+    assert config.read_text() == "# the locked text\n"
+    assert (tmp_path / "work" / "HomebrewFormula").is_symlink()
+    assert not (tmp_path / "work" / "target").exists()

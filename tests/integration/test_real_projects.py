@@ -1,0 +1,143 @@
+"""A workspace shaped like the crates users bring (tests/fixtures/workspace-project),
+released with PGO and BOLT and reproduced bit for bit. What each part exercises:
+
+- a committed relative symlink (HomebrewFormula -> pkg/brew): packed as a symlink;
+- a workspace root as the crate, the member `wordfreq-cli` released, its binary `wordfreq`
+  named differently from the package, the version inherited from the workspace;
+- a data file (data/corpus.txt) that training, validation and bench read by a path relative
+  to the crate's root, `[train] env` and `[train] stdin`;
+- the crate's .cargo/config.toml: an `[env]` value the binary prints and a `[build]
+  rustflags` cfg it reports;
+- a crate test that fails, skipped by `[test] args`;
+- process spawning (the binary runs itself as a child) and non-UTF-8 output.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = REPO / "tests" / "fixtures" / "workspace-project"
+RELEASE = "wordfreq-0.4.0"
+ARTIFACT = f"{RELEASE}-linux-x86_64-cpu"
+
+
+@dataclass(frozen=True)
+class WorkspaceRelease:
+    run: Run
+    project: Path  # a copy of the fixture outside git
+    directory: Path  # the release folder
+
+    @property
+    def artifact(self) -> Path:
+        return self.directory / ARTIFACT
+
+    def manifest(self) -> dict[str, Any]:
+        return dict(json.loads((self.artifact / "build.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def workspace_release(
+    docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> WorkspaceRelease:
+    project = tmp_path_factory.mktemp("workspace") / "wordfreq"
+    shutil.copytree(FIXTURE, project, symlinks=True, ignore=shutil.ignore_patterns("target"))
+    assert (project / "HomebrewFormula").is_symlink()
+    artifacts = project.parent / "artifacts"
+    run = orchestrator(
+        [
+            "release",
+            "--config",
+            str(project / "orchestrator.toml"),
+            "--artifacts-dir",
+            str(artifacts),
+            "--bench-runs",
+            "0",
+            "--allow-dirty",
+        ]
+    )
+    assert run.returncode == 0, run.output
+    assert managed_containers(docker_client) == []
+    return WorkspaceRelease(run, project, artifacts / RELEASE)
+
+
+def test_the_member_is_built_trained_on_repository_files_and_optimized(
+    workspace_release: WorkspaceRelease,
+) -> None:
+    manifest = workspace_release.manifest()
+    assert manifest["artifact"]["file"] == "wordfreq"
+    cargo = manifest["flags"]["variants"]["optimized"]["cargo"]
+    assert cargo[cargo.index("--package") + 1] == "wordfreq-cli"
+    # Three workloads at the crate root, one of them reading stdin, and two child processes:
+    # a .profraw from each process, none overwritten.
+    assert manifest["pgo"]["profile"]["raw_files"] == 5
+    assert manifest["run"] == {
+        "workdir": "/build/src",
+        "env": {"WORDFREQ_TOP": "12"},
+        "stdin": "/build/src/data/corpus.txt",
+    }
+    assert manifest["bolt"]["applied"] is True
+    validation = manifest["validation"]
+    assert validation["compared"] and validation["identical"]
+    assert validation["stdout_bytes"] > 100
+
+
+def test_the_crates_cargo_config_reached_every_build(workspace_release: WorkspaceRelease) -> None:
+    manifest = workspace_release.manifest()
+    for name, variant in manifest["flags"]["variants"].items():
+        assert variant["rustflags"][:2] == ["--cfg", "wordfreq_config_flags"], name
+    # What the baseline and the shipped binary printed in validation, as logged.
+    log = (workspace_release.artifact / "logs" / "14-validate.log").read_text()
+    for who in ("baseline", "optimized.bolt"):
+        assert f"{who}> built with the crate's own .cargo/config.toml" in log
+        assert f"{who}> config flags true" in log
+        assert f"{who}> fingerprint \\x" in log  # raw bytes, shown escaped
+
+
+def test_the_failing_crate_test_was_skipped_by_config(workspace_release: WorkspaceRelease) -> None:
+    tests = workspace_release.manifest()["tests"]
+    assert tests["ran"] is True
+    assert tests["cargo"][-3:] == ["--", "--skip", "known_failure_on_this_toolchain"]
+    log = (workspace_release.artifact / "logs" / "11-test.log").read_text()
+    assert "1 filtered out" in log
+
+
+def test_the_lock_and_sbom_describe_the_member(workspace_release: WorkspaceRelease) -> None:
+    lock = json.loads((workspace_release.directory / "release.lock").read_text())
+    assert lock["source"]["crate"] == "."
+    assert lock["source"]["exclude"] == ["target-local", "*.orig"]
+    sbom = json.loads((workspace_release.artifact / "sbom.cdx.json").read_text())
+    crates = {c["name"] for c in sbom["components"] if c.get("scope") != "excluded"}
+    assert crates == {"memchr", "wordfreq-core"}
+    verified = orchestrator(["verify", str(workspace_release.directory)])
+    assert verified.returncode == 0, verified.output
+
+
+def test_the_workspace_release_reproduces_bit_for_bit(
+    workspace_release: WorkspaceRelease, tmp_path: Path
+) -> None:
+    run = orchestrator(
+        [
+            "reproduce",
+            str(workspace_release.directory),
+            "--source",
+            str(workspace_release.project),
+            "--workdir",
+            str(tmp_path / "rebuild"),
+            "--reuse-images",
+        ]
+    )
+    assert run.returncode == 0, run.output
+    assert "the artifact is bit-identical" in run.output
+    # The symlink came along as a symlink: the source tree hashed the same.
+    assert (tmp_path / "rebuild" / "src" / "HomebrewFormula").is_symlink()
