@@ -19,12 +19,14 @@ from orchestrator.cli.app import (
     ToolchainOption,
     app,
     console,
+    err_console,
     resolve_options,
     setting_option,
     signer_for,
     styled,
 )
 from orchestrator.cli.output import emit_json, json_option, text_console
+from orchestrator.config.options import lock_blocker
 from orchestrator.errors import (
     ConfigError,
 )
@@ -91,6 +93,9 @@ def build(
         },
     )
     plan = prepare_plan(options, flavor)
+    blocker = lock_blocker(options)
+    if blocker:  # a build needs no lock, but `release` and `lock` of this setup would fail
+        err_console.print(styled("warning:", "yellow bold", f" cannot be locked: {blocker}"))
     if dry_run:
         console.print_json(json.dumps(plan_summary(plan)))
         return

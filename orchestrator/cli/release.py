@@ -24,8 +24,9 @@ from orchestrator.cli.app import (
 )
 from orchestrator.cli.complete import complete_flavor_list
 from orchestrator.cli.output import emit_json, json_option, text_console
-from orchestrator.config.options import Options
+from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
 from orchestrator.errors import (
+    ConfigError,
     OrchestratorError,
 )
 
@@ -98,12 +99,10 @@ def release(
     from orchestrator.release.reproduce import record_release, vault_for
     from orchestrator.release.run import (
         ReleaseIncompleteError,
-        plan_report,
         run_release,
         run_report,
         targets,
     )
-    from orchestrator.release.run import dry_run as plan_release
     from orchestrator.runtime.engine import Engine
 
     started = time.monotonic()
@@ -113,33 +112,13 @@ def release(
     )
     names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
     chosen = targets(options, names)
+    blocker = lock_blocker(options)
+    if blocker and not dry_run:  # a release always writes release.lock: refuse before work
+        raise ConfigError(f"cannot release: {blocker}", hint=LOCK_BLOCKER_HINT)
+    if blocker:
+        err_console.print(styled("warning:", "yellow bold", f" a release would fail: {blocker}"))
     if dry_run:
-        try:
-            engine: Engine | None = Engine.connect()
-        except OrchestratorError:
-            engine = None  # the plan needs no Docker; cache hits then say "unknown"
-        planned = plan_release(options, chosen, engine)
-        if json_output:
-            emit_json(plan_report(options, planned, docker_reachable=engine is not None))
-            return
-        table = Table(
-            "target",
-            "artifact",
-            "image",
-            "cached",
-            "steps",
-            title="release plan (nothing is built)",
-        )
-        for item in planned:
-            hits = ", ".join(k for k, v in item.cached.labelled().items() if v) or "nothing"
-            table.add_row(
-                f"{item.target.flavor} {item.target.level}",
-                item.plan.artifact_dir,
-                item.plan.image.reference,
-                hits if engine else f"{hits} (Docker not reachable)",
-                " ".join(s.name for s in item.plan.steps),
-            )
-        console.print(table)
+        _print_plan(options, chosen, json_output=json_output)
         return
     _refuse_dirty(options, allow_dirty=allow_dirty)
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
@@ -238,6 +217,40 @@ def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Targ
     return planned
 
 
+def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool) -> None:
+    """`release --dry-run`: every target's plan and what is cached, as a table or JSON."""
+    from orchestrator.release.run import dry_run as plan_release
+    from orchestrator.release.run import plan_report
+    from orchestrator.runtime.engine import Engine
+
+    try:
+        engine: Engine | None = Engine.connect()
+    except OrchestratorError:
+        engine = None  # the plan needs no Docker; cache hits then say "unknown"
+    planned = plan_release(options, chosen, engine)
+    if json_output:
+        emit_json(plan_report(options, planned, docker_reachable=engine is not None))
+        return
+    table = Table(
+        "target",
+        "artifact",
+        "image",
+        "cached",
+        "steps",
+        title="release plan (nothing is built)",
+    )
+    for item in planned:
+        hits = ", ".join(k for k, v in item.cached.labelled().items() if v) or "nothing"
+        table.add_row(
+            f"{item.target.flavor} {item.target.level}",
+            item.plan.artifact_dir,
+            item.plan.image.reference,
+            hits if engine else f"{hits} (Docker not reachable)",
+            " ".join(s.name for s in item.plan.steps),
+        )
+    console.print(table)
+
+
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
     from orchestrator.errors import SourceError
     from orchestrator.host.system import source_identity
@@ -287,6 +300,9 @@ def lock(
     )
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     chosen = targets(options, list(options.flavors))
+    blocker = lock_blocker(options)
+    if blocker:
+        raise ConfigError(f"cannot lock: {blocker}", hint=LOCK_BLOCKER_HINT)
     if check:
         changes = check_lock(options, read_lock(release_dir / LOCK_FILE), chosen)
         if changes:

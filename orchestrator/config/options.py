@@ -305,6 +305,26 @@ def read_crate_cargo_config(crate_dir: Path) -> CrateCargoConfig:
     return CrateCargoConfig(build_flags, target_flags)
 
 
+def lock_blocker(options: Options) -> str:
+    """Why a release of this setup could not be pinned in release.lock, or "" if it can.
+
+    The lock records the crate by its path relative to the config's folder, and a rebuilder
+    lays both out in one fresh folder: a crate outside that folder has no such path.
+    """
+    if not options.crate_dir.is_relative_to(options.project_dir):
+        return (
+            f"the crate {options.crate_dir} is not inside {options.project_dir}, the folder "
+            f"of {options.config_path.name}: release.lock could not record where it is"
+        )
+    return ""
+
+
+LOCK_BLOCKER_HINT = (
+    "Put orchestrator.toml in the crate's folder or a folder above it "
+    "(package.crate is relative to the file), e.g. next to the workspace's Cargo.toml."
+)
+
+
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "orchestrator"
@@ -438,13 +458,14 @@ def _crate(layers: _Layers) -> tuple[Path, str, str]:
     return crate_dir, package_name, version
 
 
-def _source_date_epoch(layers: _Layers, commit_time_of: CommitTime | None) -> int:
+def _source_date_epoch(layers: _Layers, crate_dir: Path, commit_time_of: CommitTime | None) -> int:
     value = layers.values.get("build.source_date_epoch")
     if isinstance(value, int):
         return value
-    commit_time = commit_time_of(layers.path.parent) if commit_time_of else None
+    # The crate's own repository: the config may live elsewhere (another repository, none).
+    commit_time = commit_time_of(crate_dir) if commit_time_of else None
     if commit_time is not None:
-        layers.set("build.source_date_epoch", commit_time, "git HEAD commit time")
+        layers.set("build.source_date_epoch", commit_time, "the crate's git HEAD commit time")
         return commit_time
     layers.set("build.source_date_epoch", FALLBACK_SOURCE_DATE_EPOCH, "default (no git commit)")
     return FALLBACK_SOURCE_DATE_EPOCH
@@ -494,7 +515,7 @@ def resolve(
     path, data = _load(config_path, env, cwd or Path.cwd())
     layers = _layer(path, data, env, cli or {})
     crate_dir, package_name, _version = _crate(layers)
-    _source_date_epoch(layers, commit_time)
+    _source_date_epoch(layers, crate_dir, commit_time)
 
     values: dict[str, Any] = {
         spec.attr: _convert(spec.kind, layers.values[spec.key], path.parent)

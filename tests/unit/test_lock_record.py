@@ -30,7 +30,12 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.records import ProfileSidecar, read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.reproduce import differing_inputs, read_locked, seed_cache
+from orchestrator.release.reproduce import (
+    differing_inputs,
+    lay_out_sources,
+    read_locked,
+    seed_cache,
+)
 from orchestrator.runtime.images import package_set_dir
 
 from .conftest import plan_for
@@ -242,8 +247,6 @@ def test_sources_for_a_crate_at_the_config_folder_keep_symlinks_and_the_locked_c
 ) -> None:
     """crate = "." puts the config inside the crate: the copy must not trip over the folder
     it already made, and the locked config text wins over the copy's own file."""
-    from orchestrator.release.reproduce import lay_out_sources
-
     raw["source"]["crate"] = "."
     raw["config"]["file"] = "orchestrator.toml"
     raw["config"]["text"] = "# the locked text\n"
