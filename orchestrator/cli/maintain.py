@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -199,3 +200,50 @@ def clean(
             if entry.name not in ("vault", CACHE_MARKER):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         console.print(f"emptied {options.cache_dir} (kept vault/)")
+
+
+@app.command()
+def init(
+    directory: Annotated[
+        Path,
+        typer.Argument(help="The crate's or workspace's folder.", metavar="DIR"),
+    ] = Path(),
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing orchestrator.toml.")
+    ] = False,
+) -> None:
+    """Write a commented orchestrator.toml for the Rust project in DIR.
+
+    The package (or the workspace member with a binary), its binaries and features come
+    from Cargo.toml; the training workload and validate command from the README's
+    examples where it has one (else `--help`, marked as a placeholder). The file works
+    with `orchestrator build --dry-run` at once.
+
+    \b
+    Examples:
+      orchestrator init
+      orchestrator init path/to/workspace --force
+    """
+    from orchestrator.config.options import CONFIG_FILENAME
+    from orchestrator.config.scaffold import detect, render
+    from orchestrator.errors import ConfigError
+
+    root = directory.resolve()
+    target = root / CONFIG_FILENAME
+    if target.exists() and not force:
+        raise ConfigError(
+            f"{target} exists: not overwriting it", hint="Pass --force to replace it."
+        )
+    found = detect(root)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(render(found))
+    partial.replace(target)
+    what = f"{found.package} (workspace member)" if found.member else found.package
+    console.print(f"wrote {target}")
+    console.print(f"  package   {what}, binary {found.binaries[0]}")
+    workload = " ".join(found.workload)
+    origin = f"from {found.workload_source}" if found.workload_source else "a placeholder: edit it"
+    console.print(f"  workload  {workload} ({origin})")
+    console.print("next:")
+    console.print(f"  orchestrator build --dry-run --config {target}   # the plan, nothing built")
+    console.print(f"  orchestrator build --config {target}             # build, train, validate")
