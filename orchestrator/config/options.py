@@ -64,6 +64,7 @@ class FlavorSettings:
     default_features: bool = flavor_default_of("default_features")
     levels: tuple[str, ...] = flavor_default_of("levels")  # empty: just build.target_cpu
     gpu_targets: tuple[str, ...] = flavor_default_of("gpu_targets")  # empty: flavor's list
+    kernels: str = flavor_default_of("kernels")  # embedded | runtime
 
 
 @dataclass(frozen=True)

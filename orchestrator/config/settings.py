@@ -352,6 +352,12 @@ FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
     FlavorKey("default_features", "bool", True, "keep the crate's default features"),
     FlavorKey("levels", "list[str]", (), "CPU levels `release` builds (empty: build.target_cpu)"),
     FlavorKey("gpu_targets", "list[str]", (), "cuda: sm_80, sm_90; rocm: gfx90a (empty: its list)"),
+    FlavorKey(
+        "kernels",
+        "str",
+        "embedded",
+        'GPU kernels: "embedded" (compiled in, checked per target) or "runtime" (NVRTC/hiprtc)',
+    ),
 )
 FLAVOR_KEYS: dict[str, Kind] = {f.name: f.kind for f in FLAVOR_SETTINGS}
 

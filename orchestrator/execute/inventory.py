@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.execute.device import check_cudarc
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.host.bootstrap import deb_identity, read_manifest
 from orchestrator.host.source import registry_crates
@@ -45,6 +46,7 @@ def inventory(pipeline: Pipeline, log: StepLog) -> tuple[list[Crate], list[DebPa
         environment={"CARGO_HOME": PATHS.cargo_home},
     )
     metadata = json.loads(fetch_file(box, metadata_path, pipeline.scratch).read_text())
+    check_cudarc(pipeline, metadata, log)
     lock = (options.crate_dir / "Cargo.lock").read_text()
     checksums = {(c.name, c.version): c.checksum for c in registry_crates(lock)}
     crates = crates_from_metadata(metadata, checksums, options.package_name)

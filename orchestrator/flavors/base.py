@@ -21,6 +21,10 @@ class DeviceCode:
     targets: tuple[str, ...]
     list_argv: tuple[str, ...]
     compiler_version_argv: tuple[str, ...]
+    # "embedded": device code inside the binary, one per target; "runtime": the program
+    # compiles its kernels when it runs, with `runtime_compiler` (libnvrtc, libhiprtc).
+    kernels: str = "embedded"
+    runtime_compiler: str = ""
 
 
 class Flavor(Protocol):

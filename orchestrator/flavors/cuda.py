@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.flavors.gpu import DEFAULT_CUDA_TARGETS, check_target_names
+from orchestrator.flavors.gpu import DEFAULT_CUDA_TARGETS, check_kernels_mode, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
 
 
@@ -32,8 +32,11 @@ class CudaFlavor(X86Flavor):
             targets=self.gpu_targets(options),
             list_argv=("nvcc", "--list-gpu-code"),
             compiler_version_argv=("nvcc", "--version"),
+            kernels=options.settings_for(self.name).kernels,
+            runtime_compiler="libnvrtc",
         )
 
     def validate(self, options: Options) -> None:
         super().validate(options)
         check_target_names(self.name, self.gpu_targets(options))
+        check_kernels_mode(self.name, options.settings_for(self.name).kernels)

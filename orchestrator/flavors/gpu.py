@@ -177,3 +177,46 @@ def require_embedded(artifact: str, wanted: Iterable[str], embedded: set[str]) -
 def _target_order(target: str) -> tuple[int, str]:
     digits = re.sub(r"[^0-9]", "", target)
     return (int(digits) if digits else 0, target)
+
+
+KERNEL_MODES = ("embedded", "runtime")
+
+
+def check_kernels_mode(flavor: str, kernels: str) -> None:
+    if kernels not in KERNEL_MODES:
+        raise ConfigError(
+            f"flavors.{flavor}.kernels = {kernels!r}: expected one of {', '.join(KERNEL_MODES)}",
+            hint='"embedded": the build compiles kernels into the binary (checked per target); '
+            '"runtime": the program compiles them when it runs (NVRTC, hiprtc).',
+        )
+
+
+def runtime_compiler_use(needed: Iterable[str], binary: bytes, library: str) -> list[str]:
+    """How a binary reaches `library` (libnvrtc, libhiprtc): linked (DT_NEEDED) or named for
+    dlopen (cudarc and libloading keep the file name as a string in the binary)."""
+    found = [f"DT_NEEDED {name}" for name in needed if name.startswith(library)]
+    pattern = re.compile(re.escape(library.encode()) + rb"[A-Za-z0-9_.\-]*\.so[0-9.]*")
+    found += sorted(
+        {f"dlopen name {m.group().decode()}" for m in pattern.finditer(binary)} - set(found)
+    )
+    return found
+
+
+# cudarc picks the CUDA API it binds with a feature: cuda-12040 is CUDA 12.4.
+_CUDARC_FEATURE = re.compile(r"^cuda-(\d{2})(\d{2})0$")
+
+
+def cudarc_cuda_version(features: Iterable[str]) -> str | None:
+    """The CUDA release a cudarc build targets ("12.4"), from its resolved features; None
+    when it picks none (cuda-version-from-build-system, or no cudarc)."""
+    for feature in features:
+        match = _CUDARC_FEATURE.match(feature)
+        if match:
+            return f"{int(match.group(1))}.{int(match.group(2))}"
+    return None
+
+
+def nvcc_release(compiler_line: str) -> str | None:
+    """ "12.4" from nvcc's "Cuda compilation tools, release 12.4, V12.4.131"."""
+    match = re.search(r"release (\d+\.\d+)", compiler_line)
+    return match.group(1) if match else None

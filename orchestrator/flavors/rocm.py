@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, check_target_names
+from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, check_kernels_mode, check_target_names
 from orchestrator.flavors.x86 import X86Flavor
 
 # The AMDGPU processors the image's LLVM 17 (the one hipcc drives) can generate code for.
@@ -34,8 +34,11 @@ class RocmFlavor(X86Flavor):
             targets=self.gpu_targets(options),
             list_argv=LIST_PROCESSORS,
             compiler_version_argv=("hipcc", "--version"),
+            kernels=options.settings_for(self.name).kernels,
+            runtime_compiler="libhiprtc",
         )
 
     def validate(self, options: Options) -> None:
         super().validate(options)
         check_target_names(self.name, self.gpu_targets(options))
+        check_kernels_mode(self.name, options.settings_for(self.name).kernels)

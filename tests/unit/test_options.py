@@ -140,7 +140,7 @@ SECTIONS = (
         (
             '[package]\ncrate = "crate"\n[flavors.cpu]\nfeature = ["simd"]\n',
             "unknown key 'flavors.cpu.feature'; did you mean 'flavors.cpu.features'? "
-            "a flavor takes: default_features, features, gpu_targets, levels",
+            "a flavor takes: default_features, features, gpu_targets, kernels, levels",
         ),
         (  # nothing close: no guess, only the list
             '[package]\ncrate = "crate"\ncolour = "red"\n',
