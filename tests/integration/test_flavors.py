@@ -176,3 +176,38 @@ def test_unsupported_gpu_target_fails_before_building(tmp_path: Path) -> None:
     assert "sm_90" in run.output  # the error lists what is supported
     assert "build-baseline" not in run.output
     assert not (tmp_path / "a" / RELEASE).exists()
+
+
+def test_cuda_kernels_compiled_at_run_time_pass_the_device_check(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """A program that embeds no device code and compiles its kernel with NVRTC when it runs
+    (dlopen by name, as cudarc does): `kernels = "runtime"` checks that instead, and the
+    program really compiles its kernel during validation, in the image, without a GPU."""
+    fixture = REPO / "tests" / "fixtures" / "runtime-kernels"
+    artifacts = tmp_path / "artifacts"
+    run = orchestrator(
+        [
+            "build",
+            "--flavor",
+            "cuda",
+            "--config",
+            str(fixture / "orchestrator.toml"),
+            "--artifacts-dir",
+            str(artifacts),
+            "--no-pgo",
+            "--no-bolt",
+        ]
+    )
+    assert run.returncode == 0, run.output
+    directory = artifacts / "nvrtc-probe-0.2.0" / "nvrtc-probe-0.2.0-linux-x86_64-cuda"
+    manifest = json.loads((directory / "build.json").read_text())
+    binary = manifest["device_code"]["binary"]
+    assert binary["kernels"] == "runtime"
+    assert "dlopen name libnvrtc.so.12" in binary["loads"]
+    assert any(name.startswith("libnvrtc.so.12") for name in binary["image_runtime_compiler"])
+    log = (directory / "logs").glob("*-validate.log")
+    text = next(log).read_text()
+    assert "optimized> entry saxpy: true" in text or "release> entry saxpy: true" in text, text
+    assert "> nvrtc 12.4" in text
+    assert managed_containers(docker_client) == []
