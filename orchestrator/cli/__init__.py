@@ -3,6 +3,7 @@ one place (cli/app.py), and each command group lives in a module of its own."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import typer
 
 from orchestrator import __version__
 from orchestrator.cli import build, maintain, release, reproduce, signing
-from orchestrator.cli.app import app, console, err_console
+from orchestrator.cli.app import INTERRUPTED, app, console, err_console
 from orchestrator.host.signals import stop_on_signals
 
 __all__ = ["app", "build", "main", "maintain", "release", "reproduce", "signing"]
@@ -41,3 +42,13 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    except SystemExit as leaving:
+        if not INTERRUPTED.is_set():
+            raise
+        # The stop was handled: containers, volumes and staging are gone and the error is
+        # printed. Interpreter shutdown could still wait on the Docker exec stream the stop
+        # cut short (the daemon may never close it; seen once in CI: 10 minutes), so leave
+        # without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(leaving.code if isinstance(leaving.code, int) else 130)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -61,6 +62,11 @@ def report(error: OrchestratorError) -> None:
         err_console.print(styled("hint:", "yellow", f" {error.hint}"))
 
 
+# Set when a command stopped on Ctrl-C, SIGTERM or SIGHUP, after its cleanup has run:
+# `main` then leaves at once (see there).
+INTERRUPTED = threading.Event()
+
+
 def _exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -68,6 +74,7 @@ def _exit_on_error(command: Callable[P, R]) -> Callable[P, R]:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
             error: OrchestratorError = BuildInterruptedError("interrupted")
+            INTERRUPTED.set()
         except OrchestratorError as raised:
             error = raised
         except OSError as raised:  # a full disk is the user's to fix, not a traceback

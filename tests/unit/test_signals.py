@@ -123,3 +123,32 @@ def test_an_ignored_sighup_stays_ignored() -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+STUCK_AT_EXIT = """
+import sys, threading, time
+import orchestrator.cli as cli
+from orchestrator.cli.app import app
+
+@app.command("stuck-stop")
+def stuck_stop() -> None:
+    # What a stop cut short can leave: something interpreter shutdown waits for (a
+    # non-daemon thread here, a Docker stream the daemon never closes in real life).
+    threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+    raise KeyboardInterrupt
+
+sys.argv = ["orchestrator", "stuck-stop"]
+cli.main()
+"""
+
+
+def test_a_handled_stop_exits_at_once_even_if_shutdown_would_wait() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", STUCK_AT_EXIT],
+        capture_output=True,
+        text=True,
+        timeout=60,  # without the prompt exit this waits for the thread's hour
+        check=False,
+    )
+    assert child.returncode == 130, child.stderr
+    assert "error: interrupted" in child.stdout + child.stderr
