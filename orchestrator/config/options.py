@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from orchestrator.config.crate_files import (
+    CrateCargoConfig,
+    read_cargo_package,
+    read_crate_cargo_config,
+    read_toml,
+)
 from orchestrator.config.settings import (
     DEFAULT_BOLT_FLAGS,
     FLAVOR_KEYS,
@@ -27,6 +32,7 @@ from orchestrator.config.settings import (
     check_choice,
     check_kind,
     default_of,
+    did_you_mean,
     flavor_default_of,
     parse_text,
     suggest,
@@ -65,24 +71,6 @@ class FlavorSettings:
     levels: tuple[str, ...] = flavor_default_of("levels")  # empty: just build.target_cpu
     gpu_targets: tuple[str, ...] = flavor_default_of("gpu_targets")  # empty: flavor's list
     kernels: str = flavor_default_of("kernels")  # embedded | runtime
-
-
-@dataclass(frozen=True)
-class CrateCargoConfig:
-    """The rustflags of the crate's own `.cargo/config.toml`.
-
-    cargo reads that file itself (builds run at the crate's root, so `[env]`, `[alias]`
-    and the rest apply), but the flags orchestrator passes in CARGO_ENCODED_RUSTFLAGS
-    replace its rustflags: those are read here and put first, before ours.
-    """
-
-    build_rustflags: tuple[str, ...] = ()
-    target_rustflags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def rustflags_for(self, triple: str) -> tuple[str, ...]:
-        """cargo's own rule: `[target.<triple>] rustflags` when set, else `[build]`'s.
-        `[target.'cfg(...)']` tables are not evaluated (they stay inert)."""
-        return self.target_rustflags.get(triple, self.build_rustflags)
 
 
 @dataclass(frozen=True)
@@ -147,12 +135,6 @@ class Options:
         return rows
 
 
-def _did_you_mean(word: str, candidates: Iterable[str], shown: str = "'{}'") -> str:
-    """Text like "did you mean 'x'? " for the closest candidate; "" when none is close."""
-    match = suggest(word, candidates)
-    return f"did you mean {shown.format(match)}? " if match else ""
-
-
 def _unknown_key_hint(section: str, key: str) -> str:
     """The closest key of `section`, else the closest same-named key of another section."""
     match = suggest(key, [s.name for s in SETTINGS if s.section == section])
@@ -171,7 +153,7 @@ def _flatten_file(data: Mapping[str, object], path: Path) -> dict[str, object]:
         if section not in sections:
             raise ConfigError(
                 f"{path}: unknown section [{section}]; "
-                + _did_you_mean(section, sections, "[{}]")
+                + did_you_mean(section, sections, "[{}]")
                 + "expected one of: "
                 + ", ".join(sorted(sections))
             )
@@ -202,7 +184,7 @@ def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object
         if name not in KNOWN_FLAVORS:
             raise ConfigError(
                 f"{path}: unknown flavor [flavors.{name}]; "
-                + _did_you_mean(name, KNOWN_FLAVORS, "[flavors.{}]")
+                + did_you_mean(name, KNOWN_FLAVORS, "[flavors.{}]")
                 + "known flavors: "
                 + ", ".join(KNOWN_FLAVORS)
             )
@@ -214,96 +196,12 @@ def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object
             if kind is None:
                 raise ConfigError(
                     f"{path}: unknown key '{dotted}'; "
-                    + _did_you_mean(key, FLAVOR_KEYS, f"'flavors.{name}.{{}}'")
+                    + did_you_mean(key, FLAVOR_KEYS, f"'flavors.{name}.{{}}'")
                     + "a flavor takes: "
                     + ", ".join(sorted(FLAVOR_KEYS))
                 )
             flat[dotted] = check_kind(value, kind, f"{path}: {dotted}")
     return flat
-
-
-def _read_cargo_package(crate_dir: Path, member: str | None) -> tuple[str, str | None]:
-    """(package name, version) of the crate, or of `member` when it is a workspace."""
-    manifest = crate_dir / "Cargo.toml"
-    data = read_toml(manifest)
-    package = data.get("package")
-    own = package.get("name") if isinstance(package, dict) else None
-    if member is None or member == own:
-        if not isinstance(own, str):
-            names = ", ".join(sorted(_workspace_members(crate_dir, data))) or "none found"
-            raise ConfigError(
-                f"{manifest} is a workspace root without a [package] of its own",
-                hint=f'Name the member to release: [package] package = "NAME" (members: {names}).',
-            )
-        return own, _version_of(package, data)
-    members = _workspace_members(crate_dir, data)
-    if member not in members:
-        raise ConfigError(
-            f"{manifest}: package.package = {member!r} is not a member of this workspace; "
-            + _did_you_mean(member, members)
-            + "members: "
-            + (", ".join(sorted(members)) or "none")
-        )
-    member_manifest = members[member]
-    member_package = read_toml(member_manifest).get("package", {})
-    return member, _version_of(member_package, data)
-
-
-def _version_of(package: object, root: dict[str, Any]) -> str | None:
-    """A literal version, or the workspace's for `version.workspace = true`."""
-    version = package.get("version") if isinstance(package, dict) else None
-    if isinstance(version, dict) and version.get("workspace") is True:
-        inherited = (root.get("workspace") or {}).get("package", {}).get("version")
-        return inherited if isinstance(inherited, str) else None
-    return version if isinstance(version, str) else None
-
-
-def _workspace_members(crate_dir: Path, data: dict[str, Any]) -> dict[str, Path]:
-    """name -> Cargo.toml of every workspace member (globs in `members` expanded)."""
-    workspace = data.get("workspace")
-    if not isinstance(workspace, dict):
-        return {}
-    found: dict[str, Path] = {}
-    for pattern in workspace.get("members", []):
-        if not isinstance(pattern, str):
-            continue
-        for folder in sorted(crate_dir.glob(pattern)):
-            manifest = folder / "Cargo.toml"
-            if manifest.is_file():
-                name = read_toml(manifest).get("package", {}).get("name")
-                if isinstance(name, str):
-                    found[name] = manifest
-    return found
-
-
-def _flags(value: object, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(value.split())
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ConfigError(f"{where}: rustflags must be a string or a list of strings")
-
-
-def read_crate_cargo_config(crate_dir: Path) -> CrateCargoConfig:
-    for name in ("config.toml", "config"):
-        path = crate_dir / ".cargo" / name
-        if path.is_file():
-            break
-    else:
-        return CrateCargoConfig()
-    data = read_toml(path)
-    build = data.get("build", {})
-    build_flags = (
-        _flags(build["rustflags"], f"{path}: build.rustflags")
-        if isinstance(build, dict) and "rustflags" in build
-        else ()
-    )
-    target_flags = {
-        triple: _flags(table["rustflags"], f"{path}: target.{triple}.rustflags")
-        for triple, table in (data.get("target") or {}).items()
-        if isinstance(table, dict) and "rustflags" in table and not triple.startswith("cfg(")
-    }
-    return CrateCargoConfig(build_flags, target_flags)
 
 
 def lock_blocker(options: Options) -> str:
@@ -374,25 +272,11 @@ def _load(
     return path, read_toml(path)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """A TOML file's table; ConfigError naming the file when it is unreadable or not TOML."""
-    try:
-        return tomllib.loads(path.read_text())
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-
-
 def _flag_value(key: str, value: object) -> object:
     """A CLI value, checked like a file's; text for a non-text kind is parsed like env."""
     spec = SETTINGS_BY_KEY.get(key)
     if spec is None:
-        raise ConfigError(
-            f"internal: unknown CLI key {key}. " + _did_you_mean(key, SETTINGS_BY_KEY)
-        )
+        raise ConfigError(f"internal: unknown CLI key {key}. " + did_you_mean(key, SETTINGS_BY_KEY))
     where = f"flag for {key}"
     if isinstance(value, str) and spec.kind not in ("str", "path"):
         return parse_text(spec, value, where)
@@ -446,7 +330,7 @@ def _crate(layers: _Layers) -> tuple[Path, str, str]:
     crate_dir = (path.parent / crate).resolve()
     if not (crate_dir / "Cargo.toml").is_file():
         raise ConfigError(f"{path}: package.crate = {crate!r}: {crate_dir} has no Cargo.toml")
-    package_name, cargo_version = _read_cargo_package(crate_dir, layers.text("package.package"))
+    package_name, cargo_version = read_cargo_package(crate_dir, layers.text("package.package"))
     version = layers.text("package.version")
     if version is None:
         if cargo_version is None:
@@ -530,7 +414,7 @@ def resolve(
         if flavor not in KNOWN_FLAVORS:
             raise ConfigError(
                 f"build.flavors: unknown flavor {flavor!r}; "
-                + _did_you_mean(flavor, KNOWN_FLAVORS)
+                + did_you_mean(flavor, KNOWN_FLAVORS)
                 + "known: "
                 + ", ".join(KNOWN_FLAVORS)
             )

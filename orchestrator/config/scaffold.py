@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.options import read_toml
+from orchestrator.config.crate_files import read_toml, workspace_members
 from orchestrator.errors import ConfigError
 
 
@@ -42,20 +42,16 @@ def _binaries(manifest: Path, package: dict[str, Any], data: dict[str, Any]) -> 
     return list(dict.fromkeys(declared))
 
 
-def _packages(root: Path) -> list[tuple[dict[str, Any], list[str], dict[str, Any]]]:
-    """(package table, binaries, manifest) of the root package and every member."""
-    data = read_toml(root / "Cargo.toml")
+def _packages(
+    root: Path, data: dict[str, Any]
+) -> list[tuple[dict[str, Any], list[str], dict[str, Any]]]:
+    """(package table, binaries, manifest) of the root package (`data`) and every member."""
     found = []
     if isinstance(data.get("package"), dict):
         found.append((data["package"], _binaries(root / "Cargo.toml", data["package"], data), data))
-    for pattern in (data.get("workspace") or {}).get("members", []):
-        for folder in sorted(root.glob(pattern)):
-            manifest = folder / "Cargo.toml"
-            if manifest.is_file():
-                member = read_toml(manifest)
-                if isinstance(member.get("package"), dict):
-                    binaries = _binaries(manifest, member["package"], member)
-                    found.append((member["package"], binaries, member))
+    for manifest in workspace_members(root, data).values():
+        member = read_toml(manifest)
+        found.append((member["package"], _binaries(manifest, member["package"], member), member))
     return found
 
 
@@ -102,14 +98,14 @@ def detect(root: Path) -> Detected:
             f"{root} has no Cargo.lock: a release pins its dependencies",
             hint="Run `cargo generate-lockfile` (and commit Cargo.lock), then init again.",
         )
-    packages = [(p, b, d) for p, b, d in _packages(root) if b]
+    root_data = read_toml(root / "Cargo.toml")
+    packages = [(p, b, d) for p, b, d in _packages(root, root_data) if b]
     if not packages:
         raise ConfigError(
             f"no binary in {root}: orchestrator releases executables",
             hint="A package needs src/main.rs, src/bin/*.rs or a [[bin]] table.",
         )
     package, binaries, data = packages[0]
-    root_data = read_toml(root / "Cargo.toml")
     member = root_data.get("package", {}).get("name") != package["name"]
     features = tuple(sorted(k for k in (data.get("features") or {}) if k != "default"))
     workload = _readme_workload(root, binaries[0])

@@ -426,6 +426,12 @@ def parse_text(spec: Setting, raw: str, where: str) -> object:
     return check_choice(check_kind(value, spec.kind, where), spec, where)
 
 
+def did_you_mean(word: str, candidates: Iterable[str], shown: str = "'{}'") -> str:
+    """Text like "did you mean 'x'? " for the closest candidate; "" when none is close."""
+    match = suggest(word, candidates)
+    return f"did you mean {shown.format(match)}? " if match else ""
+
+
 def suggest(word: str, candidates: Iterable[str]) -> str | None:
     """The closest candidate to a misspelt `word`, if any is close enough."""
     matches = difflib.get_close_matches(word, list(candidates), n=1)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.config.options import read_toml
+from orchestrator.config.crate_files import read_toml
 from orchestrator.config.resources import resource_dir
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 

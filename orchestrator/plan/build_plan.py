@@ -74,6 +74,11 @@ class RunPlan:
     environment: Mapping[str, str]
     stdin: str  # a path in the container, or "" for none
 
+    @property
+    def configured(self) -> bool:
+        """Whether [train] env or stdin is set (the lock and profile key record it then)."""
+        return bool(self.environment or self.stdin)
+
     def as_dict(self) -> dict[str, object]:
         return {"workdir": self.workdir, "env": dict(self.environment), "stdin": self.stdin}
 
@@ -307,8 +312,6 @@ def make_plan(
         )
 
     runs = run_plan(options)
-    # Profile keys of configs without [train] env/stdin stay as they were before those existed.
-    run_plan_default = RunPlan(PATHS.src, {}, "")
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
@@ -332,7 +335,8 @@ def make_plan(
                     "workloads": [list(w) for w in options.workloads],
                     # What the workloads see besides their arguments (the files they read
                     # are in the source tree, hashed above).
-                    **({"run": runs.as_dict()} if runs != run_plan_default else {}),
+                    # (absent without env/stdin: such keys stay as before these existed)
+                    **({"run": runs.as_dict()} if runs.configured else {}),
                 }
             ),
             raw_dir=f"{pgo_dir}/raw",

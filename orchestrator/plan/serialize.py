@@ -39,7 +39,7 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "validate": list(plan.validate_command),
         "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
         "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
-        "run": plan.run.as_dict() if plan.run.environment or plan.run.stdin else None,
+        "run": plan.run.as_dict() if plan.run.configured else None,
         "test_skipped": plan.test_skipped,
     }
 
