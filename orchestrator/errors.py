@@ -204,6 +204,17 @@ class DoctorBlockerError(OrchestratorError):
     summary = "`doctor` found a blocker"
 
 
+class PortabilityError(OrchestratorError):
+    """A shipped binary needs a newer glibc than release.glibc_floor, or does not start (or
+    prints something else) in an older or newer distribution's container."""
+
+    exit_code = 62
+    summary = (
+        "an artifact needs a newer glibc than `release.glibc_floor` (the symbols are named), "
+        "or failed in a Debian release's container (`distros` step)"
+    )
+
+
 class BuildInterruptedError(OrchestratorError):
     exit_code = 130
     summary = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"

@@ -147,6 +147,8 @@ def release(
         "time",
         "size",
         "speedup",
+        "glibc",
+        "runs on",
         "notes",
         title=f"release {options.binary} {options.version}",
     )
@@ -158,6 +160,8 @@ def release(
             f"{result.seconds:.0f}s",
             f"{result.size / 1e6:.2f} MB" if result.size else "-",
             f"{result.speedup:.3f}x" if result.speedup else result.speedup_note or "-",
+            result.glibc or "-",
+            result.oldest_distribution or "-",
             "; ".join([result.error, *result.warnings]).strip("; "),
         )
     out.print(table)

@@ -105,6 +105,7 @@ class Options:
     bench_warmup: int = default_of("bench.warmup")
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None
     glibc_floor: str = default_of("release.glibc_floor")
+    distro_check: bool = default_of("release.distro_check")
     member: str | None = default_of("package.package")
     source_exclude: tuple[str, ...] = default_of("package.exclude")
     run_env: tuple[str, ...] = default_of("train.env")
@@ -357,6 +358,7 @@ def _source_date_epoch(layers: _Layers, crate_dir: Path, commit_time_of: CommitT
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GLIBC_FLOOR = re.compile(r"2\.[0-9]{1,2}")
 
 
 def _check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -> None:
@@ -378,6 +380,13 @@ def _check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) 
             )
         if not (crate_dir / relative).is_file():
             raise ConfigError(f"{path}: train.stdin = {stdin!r}: no such file in {crate_dir}")
+    floor = values.get("glibc_floor", "")
+    if floor and not _GLIBC_FLOOR.fullmatch(floor):
+        raise ConfigError(
+            f"{path}: release.glibc_floor = {floor!r} is not a glibc release like 2.28",
+            hint="Name the oldest glibc your users run: 2.17 (RHEL 7), 2.28 (RHEL 8, Debian "
+            "10), 2.31 (Debian 11, Ubuntu 20.04), 2.35 (Ubuntu 22.04).",
+        )
     if not values.get("test_enabled", True) and not values.get("test_reason", "").strip():
         raise ConfigError(
             f"{path}: test.enabled = false needs a reason",

@@ -319,9 +319,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "release.glibc_floor",
         "str",
-        "2.34",
-        "warn when a release artifact needs a newer glibc than this",
+        "2.28",
+        "the oldest glibc the binaries must start on (2.28: RHEL 8, Debian 10, Ubuntu "
+        "20.04); they are linked against it, and one needing a newer symbol version fails",
         attr="glibc_floor",
+        flag="--glibc-floor",
+    ),
+    Setting(
+        "release.distro_check",
+        "bool",
+        True,
+        "run each shipped binary's validation in containers of an old and a new Debian",
+        attr="distro_check",
+        flag="--distro-check/--no-distro-check",
     ),
     Setting(
         "signing.secret_key",

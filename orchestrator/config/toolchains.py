@@ -102,15 +102,24 @@ class BaseSpec:
     variant: str
     components: tuple[str, ...]
     source_date_epoch: int
+    # Extra packages and dpkg foreign architectures (the distro images that run an aarch64
+    # binary under qemu); left out of `as_dict` when empty, so base image keys stay as they were.
+    include: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        described: dict[str, object] = {
             "suite": self.suite,
             "mirror": self.mirror,
             "variant": self.variant,
             "components": list(self.components),
             "source_date_epoch": self.source_date_epoch,
         }
+        if self.include:
+            described["include"] = list(self.include)
+        if self.architectures:
+            described["architectures"] = list(self.architectures)
+        return described
 
 
 def _table(data: Mapping[str, object], key: str, path: Path) -> Mapping[str, object]:
@@ -210,6 +219,41 @@ def load_base_spec(path: Path | None = None) -> BaseSpec:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: invalid base spec: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class DistroSpec:
+    """A Debian release the `distros` step runs shipped binaries in (images/distros.toml)."""
+
+    suite: str
+    release: str  # "Debian 11"
+    glibc: str
+    emulator_package: str  # qemu-user for a foreign-architecture binary
+    emulator_suffix: str  # qemu-aarch64<suffix> is the program
+
+    @property
+    def title(self) -> str:
+        return f"{self.release} ({self.suite}, glibc {self.glibc})"
+
+
+def load_distros(path: Path | None = None) -> tuple[DistroSpec, ...]:
+    path = path or resource_dir("images") / "distros.toml"
+    entries = read_toml(path).get("distros")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: [[distros]] must list at least one Debian release")
+    try:
+        return tuple(
+            DistroSpec(
+                suite=str(entry["suite"]),
+                release=str(entry["release"]),
+                glibc=str(entry["glibc"]),
+                emulator_package=str(entry["emulator_package"]),
+                emulator_suffix=str(entry["emulator_suffix"]),
+            )
+            for entry in entries
+        )
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: invalid [[distros]] entry: {exc}") from exc
 
 
 def llvm_version(text: str) -> tuple[int, int, int] | None:

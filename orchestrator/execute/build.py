@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.options import Options
-from orchestrator.config.toolchains import load_base_spec, load_toolchain
+from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute import (
     bolt,
@@ -26,6 +26,7 @@ from orchestrator.execute import (
     device,
     inventory,
     pgo,
+    portability,
     publish,
     toolchain,
     validate,
@@ -64,7 +65,8 @@ EXECUTORS: Mapping[StepName, StepExecutor] = {
     StepName.BOLT_OPTIMIZE: bolt.optimize,
     StepName.DEVICE_CODE: device.device_code,
     StepName.VALIDATE: validate.validate,
-    StepName.PORTABILITY: validate.portability,
+    StepName.PORTABILITY: portability.portability,
+    StepName.DISTROS: portability.distros,
     StepName.SBOM: inventory.sbom,
     StepName.EXTRACT: publish.extract,
     StepName.PUBLISH: publish.publish,
@@ -83,6 +85,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
         source=snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude),
+        distros=load_distros(),
     )
 
 

@@ -19,6 +19,7 @@ from orchestrator.errors import ConfigError, ProfileError, StepFailedError
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
 from orchestrator.model.layout import PATHS
+from orchestrator.model.outputs import Captured
 from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
 from orchestrator.model.records import BuildManifest, FileDigest
@@ -127,6 +128,8 @@ class BuildState:
     bolt_profile: ProfileRecord | None = None
     validation: dict[str, object] = field(default_factory=dict)
     portability: Portability | None = None
+    expected: Captured | None = None  # the baseline's validation output
+    distro_runs: list[dict[str, object]] = field(default_factory=list)
     crates: list[Crate] = field(default_factory=list)
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder

@@ -224,7 +224,9 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             if record is not None
         },
         source=SourceIdentity.model_validate(source_identity(options.crate_dir)),
-        portability=PortabilityInfo.model_validate(state.portability.as_dict())
+        portability=PortabilityInfo.model_validate(
+            {**state.portability.as_dict(), "distros": state.distro_runs}
+        )
         if state.portability
         else None,
         device_code=state.gpu,

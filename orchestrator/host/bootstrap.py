@@ -79,7 +79,10 @@ def _common_args(
 
 def rootfs_recipe(spec: BaseSpec, output: str = "<rootfs.tar>") -> list[str]:
     """The mmdebstrap command line (without the program) that makes the base rootfs."""
-    return [*_common_args(spec), spec.suite, output, spec.mirror]
+    args = _common_args(spec, architectures=spec.architectures)
+    if spec.include:
+        args.append(f"--include={','.join(spec.include)}")
+    return [*args, spec.suite, output, spec.mirror]
 
 
 def recipe_file(tarball: Path) -> Path:

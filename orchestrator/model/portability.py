@@ -1,24 +1,29 @@
-"""What an artifact needs from the machine it runs on: glibc, shared libraries, CPU features."""
+"""What an artifact needs from the machine it runs on: glibc, shared libraries, CPU features.
+
+The glibc part comes from the ELF itself (model/elf.py): the highest `GLIBC_x.y` version the
+loader will insist on, and the symbols that push it above `release.glibc_floor`.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-_GLIBC_RE = re.compile(r"Name: GLIBC_(\d+(?:\.\d+)+)")
-_NEEDED_RE = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
+from orchestrator.model.elf import LoaderNeeds, version_tuple
+
 _FEATURE_RE = re.compile(r'^target_feature="([^"]+)"$', re.M)
 
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
+__all__ = ["Portability", "from_loader_needs", "version_tuple"]
 
 
 @dataclass(frozen=True)
 class Portability:
     target: str
     target_cpu: str
+    glibc_floor: str
     glibc_max: str | None  # highest GLIBC_x.y symbol version the binary needs
+    above_floor: tuple[str, ...]  # "symbol@GLIBC_x.y" (weak ones marked) above the floor
+    interpreter: str
     needed: tuple[str, ...]  # DT_NEEDED
     cpu_features: tuple[str, ...]
 
@@ -26,7 +31,10 @@ class Portability:
         return {
             "target": self.target,
             "target_cpu": self.target_cpu,
+            "glibc_floor": self.glibc_floor,
             "glibc_max": self.glibc_max,
+            "above_floor": list(self.above_floor),
+            "interpreter": self.interpreter,
             "needed": list(self.needed),
             "cpu_features": list(self.cpu_features),
         }
@@ -35,15 +43,28 @@ class Portability:
         return self.glibc_max is not None and version_tuple(self.glibc_max) > version_tuple(floor)
 
 
-def parse(
-    *, target: str, target_cpu: str, version_info: str, dynamic: str, rustc_cfg: str
+def from_loader_needs(
+    needs: LoaderNeeds, *, target: str, target_cpu: str, glibc_floor: str, rustc_cfg: str
 ) -> Portability:
-    """From `readelf --version-info`, `readelf --dynamic` and `rustc --print cfg`."""
-    versions = sorted(set(_GLIBC_RE.findall(version_info)), key=version_tuple)
+    """From the binary's loader needs and `rustc --print cfg` of its code generation."""
+    above = [
+        f"{s.name}@{s.version}" + (" (weak)" if s.weak else "")
+        for s in needs.symbols_above(glibc_floor)
+    ]
+    # A version required with no symbol bound to it still counts for the loader.
+    named = {s.version for s in needs.symbols_above(glibc_floor)}
+    above += [
+        f"(no symbol)@GLIBC_{v}"
+        for v in needs.glibc_above(glibc_floor)
+        if f"GLIBC_{v}" not in named
+    ]
     return Portability(
         target=target,
         target_cpu=target_cpu,
-        glibc_max=versions[-1] if versions else None,
-        needed=tuple(_NEEDED_RE.findall(dynamic)),
+        glibc_floor=glibc_floor,
+        glibc_max=needs.glibc_max,
+        above_floor=tuple(above),
+        interpreter=needs.interpreter,
+        needed=needs.needed,
         cpu_features=tuple(sorted(_FEATURE_RE.findall(rustc_cfg))),
     )

@@ -158,12 +158,36 @@ class SourceIdentity(Record):
     dirty: bool | None
 
 
+class DistroRun(Record):
+    distribution: str  # "Debian 11"
+    suite: str
+    glibc: str
+    image: str
+    loads: bool  # the loader resolved every library and symbol version
+    validated: bool  # validate.command printed what the baseline printed
+
+
 class PortabilityInfo(Record):
     target: str
     target_cpu: str
     glibc_max: str | None
     needed: list[str]
     cpu_features: list[str]
+    # Added within version 2 (the enforced floor and the distros step).
+    glibc_floor: str | None = None
+    above_floor: list[str] = Field(default_factory=list)
+    interpreter: str | None = None
+    distros: list[DistroRun] = Field(
+        default_factory=list, description="Debian releases the binary ran on, oldest first"
+    )
+
+    @property
+    def oldest_distribution(self) -> str | None:
+        ran = [d for d in self.distros if d.loads]
+        if not ran:
+            return None
+        oldest = min(ran, key=lambda d: tuple(int(p) for p in d.glibc.split(".")))
+        return f"{oldest.distribution} ({oldest.suite}, glibc {oldest.glibc})"
 
 
 def _build_v1_to_v2(document: JsonDict) -> JsonDict:
@@ -224,6 +248,10 @@ class TargetSummary(Record):
     )
     speedup_note: str | None = Field(
         None, description="why speedup_vs_baseline is null (emulated, skipped, failed)"
+    )
+    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
+    oldest_distribution: str | None = Field(
+        None, description="the oldest Debian release it loaded and validated on"
     )
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.config.options import Options
-from orchestrator.config.toolchains import AptSources, BaseSpec, ToolchainSpec
+from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.hashing import content_hash
@@ -111,6 +111,16 @@ class BoltPlan:
 
 
 @dataclass(frozen=True)
+class DistroPlan:
+    """A Debian release's bare container that runs the shipped binary (`distros` step)."""
+
+    spec: DistroSpec
+    base: BaseSpec  # how mmdebstrap makes its root filesystem
+    image: ImagePlan
+    runner: tuple[str, ...]  # qemu for a foreign-architecture binary
+
+
+@dataclass(frozen=True)
 class BuildPlan:
     flavor: str
     arch: str
@@ -140,6 +150,8 @@ class BuildPlan:
     profiling_allow_privileged: bool  # may the perf probe try --privileged at all
     runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
     device_code: DeviceCode | None
+    glibc_floor: str  # the oldest glibc the binary must load on
+    distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
     binary: str
     release_dir: str
     artifact_dir: str
@@ -157,6 +169,31 @@ class BuildPlan:
 def base_image_plan(base: BaseSpec) -> ImagePlan:
     digest = content_hash({"kind": "base-rootfs", "spec": base.as_dict()})
     return ImagePlan(f"{IMAGE_REPOSITORY}/base:{base.suite}-{digest[:16]}", digest)
+
+
+def distro_plan(distro: DistroSpec, flavor: Flavor, base: BaseSpec) -> DistroPlan:
+    """A bare `distro.suite` root filesystem (for a foreign architecture: plus that suite's
+    qemu-user and the architecture's libc); the base image itself for the base's suite."""
+    spec = BaseSpec(
+        suite=distro.suite,
+        mirror=base.mirror,
+        variant=base.variant,
+        components=base.components,
+        source_date_epoch=base.source_date_epoch,
+    )
+    runner: tuple[str, ...] = ()
+    for arch in flavor.foreign_architectures:
+        spec = replace(
+            spec,
+            include=(*spec.include, distro.emulator_package, f"libc6:{arch}"),
+            architectures=(*spec.architectures, arch),
+        )
+        runner = (f"qemu-{flavor.arch}{distro.emulator_suffix}",)
+    if spec == base:
+        return DistroPlan(distro, spec, base_image_plan(base), runner)
+    digest = content_hash({"kind": "base-rootfs", "spec": spec.as_dict()})
+    reference = f"{IMAGE_REPOSITORY}/distro:{distro.suite}-{flavor.arch}-{digest[:16]}"
+    return DistroPlan(distro, spec, ImagePlan(reference, digest), runner)
 
 
 def apt_sources(flavor: Flavor) -> AptSources:
@@ -243,6 +280,7 @@ def make_plan(
     dockerfile: str,
     packages: Mapping[str, str],
     source: SourceSnapshot,
+    distros: tuple[DistroSpec, ...] = (),
 ) -> BuildPlan:
     flavor.validate(options)
     target_cpu = flavor.target_cpu(options)
@@ -403,6 +441,7 @@ def make_plan(
         pgo=pgo is not None,
         bolt=(bolt.mode, bolt.flags) if bolt else None,
         optimized=final.name == "optimized",
+        distros=tuple(d.title for d in distros) if options.distro_check else (),
     )
     return BuildPlan(
         flavor=flavor.name,
@@ -433,6 +472,10 @@ def make_plan(
         profiling_allow_privileged=options.profiling_allow_privileged,
         runner=flavor.runner,
         device_code=device_code,
+        glibc_floor=options.glibc_floor,
+        distros=tuple(distro_plan(d, flavor, base) for d in distros)
+        if options.distro_check
+        else (),
         binary=options.binary,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(

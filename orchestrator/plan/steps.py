@@ -32,6 +32,7 @@ class StepName(StrEnum):
     DEVICE_CODE = "device-code"
     VALIDATE = "validate"
     PORTABILITY = "portability"
+    DISTROS = "distros"
     SBOM = "sbom"
     EXTRACT = "extract"
     PUBLISH = "publish"
@@ -59,6 +60,7 @@ def steps_of(
     pgo: bool,
     bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
     optimized: bool,
+    distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
 ) -> tuple[Step, ...]:
     """The steps of one build, in the order they run, each titled for the log."""
     steps = [
@@ -104,7 +106,14 @@ def steps_of(
         steps.append(Step(StepName.DEVICE_CODE, f"the binary embeds device code for {targets}"))
     steps += [
         Step(StepName.VALIDATE, "outputs of the shipped binary equal the baseline's"),
-        Step(StepName.PORTABILITY, "glibc symbol versions, shared libraries, CPU features"),
+        Step(
+            StepName.PORTABILITY,
+            f"glibc symbol versions (floor {options.glibc_floor}), shared libraries, CPU features",
+        ),
+    ]
+    if distros:
+        steps.append(Step(StepName.DISTROS, "load and validate on " + ", ".join(distros)))
+    steps += [
         Step(StepName.SBOM, "crate graph (cargo metadata) and toolchain packages"),
         Step(StepName.EXTRACT, f"copy {options.binary} out of the container"),
         Step(StepName.PUBLISH, "sign, checksums, build.json, atomic move; release provenance"),

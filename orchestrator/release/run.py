@@ -26,7 +26,6 @@ from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.portability import version_tuple
 from orchestrator.model.records import ReleaseSummary, TargetSummary, read_record, write_record
 from orchestrator.model.reports import (
     CacheState,
@@ -75,6 +74,8 @@ class TargetResult:
     sha256: str = ""
     speedup: float | None = None
     speedup_note: str = ""  # why there is no speedup figure
+    glibc: str | None = None  # the newest glibc symbol version the binary needs
+    oldest_distribution: str | None = None  # the oldest Debian release it ran on
     error: str = ""  # the first line of the error's message
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
@@ -95,6 +96,8 @@ class TargetResult:
             warnings=list(self.warnings),
             rust_target=self.target.rust_target,
             speedup_note=self.speedup_note or None,
+            glibc=self.glibc,
+            oldest_distribution=self.oldest_distribution,
         )
 
     def as_dict(self) -> dict[str, object]:
@@ -225,11 +228,8 @@ def run_release(
             result.warnings.append(f"cargo test not run: {tests.get('reason')}")
         portability = outcome.manifest.portability
         if portability is not None:
-            glibc = portability.glibc_max
-            if glibc and version_tuple(glibc) > version_tuple(options.glibc_floor):
-                result.warnings.append(
-                    f"needs glibc {glibc}, newer than the floor {options.glibc_floor}"
-                )
+            result.glibc = portability.glibc_max
+            result.oldest_distribution = portability.oldest_distribution
         result.speedup_note = no_speedup_reason(target, bench_runs)
         if not result.speedup_note:
             try:

@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from orchestrator.config.options import Options
-from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+from orchestrator.config.toolchains import (
+    BaseSpec,
+    ToolchainSpec,
+    load_base_spec,
+    load_distros,
+    load_toolchain,
+)
 from orchestrator.flavors import get_flavor
 from orchestrator.plan.build_plan import BuildPlan, SourceSnapshot, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
@@ -43,6 +51,7 @@ def plan_for(
         dockerfile=render_dockerfile(flavor, toolchain),
         packages=image_packages(flavor, toolchain),
         source=FAKE_SOURCE,
+        distros=load_distros(),
     )
 
 
@@ -74,3 +83,10 @@ def write_config(project: Path, text: str) -> Path:
     path = project / "orchestrator.toml"
     path.write_text(text)
     return path
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    """An ExitStack the test's pipeline enters its containers and folders into."""
+    with ExitStack() as exits:
+        yield exits

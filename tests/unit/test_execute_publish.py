@@ -304,55 +304,6 @@ def test_with_a_tolerance_only_numbers_may_differ(
         validate.validate(rig.pipeline, rig.log)
 
 
-VERSION_INFO = [
-    "Version needs section '.gnu.version_r' contains 1 entry:",
-    "  0x0010:   Name: GLIBC_2.17  Flags: none  Version: 4",
-    "  0x0020:   Name: GLIBC_2.34  Flags: none  Version: 3",
-    "  0x0030:   Name: GLIBC_2.2.5  Flags: none  Version: 2",
-]
-DYNAMIC = [
-    " 0x0000000000000001 (NEEDED)             Shared library: [libgcc_s.so.1]",
-    " 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]",
-]
-CFG = ['target_arch="x86_64"', 'target_feature="sse2"', 'target_feature="avx2"']
-
-
-def test_portability_reads_glibc_libraries_and_cpu_features(
-    project: Path, stack: ExitStack, tmp_path: Path
-) -> None:
-    engine = FakeEngine(
-        responder=answers(
-            ("--version-info", 0, VERSION_INFO), ("--dynamic", 0, DYNAMIC), ("--print cfg", 0, CFG)
-        )
-    )
-    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
-    with pytest.raises(StepFailedError, match="before any binary"):
-        validate.portability(rig.pipeline, rig.log)
-    rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
-    validate.portability(rig.pipeline, rig.log)
-    plan = rig.pipeline.plan
-    report = rig.pipeline.state.portability
-    assert report is not None
-    assert (report.glibc_max, report.needed, report.cpu_features) == (
-        "2.34",
-        ("libgcc_s.so.1", "libc.so.6"),
-        ("avx2", "sse2"),
-    )
-    assert (report.target, report.target_cpu) == (plan.rust_target, plan.target_cpu)
-    rustc = rig.box.argvs[-1]
-    assert rustc[:5] == (
-        plan.toolchain.tool("rustc"),
-        "--print",
-        "cfg",
-        "--target",
-        plan.rust_target,
-    )
-    assert [f for f in rustc[5:] if f.startswith("-Ctarget-cpu")] == [
-        f"-Ctarget-cpu={plan.target_cpu}"
-    ]
-    assert rig.log.detail == "glibc 2.34, needs libgcc_s.so.1, libc.so.6"
-
-
 # -- SBOM inventory ----------------------------------------------------------------------
 METADATA = {
     "packages": [

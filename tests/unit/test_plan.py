@@ -46,6 +46,7 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "bolt-optimize",
         "validate",
         "portability",
+        "distros",
         "sbom",
         "extract",
         "publish",

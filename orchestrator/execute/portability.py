@@ -1,0 +1,163 @@
+"""Will the shipped binary start where users run it? Two steps.
+
+`portability` reads the binary's ELF on the host: the glibc symbol versions the loader will
+insist on (a build fails when one is above `release.glibc_floor`, naming the symbols), its
+DT_NEEDED libraries and the CPU features its code generation assumed.
+
+`distros` runs it in bare containers of an old and a new Debian release (images/distros.toml):
+first the loader's own check (`ld.so --list`: every library and symbol version resolves),
+then validate.command at the crate's root, whose output must equal the baseline's.
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import PortabilityError, StepFailedError
+from orchestrator.execute.pipeline import Pipeline, fetch_file, run
+from orchestrator.execute.validate import capture
+from orchestrator.model.elf import ElfReadError, loader_needs
+from orchestrator.model.layout import PATHS
+from orchestrator.model.outputs import compare_captured, render_diff
+from orchestrator.model.portability import from_loader_needs
+from orchestrator.plan.build_plan import DistroPlan
+from orchestrator.plan.steps import StepName
+from orchestrator.progress import StepLog
+from orchestrator.runtime.engine import Container, ContainerSpec
+from orchestrator.runtime.images import ensure_base_image
+
+_SHOWN_SYMBOLS = 12
+
+
+def portability(pipeline: Pipeline, log: StepLog) -> None:
+    plan, box, binary = pipeline.plan, pipeline.box, pipeline.state.shipped
+    if not binary:
+        raise StepFailedError("internal: portability runs before any binary was built")
+    step = StepName.PORTABILITY
+    local = fetch_file(box, binary, pipeline.scratch / "portability")
+    try:
+        needs = loader_needs(local)
+    except ElfReadError as exc:
+        raise StepFailedError(f"step {step}: {binary}: {exc}") from exc
+    codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
+    rustc_cfg = run(
+        box,
+        [plan.toolchain.tool("rustc"), "--print", "cfg", "--target", plan.rust_target, *codegen],
+        log,
+        step,
+        keep_output=True,
+    )
+    report = from_loader_needs(
+        needs,
+        target=plan.rust_target,
+        target_cpu=plan.target_cpu,
+        glibc_floor=plan.glibc_floor,
+        rustc_cfg=rustc_cfg,
+    )
+    pipeline.state.portability = report
+    log.line(f"needs glibc {report.glibc_max} (floor {plan.glibc_floor}); DT_NEEDED:")
+    for library in report.needed:
+        log.line(f"  {library}")
+    if report.above_floor:
+        shown = list(report.above_floor[:_SHOWN_SYMBOLS])
+        if len(report.above_floor) > _SHOWN_SYMBOLS:
+            shown.append(f"and {len(report.above_floor) - _SHOWN_SYMBOLS} more")
+        raise PortabilityError(
+            f"{plan.artifact_dir} needs glibc {report.glibc_max}, newer than release.glibc_floor "
+            f"{plan.glibc_floor}; the loader on an older system refuses it for: "
+            + ", ".join(shown),
+            hint="A symbol from C code (a -sys crate, build.rs) or a library linked outside the "
+            "floor's sysroot pulls in the newer version; build it against the floor, or, if "
+            f"your users all have glibc {report.glibc_max} or newer, set [release] "
+            f'glibc_floor = "{report.glibc_max}".',
+        )
+    log.detail = f"glibc {report.glibc_max} <= floor {plan.glibc_floor}"
+
+
+def distros(pipeline: Pipeline, log: StepLog) -> None:
+    plan, state = pipeline.plan, pipeline.state
+    if pipeline.options.offline:
+        # A reproduction checks bytes; its release already proved where they run.
+        log.mark_cached("offline: not run (the distros' root filesystems are not pinned)")
+        return
+    report = state.portability
+    if report is None or not state.shipped:
+        raise StepFailedError("internal: the distros step runs after portability")
+    results: list[dict[str, object]] = []
+    for distro in plan.distros:
+        image = ensure_base_image(
+            pipeline.engine,
+            distro.base,
+            distro.image,
+            pipeline.options.cache_dir,
+            log,
+            offline=pipeline.options.offline,
+        )
+        spec = ContainerSpec(
+            image.reference,
+            user="1000:1000",  # nobody's uid there; it needs no account to run
+            read_only_volumes={pipeline.volume: PATHS.out, pipeline.source_volume: PATHS.src},
+            purpose="distro",
+        )
+        with pipeline.engine.container(spec, keep=pipeline.keep_containers) as box:
+            results.append(_run_in(pipeline, box, distro, report.interpreter, log))
+    state.distro_runs = results
+    log.detail = "ran on " + ", ".join(f"{d.spec.release} ({d.spec.suite})" for d in plan.distros)
+
+
+def _run_in(
+    pipeline: Pipeline, box: Container, distro: DistroPlan, interpreter: str, log: StepLog
+) -> dict[str, object]:
+    plan, state, step = pipeline.plan, pipeline.state, StepName.DISTROS
+    title = distro.spec.title
+    log.line(f"-- {title}")
+    lines: list[str] = []
+    # The loader resolves every library and symbol version and stops before main: its
+    # refusal ("version `GLIBC_2.39' not found") is the clearest message there is.
+    argv = [*distro.runner, interpreter, "--list", state.shipped]
+    log.command(argv, {})
+
+    def keep(line: str) -> None:
+        lines.append(line)
+        log.line(line)
+
+    code = box.exec(argv, on_output=keep)
+    if code != 0 or any("not found" in line for line in lines):
+        raise PortabilityError(
+            f"{plan.artifact_dir} does not load on {title}:\n" + "\n".join(lines[-12:]),
+            hint="The portability step's glibc report in the log says what it needs; "
+            "raise [release] glibc_floor only if your users have newer systems.",
+        )
+    result: dict[str, object] = {
+        "distribution": distro.spec.release,
+        "suite": distro.spec.suite,
+        "glibc": distro.spec.glibc,
+        "image": distro.image.reference,
+        "loads": True,
+        "validated": False,
+    }
+    expected = state.expected
+    if plan.validate_command and expected is not None:
+        try:
+            got = capture(
+                pipeline,
+                box,
+                state.shipped,
+                f"{distro.spec.suite}-shipped",
+                log,
+                step=step,
+                runner=distro.runner,
+                out_dir=f"/tmp/{step}",  # noqa: S108 - the throwaway container's own /tmp
+            )
+        except StepFailedError as exc:
+            raise PortabilityError(
+                f"{plan.artifact_dir}: validate.command failed on {title}: {exc.message}"
+            ) from exc
+        differences = compare_captured(expected, got, plan.validate_tolerance)
+        if differences:
+            diff = render_diff(expected, got, expected_name="baseline", got_name=distro.spec.suite)
+            raise PortabilityError(
+                f"{plan.artifact_dir} printed something else on {title} than the baseline in "
+                f"the build container ({differences}):\n{diff}"
+            )
+        result["validated"] = True
+    log.line(f"ok: {title}")
+    return result

@@ -1,0 +1,159 @@
+"""What a dynamically linked ELF binary asks of the loader, read with pyelftools.
+
+The loader refuses to start a binary when a version it names in `.gnu.version_r` (say
+`GLIBC_2.39` of libc.so.6) is missing from the system's library, even when the only symbol
+bound to that version is a weak reference. So the glibc a binary needs is the highest
+`GLIBC_x.y` among those version requirements, and the symbols bound to versions above a
+floor are what to show a user who asked for that floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+from elftools.elf.sections import SymbolTableSection
+from elftools.elf.segments import InterpSegment
+
+GLIBC_PREFIX = "GLIBC_"
+
+
+class ElfReadError(ValueError):
+    """Not an ELF file, or one whose dynamic tables cannot be read."""
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """`2.28` -> (2, 28); `2.2.5` -> (2, 2, 5)."""
+    return tuple(int(part) for part in text.split("."))
+
+
+def glibc_version(name: str) -> str | None:
+    """`GLIBC_2.34` -> `2.34`; other version names (`GLIBC_PRIVATE`, `GCC_3.0`) -> None."""
+    if not name.startswith(GLIBC_PREFIX):
+        return None
+    number = name[len(GLIBC_PREFIX) :]
+    parts = number.split(".")
+    return number if len(parts) >= 2 and all(p.isdigit() for p in parts) else None
+
+
+@dataclass(frozen=True)
+class VersionedSymbol:
+    """An undefined dynamic symbol bound to a version of a library."""
+
+    name: str
+    library: str
+    version: str  # the version's name, e.g. GLIBC_2.34
+    weak: bool
+
+
+@dataclass(frozen=True)
+class LoaderNeeds:
+    interpreter: str  # PT_INTERP: the dynamic loader's path ("" for a static binary)
+    needed: tuple[str, ...]  # DT_NEEDED, in order
+    requirements: tuple[tuple[str, str], ...]  # (library, version name) from .gnu.version_r
+    symbols: tuple[VersionedSymbol, ...]  # undefined symbols with a version
+
+    @property
+    def glibc_versions(self) -> list[str]:
+        found = {v for _, name in self.requirements if (v := glibc_version(name))}
+        return sorted(found, key=version_tuple)
+
+    @property
+    def glibc_max(self) -> str | None:
+        versions = self.glibc_versions
+        return versions[-1] if versions else None
+
+    def glibc_above(self, floor: str) -> list[str]:
+        """The required glibc versions newer than `floor`, oldest first."""
+        return [v for v in self.glibc_versions if version_tuple(v) > version_tuple(floor)]
+
+    def symbols_above(self, floor: str) -> list[VersionedSymbol]:
+        """The symbols that make the binary need a glibc newer than `floor`."""
+        limit = version_tuple(floor)
+        chosen = [
+            s
+            for s in self.symbols
+            if (v := glibc_version(s.version)) is not None and version_tuple(v) > limit
+        ]
+        return sorted(chosen, key=lambda s: (version_tuple(s.version[len(GLIBC_PREFIX) :]), s.name))
+
+
+def _interpreter(elf: ELFFile) -> str:
+    for segment in elf.iter_segments():
+        if isinstance(segment, InterpSegment):
+            return str(segment.get_interp_name())
+    return ""
+
+
+def _needed(elf: ELFFile) -> tuple[str, ...]:
+    dynamic = elf.get_section_by_name(".dynamic")
+    if not isinstance(dynamic, DynamicSection):
+        return ()
+    return tuple(
+        str(getattr(tag, "needed", ""))
+        for tag in dynamic.iter_tags()
+        if tag.entry.d_tag == "DT_NEEDED"
+    )
+
+
+def _requirements(elf: ELFFile) -> tuple[dict[int, tuple[str, str]], list[tuple[str, str]]]:
+    """({version index: (library, version name)}, every (library, version name))."""
+    by_index: dict[int, tuple[str, str]] = {}
+    every: list[tuple[str, str]] = []
+    section = elf.get_section_by_name(".gnu.version_r")
+    if not isinstance(section, GNUVerNeedSection):
+        return by_index, every
+    for verneed, auxiliaries in section.iter_versions():
+        library = str(verneed.name)
+        for aux in auxiliaries:
+            pair = (library, str(aux.name))
+            by_index[int(aux["vna_other"])] = pair
+            every.append(pair)
+    return by_index, every
+
+
+def _versioned_symbols(
+    elf: ELFFile, by_index: dict[int, tuple[str, str]]
+) -> Iterator[VersionedSymbol]:
+    dynsym = elf.get_section_by_name(".dynsym")
+    versym = elf.get_section_by_name(".gnu.version")
+    if not isinstance(dynsym, SymbolTableSection) or not isinstance(versym, GNUVerSymSection):
+        return
+    for index, symbol in enumerate(dynsym.iter_symbols()):
+        if symbol["st_shndx"] != "SHN_UNDEF" or not symbol.name:
+            continue
+        ndx = versym.get_symbol(index)["ndx"]  # a name for 0 and 1: local, global
+        # The top bit marks a hidden version; the index is the rest.
+        bound = by_index.get(ndx & 0x7FFF) if isinstance(ndx, int) else None
+        if bound is not None:
+            yield VersionedSymbol(
+                name=str(symbol.name),
+                library=bound[0],
+                version=bound[1],
+                weak=symbol["st_info"]["bind"] == "STB_WEAK",
+            )
+
+
+def read_loader_needs(stream: BinaryIO) -> LoaderNeeds:
+    try:
+        elf = ELFFile(stream)
+        by_index, every = _requirements(elf)
+        return LoaderNeeds(
+            interpreter=_interpreter(elf),
+            needed=_needed(elf),
+            requirements=tuple(every),
+            symbols=tuple(_versioned_symbols(elf, by_index)),
+        )
+    except (ELFError, KeyError, ValueError, OSError) as exc:
+        raise ElfReadError(f"not a readable ELF binary: {exc}") from exc
+
+
+def loader_needs(path: Path) -> LoaderNeeds:
+    with path.open("rb") as stream:
+        return read_loader_needs(stream)

@@ -1,0 +1,254 @@
+"""The glibc floor: the ELF reader, the portability step that enforces the floor, and the
+distros step that runs the binary in old and new Debian containers (through the fake Engine).
+
+The ELF files are compiled here by the host's C compiler, against the host's glibc (2.36 on
+the project's machines): `gettid` is GLIBC_2.30, `pidfd_open` GLIBC_2.36, and a weak
+reference keeps its version, which is what makes a Rust binary that spawns processes
+need glibc 2.39 when it is linked against Debian 13's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.toolchains import load_base_spec, load_distros
+from orchestrator.errors import PortabilityError, StepFailedError
+from orchestrator.execute import portability
+from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.flavors import get_flavor
+from orchestrator.host.bootstrap import rootfs_recipe
+from orchestrator.model.elf import ElfReadError, LoaderNeeds, loader_needs, read_loader_needs
+from orchestrator.model.outputs import Captured
+from orchestrator.model.portability import from_loader_needs
+from orchestrator.model.records import PortabilityInfo
+from orchestrator.plan.build_plan import base_image_plan, distro_plan
+from orchestrator.plan.steps import StepName
+from orchestrator.runtime.api import LABEL_INPUT_HASH, ImageInfo
+
+from .conftest import plan_for
+from .execute_rig import Rig, answers, make_options, make_rig
+from .fakes import FakeEngine, Responder
+
+NEEDS_236 = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <unistd.h>
+extern int pidfd_open(pid_t pid, unsigned int flags) __attribute__((weak));
+int main(void) {
+    printf("%d %d\n", (int)gettid(), pidfd_open ? 1 : 0);
+    return 0;
+}
+"""
+PLAIN = '#include <stdio.h>\nint main(void) { puts("hi"); return 0; }\n'
+
+
+def compile_c(tmp_path: Path, source: str, name: str = "prog") -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "the unit tests need the host's C compiler (gcc is on every machine here)"
+    (tmp_path / f"{name}.c").write_text(source)
+    out = tmp_path / name
+    subprocess.run([compiler, "-O1", "-o", out, tmp_path / f"{name}.c"], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def needs_236(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_c(tmp_path_factory.mktemp("elf"), NEEDS_236)
+
+
+def test_the_reader_names_versions_symbols_and_weak_references(needs_236: Path) -> None:
+    needs = loader_needs(needs_236)
+    assert needs.interpreter == "/lib64/ld-linux-x86-64.so.2"
+    assert "libc.so.6" in needs.needed
+    assert needs.glibc_max == "2.36"
+    # numeric order: 2.30 after 2.3 and 2.9 would come after it as text
+    assert needs.glibc_above("2.28") == ["2.30", "2.34", "2.36"]
+    above = {s.name: s for s in needs.symbols_above("2.28")}
+    assert above["gettid"].version == "GLIBC_2.30"
+    assert not above["gettid"].weak
+    assert above["pidfd_open"].version == "GLIBC_2.36"
+    assert above["pidfd_open"].weak  # weak, and the loader still insists on its version
+    assert "__libc_start_main" in above
+    assert needs.symbols_above("2.36") == []
+
+
+def test_a_file_that_is_not_elf_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "script").write_bytes(b"#!/bin/sh\necho hi\n")
+    with pytest.raises(ElfReadError):
+        loader_needs(tmp_path / "script")
+    with (tmp_path / "script").open("rb") as stream, pytest.raises(ElfReadError):
+        read_loader_needs(stream)
+
+
+CFG = ['target_arch="x86_64"', 'target_feature="sse2"', 'target_feature="avx2"']
+
+
+def _rig_with_binary(
+    project: Path, stack: ExitStack, tmp_path: Path, binary: Path, **changes: object
+) -> Rig:
+    engine = FakeEngine(
+        responder=answers(("--print cfg", 0, CFG)), missing=lambda _path: binary.read_bytes()
+    )
+    return make_rig(make_options(project, **changes), stack, tmp_path, engine=engine)
+
+
+def test_portability_fails_above_the_floor_naming_the_symbols(
+    project: Path, stack: ExitStack, tmp_path: Path, needs_236: Path
+) -> None:
+    rig = _rig_with_binary(project, stack, tmp_path, needs_236, glibc_floor="2.28")
+    pipeline = rig.pipeline
+    with pytest.raises(StepFailedError, match="before any binary"):
+        portability.portability(pipeline, rig.log)
+    pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    with pytest.raises(PortabilityError) as caught:
+        portability.portability(pipeline, rig.log)
+    message = caught.value.message
+    assert "needs glibc 2.36, newer than release.glibc_floor 2.28" in message
+    assert "gettid@GLIBC_2.30" in message
+    assert "pidfd_open@GLIBC_2.36 (weak)" in message
+    assert 'glibc_floor = "2.36"' in caught.value.hint
+    assert caught.value.exit_code == 62
+    report = pipeline.state.portability  # recorded even when it fails
+    assert report is not None
+    assert report.glibc_max == "2.36"
+
+
+def test_portability_passes_at_or_above_what_the_binary_needs(
+    project: Path, stack: ExitStack, tmp_path: Path, needs_236: Path
+) -> None:
+    rig = _rig_with_binary(project, stack, tmp_path, needs_236, glibc_floor="2.36")
+    pipeline = rig.pipeline
+    pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    portability.portability(pipeline, rig.log)
+    report = pipeline.state.portability
+    assert report is not None
+    assert (report.glibc_floor, report.above_floor) == ("2.36", ())
+    assert report.cpu_features == ("avx2", "sse2")
+    assert rig.log.detail == "glibc 2.36 <= floor 2.36"
+    info = PortabilityInfo.model_validate(report.as_dict())
+    assert info.interpreter == "/lib64/ld-linux-x86-64.so.2"
+
+
+def test_distro_plans_reuse_the_base_image_and_add_qemu_for_a_foreign_architecture() -> None:
+    base = load_base_spec()
+    bullseye, trixie = load_distros()
+    assert (bullseye.suite, trixie.suite) == ("bullseye", base.suite)
+    cpu = get_flavor("cpu")
+    same = distro_plan(trixie, cpu, base)
+    assert same.image == base_image_plan(base)  # no second image of the base's suite
+    old = distro_plan(bullseye, cpu, base)
+    assert old.image.reference.startswith("orchestrator/distro:bullseye-x86_64-")
+    assert old.runner == ()
+    arm = distro_plan(bullseye, get_flavor("aarch64"), base)
+    assert arm.runner == ("qemu-aarch64-static",)
+    assert arm.base.include == ("qemu-user-static", "libc6:arm64")
+    recipe = rootfs_recipe(arm.base)
+    assert "--architectures=amd64,arm64" in recipe
+    assert "--include=qemu-user-static,libc6:arm64" in recipe
+    assert recipe[-3] == "bullseye"
+    arm_new = distro_plan(trixie, get_flavor("aarch64"), base)
+    assert arm_new.runner == ("qemu-aarch64",)
+    assert arm_new.image != same.image
+
+
+def test_the_distros_step_is_planned_and_can_be_turned_off(project: Path) -> None:
+    plan = plan_for(make_options(project))
+    names = [s.name for s in plan.steps]
+    assert names.index(StepName.DISTROS) == names.index(StepName.PORTABILITY) + 1
+    assert [d.spec.suite for d in plan.distros] == ["bullseye", "trixie"]
+    off = plan_for(make_options(project, distro_check=False))
+    assert StepName.DISTROS not in [s.name for s in off.steps]
+    assert off.distros == ()
+
+
+def _distro_rig(
+    project: Path, stack: ExitStack, tmp_path: Path, responder: Responder, stdout: bytes
+) -> Rig:
+    def read(path: str) -> bytes:
+        return stdout if path.endswith(".stdout") else b""
+
+    engine = FakeEngine(responder=responder, missing=read)
+    options = make_options(project, validate_command=("greet", "--loud"))
+    rig = make_rig(options, stack, tmp_path, engine=engine)
+    pipeline = rig.pipeline
+    pipeline.state.shipped = f"{BIN_DIR}/optimized"
+    pipeline.state.expected = Captured(b"hello\n", b"")
+    pipeline.state.portability = from_loader_needs(
+        LoaderNeeds("/lib64/ld-linux-x86-64.so.2", (), (), ()),
+        target="x86_64-unknown-linux-gnu",
+        target_cpu="x86-64-v2",
+        glibc_floor="2.28",
+        rustc_cfg="",
+    )
+    # Both images exist already (as the images step left them).
+    for distro in pipeline.plan.distros:
+        engine.images[distro.image.reference] = ImageInfo(
+            "sha256:" + distro.image.input_hash,
+            (distro.image.reference,),
+            {LABEL_INPUT_HASH: distro.image.input_hash},
+            1,
+        )
+    return rig
+
+
+def test_distros_runs_the_loader_then_validation_in_each_release(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _distro_rig(project, stack, tmp_path, answers(), b"hello\n")
+    pipeline = rig.pipeline
+    portability.distros(pipeline, rig.log)
+    assert [r["suite"] for r in pipeline.state.distro_runs] == ["bullseye", "trixie"]
+    assert all(r["loads"] and r["validated"] for r in pipeline.state.distro_runs)
+    engine = rig.engine
+    boxes = [c for c in engine.containers if c.spec.purpose == "distro"]
+    assert len(boxes) == 2
+    for box in boxes:
+        assert box.spec.volumes == {}  # nothing it can write to
+        assert set(box.spec.read_only_volumes.values()) == {"/build/out", "/build/src"}
+        assert box.spec.network is False
+        assert box.argvs[0][1:] == ("--list", f"{BIN_DIR}/optimized")
+        validation = next(a for a in box.argvs if "greet" in a)
+        assert validation[-3:] == (f"{BIN_DIR}/optimized", "greet", "--loud")
+    info = PortabilityInfo.model_validate(
+        {
+            "target": "t",
+            "target_cpu": "c",
+            "glibc_max": "2.28",
+            "needed": [],
+            "cpu_features": [],
+            "distros": pipeline.state.distro_runs,
+        }
+    )
+    assert info.oldest_distribution == "Debian 11 (bullseye, glibc 2.31)"
+
+
+def test_distros_fails_when_the_loader_refuses_the_binary(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    refusal = "/build/out/bin/optimized: version `GLIBC_2.39' not found (required by x)"
+    rig = _distro_rig(project, stack, tmp_path, answers(("--list", 1, [refusal])), b"hello\n")
+    with pytest.raises(PortabilityError, match=r"does not load on Debian 11 \(bullseye"):
+        portability.distros(rig.pipeline, rig.log)
+
+
+def test_distros_fails_when_the_output_differs_there(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _distro_rig(project, stack, tmp_path, answers(), b"HELLO\n")
+    with pytest.raises(PortabilityError, match="printed something else on Debian 11"):
+        portability.distros(rig.pipeline, rig.log)
+
+
+def test_an_offline_reproduction_skips_the_distros(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine()
+    rig = make_rig(make_options(project, offline=True), stack, tmp_path, engine=engine)
+    portability.distros(rig.pipeline, rig.log)
+    assert engine.containers == []
+    assert "offline" in rig.log.detail
