@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
+from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
-from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
 from orchestrator.supply.attest import (
     CHECKSUMS,
     INDEX_FILES,
@@ -168,6 +169,30 @@ class Verifier:
 
         self._record(path, "sbom", run)
 
+    def glibc(self, binary: Path, portability: PortabilityInfo | None) -> None:
+        """The binary's own ELF, read again: the glibc it needs is the one build.json
+        recorded, and no newer than the floor it was built for (a build made before floors
+        were recorded has nothing to re-check)."""
+        if portability is None or portability.glibc_floor is None:
+            return
+        floor = portability.glibc_floor
+
+        def run() -> str:
+            needs = loader_needs(binary)
+            if needs.glibc_max != portability.glibc_max:
+                raise VerificationError(
+                    f"needs glibc {needs.glibc_max}, build.json says {portability.glibc_max}"
+                )
+            above = [f"{s.name}@{s.version}" for s in needs.symbols_above(floor)]
+            if needs.glibc_above(floor):
+                raise VerificationError(
+                    f"needs glibc {needs.glibc_max}, above its floor {floor}: "
+                    + ", ".join(above[:8])
+                )
+            return f"needs glibc {needs.glibc_max} <= floor {floor}"
+
+        self._record(binary, "glibc", run)
+
 
 def _safe_listing(listing: Path) -> list[str]:
     """The names a SHA256SUMS lists; none at all when it is missing or malformed (its own
@@ -202,6 +227,7 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
         verifier.signature(binary)
         verifier.checksums(folder / CHECKSUMS)
         verifier.sbom(folder / SBOM_FILE, folder.name, binary)
+        verifier.glibc(binary, manifest.portability)
     verifier.signature(release_dir / PROVENANCE)
     verifier.provenance(release_dir / PROVENANCE, binaries)
     verifier.coverage(sorted(set(binaries.values())))

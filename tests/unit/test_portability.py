@@ -29,6 +29,8 @@ from orchestrator.model.records import PortabilityInfo
 from orchestrator.plan.build_plan import base_image_plan, distro_plan
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.api import LABEL_INPUT_HASH, ImageInfo
+from orchestrator.supply.minisign import SecretKey
+from orchestrator.supply.verify import Verifier
 
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig
@@ -252,3 +254,31 @@ def test_an_offline_reproduction_skips_the_distros(
     portability.distros(rig.pipeline, rig.log)
     assert engine.containers == []
     assert "offline" in rig.log.detail
+
+
+def _recorded(glibc_max: str | None, floor: str | None) -> PortabilityInfo:
+    return PortabilityInfo(
+        target="x86_64-unknown-linux-gnu",
+        target_cpu="x86-64-v2",
+        glibc_max=glibc_max,
+        needed=[],
+        cpu_features=[],
+        glibc_floor=floor,
+    )
+
+
+def test_verify_reads_the_elf_again_against_the_recorded_floor(
+    needs_236: Path, tmp_path: Path
+) -> None:
+    verifier = Verifier(needs_236.parent, SecretKey.generate().public)
+    verifier.glibc(needs_236, _recorded("2.36", "2.36"))
+    verifier.glibc(needs_236, _recorded("2.36", "2.28"))  # build.json's floor, not met
+    verifier.glibc(needs_236, _recorded("2.31", "2.36"))  # build.json understates it
+    verifier.glibc(needs_236, None)  # built before floors: nothing to re-check
+    ok, above, understated = verifier.checks
+    assert (ok.ok, ok.check, ok.detail) == (True, "glibc", "needs glibc 2.36 <= floor 2.36")
+    assert not above.ok
+    assert "above its floor 2.28" in above.detail
+    assert "gettid@GLIBC_2.30" in above.detail
+    assert not understated.ok
+    assert understated.detail == "needs glibc 2.36, build.json says 2.31"
