@@ -171,6 +171,7 @@ class LockInputs(Record):
     # What workloads see ([train] env/stdin; None: neither set) and why tests were off
     run: JsonDict | None = None
     test_skipped: str = ""
+    glibc_floor: str | None = None  # the glibc the binary was linked for (None: before floors)
 
 
 class LockedPackage(Record):

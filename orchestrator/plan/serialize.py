@@ -41,6 +41,7 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
         "run": plan.run.as_dict() if plan.run.configured else None,
         "test_skipped": plan.test_skipped,
+        "glibc_floor": plan.glibc_floor,
     }
 
 
