@@ -39,12 +39,19 @@ RUN set -eu; \
     mkdir -p /opt/orchestrator/unpack; \
     for pin in \
         'libbolt-22-dev:arm64=1:22.1.8-1~deb13u5' \
+        'libc6-dev:arm64=2.31-13+deb11u11' \
+        'libc6:arm64=2.31-13+deb11u11' \
+        'libgcc-s1:arm64=10.2.1-6' \
+        'linux-libc-dev:arm64=5.10.223-1' \
         ; do \
         name="${pin%%=*}"; wanted="${pin#*=}"; \
         deb="$(ls /var/cache/orchestrator/packages/unpack/"${name%%:*}"_*_"${name#*:}".deb)"; \
         [ "$(dpkg-deb --field "$deb" Version)" = "$wanted" ] \
             || { echo "unpack $name: $deb is not version $wanted"; exit 1; }; \
         dpkg-deb --extract "$deb" /opt/orchestrator/unpack; \
+    done; \
+    find /opt/orchestrator/unpack -type l -lname '/*' | while read -r link; do \
+        ln -sfn "/opt/orchestrator/unpack$(readlink "$link")" "$link"; \
     done; \
     aarch64-linux-gnu-gcc --version | head -n 1; \
     qemu-aarch64 -L /usr/aarch64-linux-gnu /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 --version | head -n 1; \

@@ -31,6 +31,22 @@ RUN set -eu; \
         [ "$installed" = "$wanted" ] \
             || { echo "pin $package: wanted $wanted, installed ${installed:-nothing}"; exit 1; }; \
     done; \
+    mkdir -p /opt/orchestrator/unpack; \
+    for pin in \
+        'libc6-dev:amd64=2.31-13+deb11u11' \
+        'libc6:amd64=2.31-13+deb11u11' \
+        'libgcc-s1:amd64=10.2.1-6' \
+        'linux-libc-dev:amd64=5.10.223-1' \
+        ; do \
+        name="${pin%%=*}"; wanted="${pin#*=}"; \
+        deb="$(ls /var/cache/orchestrator/packages/unpack/"${name%%:*}"_*_"${name#*:}".deb)"; \
+        [ "$(dpkg-deb --field "$deb" Version)" = "$wanted" ] \
+            || { echo "unpack $name: $deb is not version $wanted"; exit 1; }; \
+        dpkg-deb --extract "$deb" /opt/orchestrator/unpack; \
+    done; \
+    find /opt/orchestrator/unpack -type l -lname '/*' | while read -r link; do \
+        ln -sfn "/opt/orchestrator/unpack$(readlink "$link")" "$link"; \
+    done; \
     groupadd --gid 1000 builder; \
     useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash builder; \
     mkdir -p /build/src /build/vendor /build/target /build/cargo-home /build/out; \

@@ -32,6 +32,22 @@ RUN set -eu; \
         [ "$installed" = "$wanted" ] \
             || { echo "pin $package: wanted $wanted, installed ${installed:-nothing}"; exit 1; }; \
     done; \
+    mkdir -p /opt/orchestrator/unpack; \
+    for pin in \
+        'libc6-dev:amd64=2.31-13+deb11u11' \
+        'libc6:amd64=2.31-13+deb11u11' \
+        'libgcc-s1:amd64=10.2.1-6' \
+        'linux-libc-dev:amd64=5.10.223-1' \
+        ; do \
+        name="${pin%%=*}"; wanted="${pin#*=}"; \
+        deb="$(ls /var/cache/orchestrator/packages/unpack/"${name%%:*}"_*_"${name#*:}".deb)"; \
+        [ "$(dpkg-deb --field "$deb" Version)" = "$wanted" ] \
+            || { echo "unpack $name: $deb is not version $wanted"; exit 1; }; \
+        dpkg-deb --extract "$deb" /opt/orchestrator/unpack; \
+    done; \
+    find /opt/orchestrator/unpack -type l -lname '/*' | while read -r link; do \
+        ln -sfn "/opt/orchestrator/unpack$(readlink "$link")" "$link"; \
+    done; \
     nvcc --version; \
     printf '__global__ void probe(float *x) { x[0] = 1.0f; }\n' >/tmp/probe.cu; \
     nvcc -fatbin -gencode arch=compute_80,code=sm_80 -o /tmp/probe.fatbin /tmp/probe.cu; \

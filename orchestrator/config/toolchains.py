@@ -19,6 +19,23 @@ _VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:-]+$")
 _LLVM_VERSION_RE = re.compile(r"LLVM version:?\s+(\d+)\.(\d+)\.(\d+)")
 
 
+# The dpkg architecture of each target architecture a flavor builds for.
+DPKG_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+@dataclass(frozen=True)
+class SysrootSpec:
+    """An older glibc to link against ([sysroot] of a toolchain file): its suite's packages,
+    unpacked for the flavor's architecture."""
+
+    suite: str
+    glibc: str
+    packages: Mapping[str, str]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"suite": self.suite, "glibc": self.glibc, "packages": dict(self.packages)}
+
+
 @dataclass(frozen=True)
 class ToolchainSpec:
     name: str
@@ -30,6 +47,13 @@ class ToolchainSpec:
     flavor_packages: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # per flavor, packages whose files are unpacked under layout.UNPACK_ROOT, not installed
     flavor_unpack: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    sysroot: SysrootSpec | None = None
+
+    @property
+    def glibc(self) -> str:
+        """The image's own glibc release (its libc6-dev pin), e.g. "2.41"."""
+        version = self.packages.get("libc6-dev", "")
+        return version.split("-", 1)[0].split(":")[-1]
 
     def tool(self, name: str) -> str:
         return self.tools[name]
@@ -51,10 +75,15 @@ class ToolchainSpec:
             )
         return dict(sorted({**self.packages, **extra}.items()))
 
-    def unpack_for(self, flavor: str) -> dict[str, str]:
-        return dict(sorted(self.flavor_unpack.get(flavor, {}).items()))
+    def unpack_for(self, flavor: str, arch: str = "x86_64") -> dict[str, str]:
+        """What the flavor's image unpacks: its own pins, and the sysroot for `arch`."""
+        unpack = dict(self.flavor_unpack.get(flavor, {}))
+        if self.sysroot is not None:
+            dpkg_arch = DPKG_ARCH[arch]
+            unpack |= {f"{name}:{dpkg_arch}": v for name, v in self.sysroot.packages.items()}
+        return dict(sorted(unpack.items()))
 
-    def flavor_view(self, flavor: str) -> dict[str, object]:
+    def flavor_view(self, flavor: str, arch: str = "x86_64") -> dict[str, object]:
         """What one flavor's image is made of: a change to another flavor's pins must
         not change this flavor's image hash (and rebuild a 6 GB CUDA image)."""
         return {
@@ -63,7 +92,7 @@ class ToolchainSpec:
             "llvm_major": self.llvm_major,
             "tools": dict(self.tools),
             "packages": self.packages_for(flavor),
-            "unpack": self.unpack_for(flavor),
+            "unpack": self.unpack_for(flavor, arch),
         }
 
     def as_dict(self) -> dict[str, object]:
@@ -81,6 +110,7 @@ class ToolchainSpec:
                 name: dict(sorted(pins.items()))
                 for name, pins in sorted(self.flavor_unpack.items())
             },
+            "sysroot": self.sysroot.as_dict() if self.sysroot else None,
         }
 
 
@@ -90,9 +120,16 @@ class AptSources:
 
     components: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()
+    suites: tuple[str, ...] = ()  # other suites of the mirror (the sysroot's older glibc)
 
     def as_dict(self) -> dict[str, list[str]]:
-        return {"components": list(self.components), "architectures": list(self.architectures)}
+        described = {
+            "components": list(self.components),
+            "architectures": list(self.architectures),
+        }
+        if self.suites:  # absent when unused: keys of images made before stay the same
+            described["suites"] = list(self.suites)
+        return described
 
 
 @dataclass(frozen=True)
@@ -143,7 +180,7 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
             hint="Known toolchains: " + ", ".join(available_toolchains(directory)),
         )
     data = read_toml(path)
-    allowed = {"description", "llvm_major", "tools", "packages", "flavors"}
+    allowed = {"description", "llvm_major", "tools", "packages", "flavors", "sysroot"}
     unknown = set(data) - allowed
     if unknown:
         raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; expected {sorted(allowed)}")
@@ -191,7 +228,26 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
         packages=packages,
         flavor_packages=flavor_packages,
         flavor_unpack=flavor_unpack,
+        sysroot=_sysroot(data, path),
     )
+
+
+_SUITE_RE = re.compile(r"^[a-z]+$")
+
+
+def _sysroot(data: Mapping[str, object], path: Path) -> SysrootSpec | None:
+    if "sysroot" not in data:
+        return None
+    table = _table(data, "sysroot", path)
+    suite, glibc = table.get("suite"), table.get("glibc")
+    if not isinstance(suite, str) or not _SUITE_RE.match(suite):
+        raise ConfigError(f"{path}: [sysroot] suite must name a Debian suite, e.g. bullseye")
+    if not isinstance(glibc, str) or not re.fullmatch(r"2\.[0-9]+", glibc):
+        raise ConfigError(f"{path}: [sysroot] glibc must be its glibc release, e.g. 2.31")
+    packages = _pins(_table(table, "packages", path), "sysroot.packages", path)
+    if any(":" in name for name in packages):
+        raise ConfigError(f"{path}: sysroot.packages are named without an architecture")
+    return SysrootSpec(suite, glibc, packages)
 
 
 def _pins(table: Mapping[str, object], where: str, path: Path) -> dict[str, str]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from orchestrator.errors import PortabilityError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.execute.validate import capture
-from orchestrator.model.elf import ElfReadError, loader_needs
+from orchestrator.model.elf import ElfReadError, loader_needs, version_tuple
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import compare_captured, render_diff
 from orchestrator.model.portability import from_loader_needs
-from orchestrator.plan.build_plan import DistroPlan
+from orchestrator.plan.build_plan import DistroPlan, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec
@@ -64,12 +64,26 @@ def portability(pipeline: Pipeline, log: StepLog) -> None:
             f"{plan.artifact_dir} needs glibc {report.glibc_max}, newer than release.glibc_floor "
             f"{plan.glibc_floor}; the loader on an older system refuses it for: "
             + ", ".join(shown),
-            hint="A symbol from C code (a -sys crate, build.rs) or a library linked outside the "
-            "floor's sysroot pulls in the newer version; build it against the floor, or, if "
-            f"your users all have glibc {report.glibc_max} or newer, set [release] "
-            f'glibc_floor = "{report.glibc_max}".',
+            hint=_floor_hint(plan.glibc_floor, report.glibc_max, plan.sysroot),
         )
     log.detail = f"glibc {report.glibc_max} <= floor {plan.glibc_floor}"
+
+
+def _floor_hint(floor: str, needed: str | None, sysroot: SysrootPlan | None) -> str:
+    raise_it = (
+        f'If your users all have glibc {needed} or newer, set [release] glibc_floor = "{needed}".'
+    )
+    if sysroot is None:
+        return f"The binary links against the image's own glibc. {raise_it}"
+    if version_tuple(floor) < version_tuple(sysroot.glibc):
+        return (
+            f"The oldest glibc this toolchain links against is its sysroot's {sysroot.glibc} "
+            f"(Rust's std alone needs 2.30 once it spawns threads or processes). {raise_it}"
+        )
+    return (
+        f"It links against glibc {sysroot.glibc}, so the newer symbols come from elsewhere: "
+        f"C code or a library a build script links outside the sysroot. {raise_it}"
+    )
 
 
 def distros(pipeline: Pipeline, log: StepLog) -> None:

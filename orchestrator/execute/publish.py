@@ -164,7 +164,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             ],
         ),
         toolchain=ToolchainInfo(
-            spec=plan.toolchain.flavor_view(plan.flavor), reported=report.as_dict()
+            spec=plan.toolchain.flavor_view(plan.flavor, plan.arch), reported=report.as_dict()
         ),
         images=ImagesInfo(base=_image(base), toolchain=_image(pipeline.image)),
         flags=FlagsInfo(

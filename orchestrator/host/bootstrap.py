@@ -178,6 +178,12 @@ def fetch_packages(
                 spec.suite,
                 "/dev/null",
                 spec.mirror,
+                # Older suites (a sysroot's glibc) as sources.list lines beside the base's: only
+                # `apt-get download` of exact versions takes anything from them.
+                *(
+                    f"deb {spec.mirror} {suite} {' '.join(spec.components)}"
+                    for suite in sources.suites
+                ),
             ],
             log,
             {"SOURCE_DATE_EPOCH": str(spec.source_date_epoch)},

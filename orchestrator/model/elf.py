@@ -52,16 +52,29 @@ class VersionedSymbol:
     weak: bool
 
 
+# A version requirement the loader may find missing (it then warns on stderr and goes on);
+# binutils does not set it, but a binary that has it does not need that version.
+VER_FLG_WEAK = 0x2
+
+
+@dataclass(frozen=True)
+class Requirement:
+    library: str
+    version: str  # e.g. GLIBC_2.39
+    optional: bool  # VER_FLG_WEAK: a missing version is not fatal
+
+
 @dataclass(frozen=True)
 class LoaderNeeds:
     interpreter: str  # PT_INTERP: the dynamic loader's path ("" for a static binary)
     needed: tuple[str, ...]  # DT_NEEDED, in order
-    requirements: tuple[tuple[str, str], ...]  # (library, version name) from .gnu.version_r
+    requirements: tuple[Requirement, ...]  # from .gnu.version_r
     symbols: tuple[VersionedSymbol, ...]  # undefined symbols with a version
 
     @property
     def glibc_versions(self) -> list[str]:
-        found = {v for _, name in self.requirements if (v := glibc_version(name))}
+        """The glibc versions the loader insists on (optional ones left out)."""
+        found = {v for r in self.requirements if not r.optional and (v := glibc_version(r.version))}
         return sorted(found, key=version_tuple)
 
     @property
@@ -75,12 +88,8 @@ class LoaderNeeds:
 
     def symbols_above(self, floor: str) -> list[VersionedSymbol]:
         """The symbols that make the binary need a glibc newer than `floor`."""
-        limit = version_tuple(floor)
-        chosen = [
-            s
-            for s in self.symbols
-            if (v := glibc_version(s.version)) is not None and version_tuple(v) > limit
-        ]
+        required = {f"{GLIBC_PREFIX}{v}" for v in self.glibc_above(floor)}
+        chosen = [s for s in self.symbols if s.version in required]
         return sorted(chosen, key=lambda s: (version_tuple(s.version[len(GLIBC_PREFIX) :]), s.name))
 
 
@@ -102,19 +111,19 @@ def _needed(elf: ELFFile) -> tuple[str, ...]:
     )
 
 
-def _requirements(elf: ELFFile) -> tuple[dict[int, tuple[str, str]], list[tuple[str, str]]]:
-    """({version index: (library, version name)}, every (library, version name))."""
+def _requirements(elf: ELFFile) -> tuple[dict[int, tuple[str, str]], list[Requirement]]:
+    """({version index: (library, version name)}, every requirement)."""
     by_index: dict[int, tuple[str, str]] = {}
-    every: list[tuple[str, str]] = []
+    every: list[Requirement] = []
     section = elf.get_section_by_name(".gnu.version_r")
     if not isinstance(section, GNUVerNeedSection):
         return by_index, every
     for verneed, auxiliaries in section.iter_versions():
         library = str(verneed.name)
         for aux in auxiliaries:
-            pair = (library, str(aux.name))
-            by_index[int(aux["vna_other"])] = pair
-            every.append(pair)
+            by_index[int(aux["vna_other"])] = (library, str(aux.name))
+            optional = bool(int(aux["vna_flags"]) & VER_FLG_WEAK)
+            every.append(Requirement(library, str(aux.name), optional))
     return by_index, every
 
 

@@ -136,6 +136,7 @@ class LockBase(Record):
 class AptInputs(Record):
     components: list[str]
     architectures: list[str]
+    suites: list[str] = Field(default_factory=list)  # the sysroot's suite, besides the base's
 
 
 class BoltInputs(Record):

@@ -14,8 +14,9 @@ from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
+from orchestrator.model.elf import version_tuple
 from orchestrator.model.hashing import content_hash
-from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
+from orchestrator.model.layout import PATHS, UNPACK_ROOT, artifact_dir_name, release_dir_name
 from orchestrator.plan.steps import Step, steps_of
 
 IMAGE_REPOSITORY = "orchestrator"
@@ -151,6 +152,7 @@ class BuildPlan:
     runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
     device_code: DeviceCode | None
     glibc_floor: str  # the oldest glibc the binary must load on
+    sysroot: SysrootPlan | None  # what shipped variants link against (None: the image's glibc)
     distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
     binary: str
     release_dir: str
@@ -196,10 +198,11 @@ def distro_plan(distro: DistroSpec, flavor: Flavor, base: BaseSpec) -> DistroPla
     return DistroPlan(distro, spec, ImagePlan(reference, digest), runner)
 
 
-def apt_sources(flavor: Flavor) -> AptSources:
+def apt_sources(flavor: Flavor, toolchain: ToolchainSpec) -> AptSources:
     return AptSources(
         components=tuple(c for c in flavor.apt_components if c != "main"),
         architectures=flavor.foreign_architectures,
+        suites=(toolchain.sysroot.suite,) if toolchain.sysroot else (),
     )
 
 
@@ -209,12 +212,12 @@ def toolchain_image_plan(
     key: dict[str, object] = {
         "kind": "toolchain-image",
         "flavor": flavor.name,
-        "toolchain": toolchain.flavor_view(flavor.name),
+        "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
         "dockerfile": dockerfile,
         "base": base_image.input_hash,
     }
-    if apt_sources(flavor) != AptSources():
-        key["apt_sources"] = apt_sources(flavor).as_dict()
+    if apt_sources(flavor, toolchain) != AptSources():
+        key["apt_sources"] = apt_sources(flavor, toolchain).as_dict()
     digest = content_hash(key)
     return ImagePlan(f"{IMAGE_REPOSITORY}/{flavor.name}:{toolchain.name}-{digest[:16]}", digest)
 
@@ -255,8 +258,47 @@ def _bolt_mode(options: Options, flavor: Flavor) -> str:
     return requested
 
 
+@dataclass(frozen=True)
+class SysrootPlan:
+    """Linking (and compiling build scripts' C) against an older glibc than the image's."""
+
+    root: str
+    glibc: str
+    link_args: tuple[str, ...]  # rustflags for the linker (gcc as rustc's linker driver)
+    cflags_variable: str  # CFLAGS_<target>, which the cc crate reads for the target
+    cflags: str
+
+
+def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> SysrootPlan | None:
+    """The toolchain's sysroot when the glibc floor is older than the image's own glibc.
+
+    `--sysroot` alone is not enough with Debian's gcc: it searches its own multiarch
+    folder (the image's glibc) before the sysroot, so the start files (-B) and the library
+    folders (-L) of the sysroot are named first.
+    """
+    if toolchain.sysroot is None:
+        return None
+    if version_tuple(options.glibc_floor) >= version_tuple(toolchain.glibc):
+        return None  # the image's own glibc is old enough
+    multiarch = f"{flavor.arch}-linux-gnu"
+    root = UNPACK_ROOT
+    link_args = (
+        f"--sysroot={root}",
+        f"-B{root}/usr/lib/{multiarch}/",
+        f"-L{root}/usr/lib/{multiarch}",
+        f"-L{root}/lib/{multiarch}",
+    )
+    return SysrootPlan(
+        root=root,
+        glibc=toolchain.sysroot.glibc,
+        link_args=tuple(f"-Clink-arg={arg}" for arg in link_args),
+        cflags_variable=f"CFLAGS_{flavor.rust_target.replace('-', '_')}",
+        cflags=f"--sysroot={root}",
+    )
+
+
 def _rustflags(
-    options: Options, flavor: Flavor, release_dir: str
+    options: Options, flavor: Flavor, release_dir: str, sysroot: SysrootPlan | None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the baseline's rustflags, every other variant's)."""
     # Paths in panic messages and debug info must not depend on where we built.
@@ -268,7 +310,56 @@ def _rustflags(
     # The crate's own .cargo/config.toml rustflags come first (ours win where they clash:
     # later -C flags override earlier ones), in every variant, the baseline included.
     crate_flags = options.crate_cargo.rustflags_for(flavor.rust_target)
-    return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *remap)
+    # The baseline is plain `cargo build --release`: the image's own glibc, no sysroot.
+    linking = sysroot.link_args if sysroot else ()
+    return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *linking, *remap)
+
+
+def _feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]:
+    args = [] if default_features else ["--no-default-features"]
+    return [*args, "--features", ",".join(features)] if features else args
+
+
+def _pgo_plan(
+    options: Options,
+    flavor: Flavor,
+    *,
+    toolchain: ToolchainSpec,
+    source: SourceSnapshot,
+    image: ImagePlan,
+    generate: Variant,
+    runs: RunPlan,
+    pgo_dir: str,
+) -> PgoPlan:
+    return PgoPlan(
+        profile_key=content_hash(
+            {
+                "kind": "pgo-profile",
+                "source": source.archive_sha256,
+                "cargo_lock": source.cargo_lock_sha256,
+                "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
+                "image": image.input_hash,
+                "build": [generate.build.argv, dict(generate.build.environment)],
+                "workloads": [list(w) for w in options.workloads],
+                # What the workloads see besides their arguments (the files they read
+                # are in the source tree, hashed above).
+                # (absent without env/stdin: such keys stay as before these existed)
+                **({"run": runs.as_dict()} if runs.configured else {}),
+            }
+        ),
+        raw_dir=f"{pgo_dir}/raw",
+        merged=f"{pgo_dir}/merged.profdata",
+        profile_file_pattern=f"{pgo_dir}/raw/%m_%p.profraw",
+        merge_argv=(
+            toolchain.tool("llvm_profdata"),
+            "merge",
+            "-o",
+            f"{pgo_dir}/merged.profdata",
+            f"{pgo_dir}/raw",
+        ),
+        show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
+        max_missing_ratio=options.pgo_max_missing_ratio,
+    )
 
 
 def make_plan(
@@ -297,15 +388,12 @@ def make_plan(
     release_dir = release_dir_name(options.binary, options.version)
     cargo = toolchain.tool("cargo")
 
-    baseline_flags, rustflags = _rustflags(options, flavor, release_dir)
-    feature_args: list[str] = []
-    if not settings.default_features:
-        feature_args.append("--no-default-features")
-    if settings.features:
-        feature_args += ["--features", ",".join(settings.features)]
+    sysroot = sysroot_plan(options, flavor, toolchain)
+    baseline_flags, rustflags = _rustflags(options, flavor, release_dir, sysroot)
+    feature_args = _feature_args(settings.default_features, settings.features)
 
     def command(
-        verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool
+        verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool, plain: bool = False
     ) -> CargoCommand:
         argv = [cargo, verb]
         if options.member:  # a workspace member: its binaries, its tests
@@ -339,13 +427,15 @@ def make_plan(
             # build scripts is compiled by GCC and stays out of the LLVM profile.
             "CC": "gcc",
         }
+        if sysroot is not None:  # C for the target sees the floor's headers, not the image's
+            environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
         return CargoCommand(tuple(argv), environment)
 
     def variant(name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
         target_dir = f"{PATHS.target}/{name}"
         return Variant(
             name,
-            command("build", target_dir, flags, profile=profile),
+            command("build", target_dir, flags, profile=profile, plain=not profile),
             f"{target_dir}/{flavor.rust_target}/release/{options.binary}",
         )
 
@@ -361,34 +451,15 @@ def make_plan(
     if options.pgo:
         generate = variant("pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw"))
         variants.append(generate)
-        pgo = PgoPlan(
-            profile_key=content_hash(
-                {
-                    "kind": "pgo-profile",
-                    "source": source.archive_sha256,
-                    "cargo_lock": source.cargo_lock_sha256,
-                    "toolchain": toolchain.flavor_view(flavor.name),
-                    "image": image.input_hash,
-                    "build": [generate.build.argv, dict(generate.build.environment)],
-                    "workloads": [list(w) for w in options.workloads],
-                    # What the workloads see besides their arguments (the files they read
-                    # are in the source tree, hashed above).
-                    # (absent without env/stdin: such keys stay as before these existed)
-                    **({"run": runs.as_dict()} if runs.configured else {}),
-                }
-            ),
-            raw_dir=f"{pgo_dir}/raw",
-            merged=f"{pgo_dir}/merged.profdata",
-            profile_file_pattern=f"{pgo_dir}/raw/%m_%p.profraw",
-            merge_argv=(
-                toolchain.tool("llvm_profdata"),
-                "merge",
-                "-o",
-                f"{pgo_dir}/merged.profdata",
-                f"{pgo_dir}/raw",
-            ),
-            show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
-            max_missing_ratio=options.pgo_max_missing_ratio,
+        pgo = _pgo_plan(
+            options,
+            flavor,
+            toolchain=toolchain,
+            source=source,
+            image=image,
+            generate=generate,
+            runs=runs,
+            pgo_dir=pgo_dir,
         )
         optimized_flags = (
             *optimized_flags,
@@ -454,8 +525,8 @@ def make_plan(
         image=image,
         dockerfile=dockerfile,
         packages=dict(packages),
-        unpack=toolchain.unpack_for(flavor.name),
-        apt_sources=apt_sources(flavor),
+        unpack=toolchain.unpack_for(flavor.name, flavor.arch),
+        apt_sources=apt_sources(flavor, toolchain),
         source=source,
         rustflags=tuple(rustflags),
         fetch=fetch,
@@ -473,6 +544,7 @@ def make_plan(
         runner=flavor.runner,
         device_code=device_code,
         glibc_floor=options.glibc_floor,
+        sysroot=sysroot,
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
         if options.distro_check
         else (),

@@ -40,7 +40,7 @@ def render_dockerfile(
             foreign_architectures=flavor.foreign_architectures,
             toolchain=toolchain,
             packages=list(image_packages(flavor, toolchain).items()),
-            unpack=list(toolchain.unpack_for(flavor.name).items()),
+            unpack=list(toolchain.unpack_for(flavor.name, flavor.arch).items()),
             unpack_root=UNPACK_ROOT,
             uid=BUILDER_UID,
             paths=PATHS,
