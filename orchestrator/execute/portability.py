@@ -114,6 +114,7 @@ def distros(pipeline: Pipeline, log: StepLog) -> None:
         with pipeline.engine.container(spec, keep=pipeline.keep_containers) as box:
             results.append(_run_in(pipeline, box, distro, report.interpreter, log))
     state.distro_runs = results
+    log.cached = False  # an image that existed is not a step that was skipped
     log.detail = "ran on " + ", ".join(f"{d.spec.release} ({d.spec.suite})" for d in plan.distros)
 
 

@@ -282,3 +282,54 @@ def test_verify_reads_the_elf_again_against_the_recorded_floor(
     assert "gettid@GLIBC_2.30" in above.detail
     assert not understated.ok
     assert understated.detail == "needs glibc 2.36, build.json says 2.31"
+
+
+def test_distros_is_not_reported_as_cached_when_its_images_exist(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _distro_rig(project, stack, tmp_path, answers(), b"hello\n")
+    portability.distros(rig.pipeline, rig.log)
+    assert "cached: " in rig.text  # the images were there...
+    assert rig.log.cached is False  # ...but the binary ran in them
+    assert rig.log.detail == "ran on Debian 11 (bullseye), Debian 13 (trixie)"
+
+
+def test_shipped_variants_link_against_the_sysroot_and_the_baseline_does_not(
+    project: Path,
+) -> None:
+    plan = plan_for(make_options(project, glibc_floor="2.31"))
+    assert plan.sysroot is not None
+    assert plan.sysroot.glibc == "2.31"
+    link = [f for f in plan.variants["release"].rustflags if f.startswith("-Clink-arg=")]
+    assert link[:4] == [
+        "-Clink-arg=--sysroot=/opt/orchestrator/unpack",
+        "-Clink-arg=-B/opt/orchestrator/unpack/usr/lib/x86_64-linux-gnu/",
+        "-Clink-arg=-L/opt/orchestrator/unpack/usr/lib/x86_64-linux-gnu",
+        "-Clink-arg=-L/opt/orchestrator/unpack/lib/x86_64-linux-gnu",
+    ]
+    for name in ("pgo-generate", "optimized"):
+        assert set(link) <= set(plan.variants[name].rustflags), name
+    baseline = plan.variants["baseline"]
+    assert not [f for f in baseline.rustflags if "sysroot" in f or f.startswith("-Clink-arg=-L")]
+    # C from build scripts: the floor's headers for shipped variants, the image's for the
+    # plain baseline (the build container's environment has the variable, so it is cleared).
+    cflags = "CFLAGS_x86_64_unknown_linux_gnu"
+    assert (
+        plan.variants["release"].build.environment[cflags] == "--sysroot=/opt/orchestrator/unpack"
+    )
+    assert baseline.build.environment[cflags] == ""
+    assert "libc6:amd64" in plan.unpack
+    assert plan.apt_sources.suites == ("bullseye",)
+
+
+def test_the_aarch64_sysroot_is_arm64_and_a_new_floor_needs_none(project: Path) -> None:
+    arm = plan_for(make_options(project), "aarch64")
+    assert arm.sysroot is not None
+    assert "-Clink-arg=-L/opt/orchestrator/unpack/lib/aarch64-linux-gnu" in arm.rustflags
+    assert {"libc6:arm64", "libc6-dev:arm64", "libgcc-s1:arm64"} <= set(arm.unpack)
+    assert "CFLAGS_aarch64_unknown_linux_gnu" in arm.build.environment
+    new = plan_for(make_options(project, glibc_floor="2.41"))
+    assert new.sysroot is None  # the image's own glibc is old enough
+    assert not [f for f in new.rustflags if "sysroot" in f]
+    assert "CFLAGS_x86_64_unknown_linux_gnu" not in new.build.environment
+    assert new.image == plan_for(make_options(project)).image  # the same image either way
