@@ -319,10 +319,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "release.glibc_floor",
         "str",
-        "2.31",
-        "the oldest glibc the binaries must start on (2.31: Debian 11, Ubuntu 20.04 and "
-        "later); they link against the toolchain's sysroot, and a binary needing a newer "
-        "symbol version fails the build",
+        "2.28",
+        "the oldest glibc the binaries must start on (2.28: RHEL 8, Debian 10, Ubuntu 20.04 "
+        "and later); they link against it, and a binary needing a newer symbol version "
+        "fails the build",
         attr="glibc_floor",
         flag="--glibc-floor",
     ),

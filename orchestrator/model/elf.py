@@ -9,6 +9,8 @@ floor are what to show a user who asked for that floor.
 
 from __future__ import annotations
 
+import io
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import BinaryIO
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
-from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import InterpSegment
 
@@ -166,3 +168,61 @@ def read_loader_needs(stream: BinaryIO) -> LoaderNeeds:
 def loader_needs(path: Path) -> LoaderNeeds:
     with path.open("rb") as stream:
         return read_loader_needs(stream)
+
+
+def hide_versions_above(data: bytes, floor: str) -> tuple[bytes, list[str]]:
+    """A shared library as a linker would see it in glibc `floor`: every GLIBC_x.y symbol
+    version newer than the floor hidden, and each symbol's newest version at or below the
+    floor made its default. Return the new bytes and the definitions hidden.
+
+    Linking against this view binds `exp` to its GLIBC_2.2.5 version rather than 2.29, and
+    leaves a weak reference to a function that arrived later (Rust's std refers to `gettid`
+    and `posix_spawn_file_actions_addchdir_np` weakly) without a version, so the loader does
+    not require one; a strong reference to such a function fails to link. Only the
+    `.gnu.version` entries change: the library is for the linker, never loaded.
+    """
+    elf = ELFFile(io.BytesIO(data))
+    if not elf.little_endian:
+        raise ElfReadError("a big-endian ELF: symbol versions not rewritten")
+    verdef = elf.get_section_by_name(".gnu.version_d")
+    versym = elf.get_section_by_name(".gnu.version")
+    dynsym = elf.get_section_by_name(".dynsym")
+    if not (
+        isinstance(verdef, GNUVerDefSection)
+        and isinstance(versym, GNUVerSymSection)
+        and isinstance(dynsym, SymbolTableSection)
+    ):
+        raise ElfReadError("no symbol versions to rewrite (not a glibc library?)")
+    names: dict[int, str] = {}
+    for definition, auxiliaries in verdef.iter_versions():
+        names[int(definition["vd_ndx"])] = str(next(iter(auxiliaries)).name)
+    limit, base = version_tuple(floor), int(versym["sh_offset"])
+    # (entry index, symbol, version number) of every glibc-versioned definition
+    defined: list[tuple[int, str, tuple[int, ...]]] = []
+    moved: set[str] = set()  # symbols whose default version is newer than the floor
+    for index, symbol in enumerate(dynsym.iter_symbols()):
+        if symbol["st_shndx"] == "SHN_UNDEF":
+            continue
+        (raw,) = struct.unpack_from("<H", data, base + 2 * index)
+        text = glibc_version(names.get(raw & 0x7FFF, ""))
+        if text is None:
+            continue
+        defined.append((index, str(symbol.name), version_tuple(text)))
+        if not raw & 0x8000 and version_tuple(text) > limit:
+            moved.add(str(symbol.name))
+    # In glibc `floor`, such a symbol's default was its newest version up to the floor
+    # (none: it did not exist yet). Compat-only symbols stay as hidden as they were.
+    newest: dict[str, tuple[int, ...]] = {}
+    for _, name, found in defined:
+        if name in moved and found <= limit:
+            newest[name] = max(found, newest.get(name, ()))
+    patched, hidden = bytearray(data), []
+    for index, name, found in defined:
+        offset = base + 2 * index
+        (raw,) = struct.unpack_from("<H", patched, offset)
+        if found > limit:
+            struct.pack_into("<H", patched, offset, raw | 0x8000)
+            hidden.append(f"{name}@{GLIBC_PREFIX}{'.'.join(map(str, found))}")
+        elif newest.get(name) == found:
+            struct.pack_into("<H", patched, offset, raw & 0x7FFF)
+    return bytes(patched), hidden

@@ -263,10 +263,38 @@ class SysrootPlan:
     """Linking (and compiling build scripts' C) against an older glibc than the image's."""
 
     root: str
-    glibc: str
+    glibc: str  # the sysroot's own glibc release
+    floor: str
+    multiarch: str  # x86_64-linux-gnu: where the sysroot keeps its libraries
+    interpreter: str  # the dynamic loader, as libc.so's linker script names it
+    # Where the `glibc-view` step puts the sysroot's libraries with symbol versions above
+    # the floor hidden, searched first; "" when the floor is the sysroot's glibc or newer.
+    view_dir: str
     link_args: tuple[str, ...]  # rustflags for the linker (gcc as rustc's linker driver)
     cflags_variable: str  # CFLAGS_<target>, which the cc crate reads for the target
     cflags: str
+
+    # The libraries Rust's std and C code link against (-lc -lm -lpthread -ldl -lrt -lutil).
+    LIBRARIES = (
+        "libc.so.6",
+        "libm.so.6",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+        "libutil.so.1",
+    )
+
+
+# The glibc libraries Rust's std and C code link against (-lc -lm -lpthread -ldl -lrt -lutil).
+GLIBC_LIBRARIES = (
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "libutil.so.1",
+)
+_INTERPRETERS = {"x86_64": "/lib64/ld-linux-x86-64.so.2", "aarch64": "/lib/ld-linux-aarch64.so.1"}
 
 
 def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> SysrootPlan | None:
@@ -274,15 +302,20 @@ def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> 
 
     `--sysroot` alone is not enough with Debian's gcc: it searches its own multiarch
     folder (the image's glibc) before the sysroot, so the start files (-B) and the library
-    folders (-L) of the sysroot are named first.
+    folders (-L) of the sysroot are named first; a floor older than the sysroot's glibc
+    puts the `glibc-view` folder before them all.
     """
     if toolchain.sysroot is None:
         return None
-    if version_tuple(options.glibc_floor) >= version_tuple(toolchain.glibc):
+    floor = options.glibc_floor
+    if version_tuple(floor) >= version_tuple(toolchain.glibc):
         return None  # the image's own glibc is old enough
     multiarch = f"{flavor.arch}-linux-gnu"
     root = UNPACK_ROOT
+    older = version_tuple(floor) < version_tuple(toolchain.sysroot.glibc)
+    view_dir = f"{PATHS.root}/glibc-{floor}" if older else ""
     link_args = (
+        *((f"-L{view_dir}",) if view_dir else ()),
         f"--sysroot={root}",
         f"-B{root}/usr/lib/{multiarch}/",
         f"-L{root}/usr/lib/{multiarch}",
@@ -291,9 +324,15 @@ def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> 
     return SysrootPlan(
         root=root,
         glibc=toolchain.sysroot.glibc,
+        floor=floor,
+        multiarch=multiarch,
+        interpreter=_INTERPRETERS[flavor.arch],
+        view_dir=view_dir,
         link_args=tuple(f"-Clink-arg={arg}" for arg in link_args),
         cflags_variable=f"CFLAGS_{flavor.rust_target.replace('-', '_')}",
-        cflags=f"--sysroot={root}",
+        # A cross gcc searches its own target headers before the sysroot's: name them first.
+        cflags=f"--sysroot={root} -isystem {root}/usr/include/{multiarch} "
+        f"-isystem {root}/usr/include",
     )
 
 
@@ -513,6 +552,7 @@ def make_plan(
         bolt=(bolt.mode, bolt.flags) if bolt else None,
         optimized=final.name == "optimized",
         distros=tuple(d.title for d in distros) if options.distro_check else (),
+        glibc_view=sysroot.glibc if sysroot and sysroot.view_dir else "",
     )
     return BuildPlan(
         flavor=flavor.name,

@@ -18,6 +18,7 @@ class StepName(StrEnum):
     BASE_IMAGE = "base-image"
     TOOLCHAIN_IMAGE = "toolchain-image"
     TOOLCHAIN_CHECK = "toolchain-check"
+    GLIBC_VIEW = "glibc-view"
     GPU_TARGETS = "gpu-targets"
     FETCH_CRATES = "fetch-crates"
     BUILD_BASELINE = "build-baseline"
@@ -61,6 +62,7 @@ def steps_of(
     bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
     optimized: bool,
     distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
+    glibc_view: str = "",  # the sysroot's glibc, when the floor is older and needs a view
 ) -> tuple[Step, ...]:
     """The steps of one build, in the order they run, each titled for the log."""
     steps = [
@@ -71,6 +73,14 @@ def steps_of(
             f"rustc, llvm-profdata and llvm-bolt share one LLVM major; rustc knows {target_cpu}",
         ),
     ]
+    if glibc_view:
+        steps.append(
+            Step(
+                StepName.GLIBC_VIEW,
+                f"glibc {glibc_view} libraries as glibc {options.glibc_floor} (newer symbol "
+                "versions hidden from the linker)",
+            )
+        )
     if device_code:
         targets = ", ".join(device_code.targets)
         steps.append(Step(StepName.GPU_TARGETS, f"{device_code.kind} compiler supports {targets}"))

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 FIXTURE = REPO / "tests" / "fixtures" / "portable-cli"
 RELEASE = "sumtool-0.3.0"
 ARTIFACTS = (f"{RELEASE}-linux-x86_64-cpu", f"{RELEASE}-linux-aarch64-cpu")
-FLOOR = "2.31"
+FLOOR = "2.28"
 
 
 @dataclass(frozen=True)

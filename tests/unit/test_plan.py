@@ -34,6 +34,7 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "base-image",
         "toolchain-image",
         "toolchain-check",
+        "glibc-view",
         "fetch-crates",
         "build-baseline",
         "build-release",

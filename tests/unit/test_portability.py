@@ -9,24 +9,37 @@ need glibc 2.39 when it is linked against Debian 13's.
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
+import tarfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
+from elftools.elf.sections import SymbolTableSection
 
 from orchestrator.config.toolchains import load_base_spec, load_distros
 from orchestrator.errors import PortabilityError, StepFailedError
 from orchestrator.execute import portability
+from orchestrator.execute import sysroot as sysroot_step
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.flavors import get_flavor
 from orchestrator.host.bootstrap import rootfs_recipe
-from orchestrator.model.elf import ElfReadError, LoaderNeeds, loader_needs, read_loader_needs
+from orchestrator.model.elf import (
+    ElfReadError,
+    LoaderNeeds,
+    hide_versions_above,
+    loader_needs,
+    read_loader_needs,
+    version_tuple,
+)
 from orchestrator.model.outputs import Captured
 from orchestrator.model.portability import from_loader_needs
 from orchestrator.model.records import PortabilityInfo
-from orchestrator.plan.build_plan import base_image_plan, distro_plan
+from orchestrator.plan.build_plan import GLIBC_LIBRARIES, base_image_plan, distro_plan
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.api import LABEL_INPUT_HASH, ImageInfo
 from orchestrator.supply.minisign import SecretKey
@@ -314,9 +327,14 @@ def test_shipped_variants_link_against_the_sysroot_and_the_baseline_does_not(
     # C from build scripts: the floor's headers for shipped variants, the image's for the
     # plain baseline (the build container's environment has the variable, so it is cleared).
     cflags = "CFLAGS_x86_64_unknown_linux_gnu"
-    assert (
-        plan.variants["release"].build.environment[cflags] == "--sysroot=/opt/orchestrator/unpack"
-    )
+    assert plan.variants["release"].build.environment[cflags].split() == [
+        "--sysroot=/opt/orchestrator/unpack",
+        "-isystem",
+        "/opt/orchestrator/unpack/usr/include/x86_64-linux-gnu",
+        "-isystem",
+        "/opt/orchestrator/unpack/usr/include",
+    ]
+    assert StepName.GLIBC_VIEW not in [s.name for s in plan.steps]  # 2.31 is the sysroot's
     assert baseline.build.environment[cflags] == ""
     assert "libc6:amd64" in plan.unpack
     assert plan.apt_sources.suites == ("bullseye",)
@@ -333,3 +351,107 @@ def test_the_aarch64_sysroot_is_arm64_and_a_new_floor_needs_none(project: Path) 
     assert not [f for f in new.rustflags if "sysroot" in f]
     assert "CFLAGS_x86_64_unknown_linux_gnu" not in new.build.environment
     assert new.image == plan_for(make_options(project)).image  # the same image either way
+
+
+# -- the glibc view: the sysroot's libraries as an older glibc ---------------------------
+HOST_LIBM = Path("/lib/x86_64-linux-gnu/libm.so.6")  # glibc 2.36 on the project's machines
+
+
+def _definitions(data: bytes) -> dict[tuple[str, str], bool]:
+    """{(symbol, version): visible} of a library's versioned definitions."""
+    elf = ELFFile(io.BytesIO(data))
+    verdef = elf.get_section_by_name(".gnu.version_d")
+    versym = elf.get_section_by_name(".gnu.version")
+    dynsym = elf.get_section_by_name(".dynsym")
+    assert isinstance(verdef, GNUVerDefSection)
+    assert isinstance(versym, GNUVerSymSection)
+    assert isinstance(dynsym, SymbolTableSection)
+    names = {int(d["vd_ndx"]): str(next(iter(a)).name) for d, a in verdef.iter_versions()}
+    found: dict[tuple[str, str], bool] = {}
+    for index, symbol in enumerate(dynsym.iter_symbols()):
+        raw = int.from_bytes(
+            data[versym["sh_offset"] + 2 * index : versym["sh_offset"] + 2 * index + 2], "little"
+        )
+        if symbol["st_shndx"] != "SHN_UNDEF" and raw & 0x7FFF in names:
+            found[str(symbol.name), names[raw & 0x7FFF]] = not raw & 0x8000
+    return found
+
+
+def test_the_view_hides_newer_versions_and_restores_the_old_defaults() -> None:
+    original = HOST_LIBM.read_bytes()
+    before = _definitions(original)
+    assert before["exp", "GLIBC_2.29"] and not before["exp", "GLIBC_2.2.5"]
+    patched, hidden = hide_versions_above(original, "2.28")
+    assert len(patched) == len(original)
+    after = _definitions(patched)
+    # exp's default is 2.29 since glibc 2.29; as glibc 2.28 it is the old one again
+    assert after["exp", "GLIBC_2.2.5"] and not after["exp", "GLIBC_2.29"]
+    assert "exp@GLIBC_2.29" in hidden
+    assert all(
+        not visible for (_, v), visible in after.items() if v in {"GLIBC_2.29", "GLIBC_2.35"}
+    )
+    # what was hidden and is not newer stays hidden; what was visible and old stays visible
+    for key, visible in before.items():
+        version = key[1].removeprefix("GLIBC_")
+        if (
+            version_tuple(version) <= (2, 28)
+            and key[0] != "exp"
+            and key[0] not in {h.split("@")[0] for h in hidden}
+        ):
+            assert after[key] == visible, key
+    same, nothing = hide_versions_above(original, "2.36")
+    assert (same, nothing) == (original, [])
+
+
+def _members(tar: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        return {
+            m.name: extracted.read()
+            for m in archive.getmembers()
+            if (extracted := archive.extractfile(m)) is not None
+        }
+
+
+def test_the_glibc_view_step_writes_libraries_and_linker_scripts(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    libm = HOST_LIBM.read_bytes()
+    engine = FakeEngine(
+        responder=lambda argv: (
+            (0, [argv[-1].replace("/libm.so.6", "/libm-2.31.so")])
+            if tuple(argv[:2]) == ("readlink", "-f")
+            else (0, [])
+        ),
+        missing=lambda _path: libm,
+    )
+    rig = make_rig(make_options(project, glibc_floor="2.28"), stack, tmp_path, engine=engine)
+    sysroot = rig.pipeline.plan.sysroot
+    assert sysroot is not None
+    assert sysroot.view_dir == "/build/glibc-2.28"
+    assert (
+        rig.pipeline.plan.rustflags[
+            rig.pipeline.plan.rustflags.index("-Clink-arg=-L/build/glibc-2.28") + 1
+        ]
+        == "-Clink-arg=--sysroot=/opt/orchestrator/unpack"
+    )  # searched before the sysroot
+    sysroot_step.glibc_view(rig.pipeline, rig.log)
+    put = {p for p, _ in rig.box.puts}
+    assert put == {"/build/glibc-2.28"}
+    written = {name: data for _, tar in rig.box.puts for name, data in _members(tar).items()}
+    assert set(written) == {
+        *GLIBC_LIBRARIES,
+        "libc.so",
+        "libm.so",
+        "libpthread.so",
+        "libdl.so",
+        "librt.so",
+        "libutil.so",
+    }
+    assert written["libc.so"] == (
+        b"GROUP ( /build/glibc-2.28/libc.so.6 "
+        b"/opt/orchestrator/unpack/usr/lib/x86_64-linux-gnu/libc_nonshared.a "
+        b"AS_NEEDED ( /opt/orchestrator/unpack/lib64/ld-linux-x86-64.so.2 ) )\n"
+    )
+    assert written["libm.so"] == b"INPUT ( /build/glibc-2.28/libm.so.6 )\n"
+    assert not _definitions(written["libm.so.6"])["exp", "GLIBC_2.29"]
+    assert "exp@GLIBC_2.29" in rig.text

@@ -39,7 +39,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "train.stdin": ("input.txt", "input.txt"),
         "test.enabled": ("off", False),
         "package.package": ("demo", "demo"),  # the crate's own package, named
-        "release.glibc_floor": ("2.28", "2.28"),
+        "release.glibc_floor": ("2.31", "2.31"),
     }
     if spec.key in checked:
         return checked[spec.key]
