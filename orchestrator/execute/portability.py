@@ -75,14 +75,11 @@ def _floor_hint(floor: str, needed: str | None, sysroot: SysrootPlan | None) -> 
     )
     if sysroot is None:
         return f"The binary links against the image's own glibc. {raise_it}"
-    if version_tuple(floor) < version_tuple(sysroot.glibc):
-        return (
-            f"The oldest glibc this toolchain links against is its sysroot's {sysroot.glibc} "
-            f"(Rust's std alone needs 2.30 once it spawns threads or processes). {raise_it}"
-        )
+    seen = floor if version_tuple(floor) < version_tuple(sysroot.glibc) else sysroot.glibc
     return (
-        f"It links against glibc {sysroot.glibc}, so the newer symbols come from elsewhere: "
-        f"C code or a library a build script links outside the sysroot. {raise_it}"
+        f"The linker saw glibc {seen}'s symbols, so the newer versions come from elsewhere: "
+        "an object or static library a build script links in, compiled against a newer "
+        f"glibc (the symbols above name it). {raise_it}"
     )
 
 
@@ -118,16 +115,10 @@ def distros(pipeline: Pipeline, log: StepLog) -> None:
     log.detail = "ran on " + ", ".join(f"{d.spec.release} ({d.spec.suite})" for d in plan.distros)
 
 
-def _run_in(
-    pipeline: Pipeline, box: Container, distro: DistroPlan, interpreter: str, log: StepLog
-) -> dict[str, object]:
-    plan, state, step = pipeline.plan, pipeline.state, StepName.DISTROS
-    title = distro.spec.title
-    log.line(f"-- {title}")
+def _check_loader(box: Container, argv: list[str], log: StepLog, title: str) -> None:
+    """The loader resolves every library and symbol version and stops before main: its
+    refusal ("version `GLIBC_2.39' not found") is the clearest message there is."""
     lines: list[str] = []
-    # The loader resolves every library and symbol version and stops before main: its
-    # refusal ("version `GLIBC_2.39' not found") is the clearest message there is.
-    argv = [*distro.runner, interpreter, "--list", state.shipped]
     log.command(argv, {})
 
     def keep(line: str) -> None:
@@ -137,10 +128,20 @@ def _run_in(
     code = box.exec(argv, on_output=keep)
     if code != 0 or any("not found" in line for line in lines):
         raise PortabilityError(
-            f"{plan.artifact_dir} does not load on {title}:\n" + "\n".join(lines[-12:]),
+            f"the shipped binary does not load on {title}:\n" + "\n".join(lines[-12:]),
             hint="The portability step's glibc report in the log says what it needs; "
             "raise [release] glibc_floor only if your users have newer systems.",
         )
+
+
+def _run_in(
+    pipeline: Pipeline, box: Container, distro: DistroPlan, interpreter: str, log: StepLog
+) -> dict[str, object]:
+    plan, state, step = pipeline.plan, pipeline.state, StepName.DISTROS
+    title = distro.spec.title
+    log.line(f"-- {title}")
+    if interpreter:  # a static binary has no loader to ask
+        _check_loader(box, [*distro.runner, interpreter, "--list", state.shipped], log, title)
     result: dict[str, object] = {
         "distribution": distro.spec.release,
         "suite": distro.spec.suite,
