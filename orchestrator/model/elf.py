@@ -4,7 +4,8 @@ The loader refuses to start a binary when a version it names in `.gnu.version_r`
 `GLIBC_2.39` of libc.so.6) is missing from the system's library, even when the only symbol
 bound to that version is a weak reference. So the glibc a binary needs is the highest
 `GLIBC_x.y` among those version requirements, and the symbols bound to versions above a
-floor are what to show a user who asked for that floor.
+floor are what to show a user who asked for that floor. `hide_versions_above` goes the
+other way: it rewrites a glibc library as the linker would have seen it in an older glibc.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from elftools.common.exceptions import ELFError
+from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerNeedSection, GNUVerSymSection
@@ -28,6 +30,31 @@ GLIBC_PREFIX = "GLIBC_"
 
 class ElfReadError(ValueError):
     """Not an ELF file, or one whose dynamic tables cannot be read."""
+
+
+# What pyelftools (and the struct reads here) raise on a malformed file: a binary in a
+# release someone else published is read by `verify`, so none of these may escape.
+_MALFORMED = (
+    ELFError,
+    ELFParseError,
+    LookupError,
+    ValueError,
+    ArithmeticError,
+    TypeError,
+    AttributeError,
+    struct.error,
+    OSError,
+)
+
+
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ElfReadError:
+        raise
+    except _MALFORMED as exc:
+        raise ElfReadError(f"{what}: {exc}") from exc
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -152,7 +179,7 @@ def _versioned_symbols(
 
 
 def read_loader_needs(stream: BinaryIO) -> LoaderNeeds:
-    try:
+    with _reading("not a readable ELF binary"):
         elf = ELFFile(stream)
         by_index, every = _requirements(elf)
         return LoaderNeeds(
@@ -161,8 +188,6 @@ def read_loader_needs(stream: BinaryIO) -> LoaderNeeds:
             requirements=tuple(every),
             symbols=tuple(_versioned_symbols(elf, by_index)),
         )
-    except (ELFError, KeyError, ValueError, OSError) as exc:
-        raise ElfReadError(f"not a readable ELF binary: {exc}") from exc
 
 
 def loader_needs(path: Path) -> LoaderNeeds:
@@ -181,6 +206,11 @@ def hide_versions_above(data: bytes, floor: str) -> tuple[bytes, list[str]]:
     not require one; a strong reference to such a function fails to link. Only the
     `.gnu.version` entries change: the library is for the linker, never loaded.
     """
+    with _reading("not a readable shared library"):
+        return _hide_versions_above(data, floor)
+
+
+def _hide_versions_above(data: bytes, floor: str) -> tuple[bytes, list[str]]:
     elf = ELFFile(io.BytesIO(data))
     if not elf.little_endian:
         raise ElfReadError("a big-endian ELF: symbol versions not rewritten")

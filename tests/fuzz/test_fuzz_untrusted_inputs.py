@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from orchestrator.config.options import resolve
 from orchestrator.errors import UnsafeArchiveError
 from orchestrator.host.archive import ArchiveLimits, safe_extract
+from orchestrator.model.elf import ElfReadError, hide_versions_above, read_loader_needs
 from orchestrator.model.lockfile import LockfileError, blobs, dumps, parse_lock
 from orchestrator.model.records import (
     BuildManifest,
@@ -248,3 +249,26 @@ def test_a_damaged_archive_is_refused_not_a_crash(
         archive[index] = data.draw(st.integers(min_value=0, max_value=255))
     cut = data.draw(st.integers(min_value=0, max_value=len(archive)))
     _extract_into_a_fence(bytes(archive[:cut]))
+
+
+# A binary in a release someone else published is read by `verify`: a damaged or hostile
+# ELF is refused with ElfReadError, never a traceback. Mutations land in the headers and the
+# dynamic tables, where the reader looks.
+_ELF = Path("/bin/true").read_bytes()
+
+
+@given(st.lists(st.tuples(st.integers(0, 8191), st.integers(0, 255)), min_size=1, max_size=24))
+def test_a_damaged_elf_is_read_or_refused(changes: list[tuple[int, int]]) -> None:
+    damaged = bytearray(_ELF)
+    for offset, value in changes:
+        damaged[offset % len(damaged)] = value
+    try:
+        needs = read_loader_needs(io.BytesIO(bytes(damaged)))
+    except ElfReadError:
+        return
+    assert all(isinstance(name, str) for name in needs.needed)
+    try:
+        rewritten, _ = hide_versions_above(bytes(damaged), "2.28")
+    except ElfReadError:
+        return
+    assert len(rewritten) == len(damaged)
