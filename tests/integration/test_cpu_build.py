@@ -31,6 +31,7 @@ STEPS = [
     "base-image",
     "toolchain-image",
     "toolchain-check",
+    "glibc-view",
     "fetch-crates",
     "build-baseline",
     "build-release",
@@ -43,6 +44,7 @@ STEPS = [
     "bolt-optimize",
     "validate",
     "portability",
+    "distros",
     "sbom",
     "extract",
 ]
@@ -61,8 +63,8 @@ def test_every_step_is_announced_and_timed(release: Release) -> None:
     assert all(s["seconds"] >= 0 for s in steps)
     assert sum(s["seconds"] for s in steps) <= (finished - started).total_seconds() + 2
     logs = {p.name: p for p in (release.directory / "logs").iterdir()}
-    assert "06-build-release.log" in logs
-    build_log = logs["06-build-release.log"].read_text()
+    assert "07-build-release.log" in logs  # numbered in the order the steps ran
+    build_log = logs["07-build-release.log"].read_text()
     assert "+ " in build_log and "cargo build --bin tinyllm" in build_log
     assert "--offline --locked" in build_log
 
