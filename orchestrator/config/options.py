@@ -105,7 +105,7 @@ class Options:
     bench_warmup: int = default_of("bench.warmup")
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None
     glibc_floor: str = default_of("release.glibc_floor")
-    distro_check: bool = default_of("release.distro_check")
+    distro_check: str = default_of("release.distro_check")
     member: str | None = default_of("package.package")
     source_exclude: tuple[str, ...] = default_of("package.exclude")
     run_env: tuple[str, ...] = default_of("train.env")

@@ -328,11 +328,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "release.distro_check",
-        "bool",
-        True,
-        "run each shipped binary's validation in containers of an old and a new Debian",
+        "str",
+        "validate",
+        "in bare Debian 11 and 13 containers: `validate` (load, then validate.command), `load` "
+        "(the loader's check only, for a command needing what a bare system lacks), `off`",
         attr="distro_check",
-        flag="--distro-check/--no-distro-check",
+        flag="--distro-check",
+        choices=("validate", "load", "off"),
     ),
     Setting(
         "signing.secret_key",

@@ -165,6 +165,7 @@ class DistroRun(Record):
     image: str
     loads: bool  # the loader resolved every library and symbol version
     validated: bool  # validate.command printed what the baseline printed
+    not_validated: str | None = None  # why it did not run there (distro_check = load...)
 
 
 class PortabilityInfo(Record):

@@ -154,6 +154,7 @@ class BuildPlan:
     glibc_floor: str  # the oldest glibc the binary must load on
     sysroot: SysrootPlan | None  # what shipped variants link against (None: the image's glibc)
     distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
+    distro_validation: str  # why validate.command does not run there; "" when it does
     binary: str
     release_dir: str
     artifact_dir: str
@@ -354,6 +355,18 @@ def _rustflags(
     return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *linking, *remap)
 
 
+def _distro_validation(options: Options, device_code: DeviceCode | None) -> str:
+    """Why the distros step only asks the loader, or "" when it runs validate.command too."""
+    if options.distro_check == "load":
+        return "release.distro_check = load"
+    if not options.validate_command:
+        return "no validate.command"
+    if device_code is not None and device_code.kernels == "runtime":
+        # NVRTC/hiprtc come with the vendor's runtime, which a bare system does not have.
+        return f"kernels compiled at run time need {device_code.runtime_compiler}"
+    return ""
+
+
 def _feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]:
     args = [] if default_features else ["--no-default-features"]
     return [*args, "--features", ",".join(features)] if features else args
@@ -551,7 +564,7 @@ def make_plan(
         pgo=pgo is not None,
         bolt=(bolt.mode, bolt.flags) if bolt else None,
         optimized=final.name == "optimized",
-        distros=tuple(d.title for d in distros) if options.distro_check else (),
+        distros=tuple(d.title for d in distros) if options.distro_check != "off" else (),
         glibc_view=sysroot.glibc if sysroot and sysroot.view_dir else "",
     )
     return BuildPlan(
@@ -586,8 +599,9 @@ def make_plan(
         glibc_floor=options.glibc_floor,
         sysroot=sysroot,
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
-        if options.distro_check
+        if options.distro_check != "off"
         else (),
+        distro_validation=_distro_validation(options, device_code),
         binary=options.binary,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(

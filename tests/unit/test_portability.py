@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tarfile
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,7 +177,7 @@ def test_the_distros_step_is_planned_and_can_be_turned_off(project: Path) -> Non
     names = [s.name for s in plan.steps]
     assert names.index(StepName.DISTROS) == names.index(StepName.PORTABILITY) + 1
     assert [d.spec.suite for d in plan.distros] == ["bullseye", "trixie"]
-    off = plan_for(make_options(project, distro_check=False))
+    off = plan_for(make_options(project, distro_check="off"))
     assert StepName.DISTROS not in [s.name for s in off.steps]
     assert off.distros == ()
 
@@ -455,3 +456,32 @@ def test_the_glibc_view_step_writes_libraries_and_linker_scripts(
     assert written["libm.so"] == b"INPUT ( /build/glibc-2.28/libm.so.6 )\n"
     assert not _definitions(written["libm.so.6"])["exp", "GLIBC_2.29"]
     assert "exp@GLIBC_2.29" in rig.text
+
+
+def test_distros_only_asks_the_loader_where_validation_needs_more_than_a_bare_system(
+    project: Path,
+) -> None:
+    load = plan_for(make_options(project, distro_check="load", validate_command=("x",)))
+    assert load.distro_validation == "release.distro_check = load"
+    assert plan_for(make_options(project, validate_command=())).distro_validation
+    runtime = make_options(project, validate_command=("compile",))
+    runtime = replace(
+        runtime,
+        flavor_settings={"cuda": replace(runtime.settings_for("cuda"), kernels="runtime")},
+    )
+    cuda = plan_for(runtime, "cuda")
+    assert "need libnvrtc" in cuda.distro_validation
+    assert plan_for(make_options(project, validate_command=("x",))).distro_validation == ""
+
+
+def test_distros_with_load_only_records_why_it_did_not_validate(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _distro_rig(project, stack, tmp_path, answers(), b"anything\n")
+    rig.pipeline.plan = replace(rig.pipeline.plan, distro_validation="release.distro_check = load")
+    portability.distros(rig.pipeline, rig.log)
+    runs = rig.pipeline.state.distro_runs
+    assert [(r["loads"], r["validated"], r["not_validated"]) for r in runs] == [
+        (True, False, "release.distro_check = load")
+    ] * 2
+    assert not [a for box in rig.engine.containers for a in box.argvs if "greet" in a]
