@@ -101,7 +101,7 @@ def test_it_ran_on_old_and_new_debian(portable_release: PortableRelease, artifac
     assert manifest["pgo"] is not None
     assert manifest["bolt"]["applied"] is True or artifact.endswith("aarch64-cpu")
     summary = json.loads((portable_release.directory / "release.json").read_text())
-    target = next(t for t in summary["targets"] if t["artifact"] == artifact)
+    target = next(t for t in summary["artifacts"] if t["artifact"] == artifact)
     assert target["oldest_distribution"] == "Debian 11 (bullseye, glibc 2.31)"
     assert target["glibc"] == manifest["portability"]["glibc_max"]
 
