@@ -275,16 +275,6 @@ class SysrootPlan:
     cflags_variable: str  # CFLAGS_<target>, which the cc crate reads for the target
     cflags: str
 
-    # The libraries Rust's std and C code link against (-lc -lm -lpthread -ldl -lrt -lutil).
-    LIBRARIES = (
-        "libc.so.6",
-        "libm.so.6",
-        "libpthread.so.0",
-        "libdl.so.2",
-        "librt.so.1",
-        "libutil.so.1",
-    )
-
 
 # The glibc libraries Rust's std and C code link against (-lc -lm -lpthread -ldl -lrt -lutil).
 GLIBC_LIBRARIES = (
