@@ -21,7 +21,7 @@ from orchestrator.execute.pipeline import (
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
 from orchestrator.execute.validate import validate_binary
 from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
-from orchestrator.plan.build_plan import BoltPlan
+from orchestrator.plan.bolt import BoltPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
 

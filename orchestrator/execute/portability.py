@@ -18,7 +18,7 @@ from orchestrator.model.elf import ElfReadError, loader_needs, version_tuple
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import compare_captured, render_diff
 from orchestrator.model.portability import from_loader_needs
-from orchestrator.plan.build_plan import DistroPlan, SysrootPlan
+from orchestrator.plan.portable import DistroPlan, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec

@@ -13,7 +13,7 @@ from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.host.archive import single_file_tar
 from orchestrator.model.elf import ElfReadError, hide_versions_above
-from orchestrator.plan.build_plan import GLIBC_LIBRARIES, SysrootPlan
+from orchestrator.plan.portable import GLIBC_LIBRARIES, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
 

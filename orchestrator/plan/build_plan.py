@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
-from orchestrator.model.elf import version_tuple
 from orchestrator.model.hashing import content_hash
-from orchestrator.model.layout import PATHS, UNPACK_ROOT, artifact_dir_name, release_dir_name
+from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
+from orchestrator.plan.bolt import BoltPlan, bolt_mode
+from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
+from orchestrator.plan.portable import (
+    DistroPlan,
+    SysrootPlan,
+    distro_plan,
+    distro_validation,
+    sysroot_plan,
+)
 from orchestrator.plan.steps import Step, steps_of
-
-IMAGE_REPOSITORY = "orchestrator"
 
 # The seeds' release profile, injected with `cargo --config` so the user's Cargo.toml
 # is never edited.
@@ -39,12 +45,6 @@ class SourceSnapshot:
     archive: bytes
     archive_sha256: str
     cargo_lock_sha256: str
-
-
-@dataclass(frozen=True)
-class ImagePlan:
-    reference: str
-    input_hash: str
 
 
 @dataclass(frozen=True)
@@ -102,26 +102,6 @@ class PgoPlan:
 
 
 @dataclass(frozen=True)
-class BoltPlan:
-    mode: str  # auto | lbr | sample | instrument
-    policy: str  # fallback | require
-    flags: tuple[str, ...]
-    instrument_args: tuple[str, ...]  # e.g. the runtime library for a cross target
-    work_dir: str
-    tools: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class DistroPlan:
-    """A Debian release's bare container that runs the shipped binary (`distros` step)."""
-
-    spec: DistroSpec
-    base: BaseSpec  # how mmdebstrap makes its root filesystem
-    image: ImagePlan
-    runner: tuple[str, ...]  # qemu for a foreign-architecture binary
-
-
-@dataclass(frozen=True)
 class BuildPlan:
     flavor: str
     arch: str
@@ -169,162 +149,12 @@ class BuildPlan:
         return self.final.build
 
 
-def base_image_plan(base: BaseSpec) -> ImagePlan:
-    digest = content_hash({"kind": "base-rootfs", "spec": base.as_dict()})
-    return ImagePlan(f"{IMAGE_REPOSITORY}/base:{base.suite}-{digest[:16]}", digest)
-
-
-def distro_plan(distro: DistroSpec, flavor: Flavor, base: BaseSpec) -> DistroPlan:
-    """A bare `distro.suite` root filesystem (for a foreign architecture: plus that suite's
-    qemu-user and the architecture's libc); the base image itself for the base's suite."""
-    spec = BaseSpec(
-        suite=distro.suite,
-        mirror=base.mirror,
-        variant=base.variant,
-        components=base.components,
-        source_date_epoch=base.source_date_epoch,
-    )
-    runner: tuple[str, ...] = ()
-    for arch in flavor.foreign_architectures:
-        spec = replace(
-            spec,
-            include=(*spec.include, distro.emulator_package, f"libc6:{arch}"),
-            architectures=(*spec.architectures, arch),
-        )
-        runner = (f"qemu-{flavor.arch}{distro.emulator_suffix}",)
-    if spec == base:
-        return DistroPlan(distro, spec, base_image_plan(base), runner)
-    digest = content_hash({"kind": "base-rootfs", "spec": spec.as_dict()})
-    reference = f"{IMAGE_REPOSITORY}/distro:{distro.suite}-{flavor.arch}-{digest[:16]}"
-    return DistroPlan(distro, spec, ImagePlan(reference, digest), runner)
-
-
-def apt_sources(flavor: Flavor, toolchain: ToolchainSpec) -> AptSources:
-    return AptSources(
-        components=tuple(c for c in flavor.apt_components if c != "main"),
-        architectures=flavor.foreign_architectures,
-        suites=(toolchain.sysroot.suite,) if toolchain.sysroot else (),
-    )
-
-
-def toolchain_image_plan(
-    flavor: Flavor, toolchain: ToolchainSpec, dockerfile: str, base_image: ImagePlan
-) -> ImagePlan:
-    key: dict[str, object] = {
-        "kind": "toolchain-image",
-        "flavor": flavor.name,
-        "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
-        "dockerfile": dockerfile,
-        "base": base_image.input_hash,
-    }
-    if apt_sources(flavor, toolchain) != AptSources():
-        key["apt_sources"] = apt_sources(flavor, toolchain).as_dict()
-    digest = content_hash(key)
-    return ImagePlan(f"{IMAGE_REPOSITORY}/{flavor.name}:{toolchain.name}-{digest[:16]}", digest)
-
-
 def _profile_args() -> list[str]:
     args: list[str] = []
     for key, value in RELEASE_PROFILE.items():
         rendered = json.dumps(value)  # TOML and JSON agree on strings, ints and booleans
         args += ["--config", f"profile.release.{key}={rendered}"]
     return args
-
-
-def _bolt_mode(options: Options, flavor: Flavor) -> str:
-    """auto stays auto where perf can help; a flavor that can only instrument says so.
-
-    lbr and sample profile with perf in the profiling container, which needs the perf
-    access that profiling.privileges = false forbids: asking for both is refused here,
-    not after the builds that come before BOLT.
-    """
-    requested = options.bolt_mode
-    if requested == "auto":
-        return "auto" if len(flavor.bolt_modes) > 1 else flavor.bolt_modes[0]
-    if requested not in flavor.bolt_modes:
-        raise ConfigError(
-            f"bolt.mode {requested} cannot work for the {flavor.name} flavor",
-            hint=f"{flavor.name} supports: {', '.join(flavor.bolt_modes)} (or auto).",
-        )
-    if requested != "instrument" and not options.profiling_privileges:
-        sources = options.sources
-        raise ConfigError(
-            f"bolt.mode {requested} (from {sources.get('bolt.mode', 'default')}) samples "
-            "with perf, but profiling.privileges is off (from "
-            f"{sources.get('profiling.privileges', 'default')}, e.g. --no-privileged): the "
-            "profiling container gets no perf access, so only instrument can work",
-            hint="Drop --no-privileged (profiling.privileges = true), or use "
-            "--bolt-mode instrument (or auto, which falls back to it).",
-        )
-    return requested
-
-
-@dataclass(frozen=True)
-class SysrootPlan:
-    """Linking (and compiling build scripts' C) against an older glibc than the image's."""
-
-    root: str
-    glibc: str  # the sysroot's own glibc release
-    floor: str
-    multiarch: str  # x86_64-linux-gnu: where the sysroot keeps its libraries
-    interpreter: str  # the dynamic loader, as libc.so's linker script names it
-    # Where the `glibc-view` step puts the sysroot's libraries with symbol versions above
-    # the floor hidden, searched first; "" when the floor is the sysroot's glibc or newer.
-    view_dir: str
-    link_args: tuple[str, ...]  # rustflags for the linker (gcc as rustc's linker driver)
-    cflags_variable: str  # CFLAGS_<target>, which the cc crate reads for the target
-    cflags: str
-
-
-# The glibc libraries Rust's std and C code link against (-lc -lm -lpthread -ldl -lrt -lutil).
-GLIBC_LIBRARIES = (
-    "libc.so.6",
-    "libm.so.6",
-    "libpthread.so.0",
-    "libdl.so.2",
-    "librt.so.1",
-    "libutil.so.1",
-)
-_INTERPRETERS = {"x86_64": "/lib64/ld-linux-x86-64.so.2", "aarch64": "/lib/ld-linux-aarch64.so.1"}
-
-
-def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> SysrootPlan | None:
-    """The toolchain's sysroot when the glibc floor is older than the image's own glibc.
-
-    `--sysroot` alone is not enough with Debian's gcc: it searches its own multiarch
-    folder (the image's glibc) before the sysroot, so the start files (-B) and the library
-    folders (-L) of the sysroot are named first; a floor older than the sysroot's glibc
-    puts the `glibc-view` folder before them all.
-    """
-    if toolchain.sysroot is None:
-        return None
-    floor = options.glibc_floor
-    if version_tuple(floor) >= version_tuple(toolchain.glibc):
-        return None  # the image's own glibc is old enough
-    multiarch = f"{flavor.arch}-linux-gnu"
-    root = UNPACK_ROOT
-    older = version_tuple(floor) < version_tuple(toolchain.sysroot.glibc)
-    view_dir = f"{PATHS.root}/glibc-{floor}" if older else ""
-    link_args = (
-        *((f"-L{view_dir}",) if view_dir else ()),
-        f"--sysroot={root}",
-        f"-B{root}/usr/lib/{multiarch}/",
-        f"-L{root}/usr/lib/{multiarch}",
-        f"-L{root}/lib/{multiarch}",
-    )
-    return SysrootPlan(
-        root=root,
-        glibc=toolchain.sysroot.glibc,
-        floor=floor,
-        multiarch=multiarch,
-        interpreter=_INTERPRETERS[flavor.arch],
-        view_dir=view_dir,
-        link_args=tuple(f"-Clink-arg={arg}" for arg in link_args),
-        cflags_variable=f"CFLAGS_{flavor.rust_target.replace('-', '_')}",
-        # A cross gcc searches its own target headers before the sysroot's: name them first.
-        cflags=f"--sysroot={root} -isystem {root}/usr/include/{multiarch} "
-        f"-isystem {root}/usr/include",
-    )
 
 
 def _rustflags(
@@ -343,18 +173,6 @@ def _rustflags(
     # The baseline is plain `cargo build --release`: the image's own glibc, no sysroot.
     linking = sysroot.link_args if sysroot else ()
     return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *linking, *remap)
-
-
-def _distro_validation(options: Options, device_code: DeviceCode | None) -> str:
-    """Why the distros step only asks the loader, or "" when it runs validate.command too."""
-    if options.distro_check == "load":
-        return "release.distro_check = load"
-    if not options.validate_command:
-        return "no validate.command"
-    if device_code is not None and device_code.kernels == "runtime":
-        # NVRTC/hiprtc come with the vendor's runtime, which a bare system does not have.
-        return f"kernels compiled at run time need {device_code.runtime_compiler}"
-    return ""
 
 
 def _feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]:
@@ -513,7 +331,7 @@ def make_plan(
         # BOLT rewrites the layout and needs the linker's relocations to do it.
         optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
         bolt = BoltPlan(
-            mode=_bolt_mode(options, flavor),
+            mode=bolt_mode(options, flavor),
             instrument_args=flavor.bolt_instrument_args(toolchain),
             policy=options.bolt_policy,
             flags=options.bolt_flags,
@@ -591,7 +409,7 @@ def make_plan(
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
         if options.distro_check != "off"
         else (),
-        distro_validation=_distro_validation(options, device_code),
+        distro_validation=distro_validation(options, device_code),
         binary=options.binary,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(

@@ -40,7 +40,8 @@ from orchestrator.model.elf import (
 from orchestrator.model.outputs import Captured
 from orchestrator.model.portability import from_loader_needs
 from orchestrator.model.records import PortabilityInfo
-from orchestrator.plan.build_plan import GLIBC_LIBRARIES, base_image_plan, distro_plan
+from orchestrator.plan.images import base_image_plan
+from orchestrator.plan.portable import GLIBC_LIBRARIES, distro_plan
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.api import LABEL_INPUT_HASH, ImageInfo
 from orchestrator.supply.minisign import SecretKey

@@ -13,7 +13,7 @@ from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import ImageBuildError
 from orchestrator.host.bootstrap import MANIFEST, PackageFile, PackageSet
 from orchestrator.host.vault import VaultError
-from orchestrator.plan.build_plan import ImagePlan, base_image_plan
+from orchestrator.plan.images import ImagePlan, base_image_plan
 from orchestrator.progress import StepLog
 from orchestrator.runtime import images
 from orchestrator.runtime.engine import LABEL_INPUT_HASH, OutputSink
