@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.settings import did_you_mean
+from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError
 
 

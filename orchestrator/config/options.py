@@ -32,12 +32,11 @@ from orchestrator.config.settings import (
     check_choice,
     check_kind,
     default_of,
-    did_you_mean,
     flavor_default_of,
     parse_text,
-    suggest,
     toml_shape,
 )
+from orchestrator.config.suggest import did_you_mean, suggest
 from orchestrator.errors import ConfigError
 
 __all__ = [

@@ -5,9 +5,7 @@ layers and `describe()`, the CLI's flags and the README's table all derive from 
 
 from __future__ import annotations
 
-import difflib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -437,18 +435,6 @@ def parse_text(spec: Setting, raw: str, where: str) -> object:
         expected = _TEXT_HINT.get(spec.kind, KIND_TEXT[spec.kind])
         raise ConfigError(f"{where}: expected {expected}, got {raw!r}") from None
     return check_choice(check_kind(value, spec.kind, where), spec, where)
-
-
-def did_you_mean(word: str, candidates: Iterable[str], shown: str = "'{}'") -> str:
-    """Text like "did you mean 'x'? " for the closest candidate; "" when none is close."""
-    match = suggest(word, candidates)
-    return f"did you mean {shown.format(match)}? " if match else ""
-
-
-def suggest(word: str, candidates: Iterable[str]) -> str | None:
-    """The closest candidate to a misspelt `word`, if any is close enough."""
-    matches = difflib.get_close_matches(word, list(candidates), n=1)
-    return matches[0] if matches else None
 
 
 def toml_shape(value: object) -> object:

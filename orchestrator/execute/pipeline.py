@@ -22,7 +22,7 @@ from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured
 from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
-from orchestrator.model.records import BuildManifest, FileDigest
+from orchestrator.model.records import BuildManifest, DistroRun, FileDigest
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import Reporter, StepLog
@@ -129,7 +129,7 @@ class BuildState:
     validation: dict[str, object] = field(default_factory=dict)
     portability: Portability | None = None
     expected: Captured | None = None  # the baseline's validation output
-    distro_runs: list[dict[str, object]] = field(default_factory=list)
+    distro_runs: list[DistroRun] = field(default_factory=list)
     crates: list[Crate] = field(default_factory=list)
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder

@@ -18,6 +18,7 @@ from orchestrator.model.elf import ElfReadError, loader_needs, version_tuple
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import compare_captured, render_diff
 from orchestrator.model.portability import from_loader_needs
+from orchestrator.model.records import DistroRun
 from orchestrator.plan.portable import DistroPlan, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import StepLog
@@ -92,7 +93,7 @@ def distros(pipeline: Pipeline, log: StepLog) -> None:
     report = state.portability
     if report is None or not state.shipped:
         raise StepFailedError("internal: the distros step runs after portability")
-    results: list[dict[str, object]] = []
+    results: list[DistroRun] = []
     for distro in plan.distros:
         image = ensure_base_image(
             pipeline.engine,
@@ -136,23 +137,23 @@ def _check_loader(box: Container, argv: list[str], log: StepLog, title: str) -> 
 
 def _run_in(
     pipeline: Pipeline, box: Container, distro: DistroPlan, interpreter: str, log: StepLog
-) -> dict[str, object]:
+) -> DistroRun:
     plan, state, step = pipeline.plan, pipeline.state, StepName.DISTROS
     title = distro.spec.title
     log.line(f"-- {title}")
     if interpreter:  # a static binary has no loader to ask
         _check_loader(box, [*distro.runner, interpreter, "--list", state.shipped], log, title)
-    result: dict[str, object] = {
-        "distribution": distro.spec.release,
-        "suite": distro.spec.suite,
-        "glibc": distro.spec.glibc,
-        "image": distro.image.reference,
-        "loads": True,
-        "validated": False,
-    }
+    ran = DistroRun(
+        distribution=distro.spec.release,
+        suite=distro.spec.suite,
+        glibc=distro.spec.glibc,
+        image=distro.image.reference,
+        loads=True,
+        validated=False,
+        not_validated=plan.distro_validation or None,
+    )
     expected = state.expected
     if plan.distro_validation:
-        result["not_validated"] = plan.distro_validation
         log.line(f"validate.command not run here: {plan.distro_validation}")
     elif expected is not None:
         try:
@@ -177,6 +178,6 @@ def _run_in(
                 f"{plan.artifact_dir} printed something else on {title} than the baseline in "
                 f"the build container ({differences}):\n{diff}"
             )
-        result["validated"] = True
+        ran = ran.model_copy(update={"validated": True})
     log.line(f"ok: {title}")
-    return result
+    return ran

@@ -225,7 +225,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         },
         source=SourceIdentity.model_validate(source_identity(options.crate_dir)),
         portability=PortabilityInfo.model_validate(
-            {**state.portability.as_dict(), "distros": state.distro_runs}
+            {**state.portability.as_dict(), "distros": [r.model_dump() for r in state.distro_runs]}
         )
         if state.portability
         else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.config.settings import suggest
+from orchestrator.config.suggest import suggest
 from orchestrator.config.toolchains import check_coherence
 from orchestrator.errors import ConfigError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, run

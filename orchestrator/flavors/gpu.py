@@ -10,7 +10,7 @@ import re
 import struct
 from collections.abc import Iterable
 
-from orchestrator.config.settings import suggest
+from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError, OrchestratorError
 
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 
 from orchestrator.config.options import Options
-from orchestrator.config.settings import suggest
+from orchestrator.config.suggest import suggest
 from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode

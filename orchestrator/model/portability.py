@@ -9,11 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.model.elf import LoaderNeeds, version_tuple
+from orchestrator.model.elf import LoaderNeeds
 
 _FEATURE_RE = re.compile(r'^target_feature="([^"]+)"$', re.M)
-
-__all__ = ["Portability", "from_loader_needs", "version_tuple"]
 
 
 @dataclass(frozen=True)
@@ -39,20 +37,15 @@ class Portability:
             "cpu_features": list(self.cpu_features),
         }
 
-    def glibc_above(self, floor: str) -> bool:
-        return self.glibc_max is not None and version_tuple(self.glibc_max) > version_tuple(floor)
-
 
 def from_loader_needs(
     needs: LoaderNeeds, *, target: str, target_cpu: str, glibc_floor: str, rustc_cfg: str
 ) -> Portability:
     """From the binary's loader needs and `rustc --print cfg` of its code generation."""
-    above = [
-        f"{s.name}@{s.version}" + (" (weak)" if s.weak else "")
-        for s in needs.symbols_above(glibc_floor)
-    ]
+    symbols = needs.symbols_above(glibc_floor)
+    above = [f"{s.name}@{s.version}" + (" (weak)" if s.weak else "") for s in symbols]
     # A version required with no symbol bound to it still counts for the loader.
-    named = {s.version for s in needs.symbols_above(glibc_floor)}
+    named = {s.version for s in symbols}
     above += [
         f"(no symbol)@GLIBC_{v}"
         for v in needs.glibc_above(glibc_floor)

@@ -60,6 +60,18 @@ def orchestrator(
     return Run(process.returncode, output)
 
 
+def release_copy(fixture: Path, project: Path, client: docker.DockerClient) -> tuple[Run, Path]:
+    """`orchestrator release` of a copy of `fixture` (outside git, so --allow-dirty) at
+    `project`; the run must succeed and leave no container. Returns it and artifacts/."""
+    shutil.copytree(fixture, project, symlinks=True, ignore=shutil.ignore_patterns("target"))
+    artifacts = project.parent / "artifacts"
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty"])
+    assert run.returncode == 0, run.output
+    assert managed_containers(client) == []
+    return run, artifacts
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 from orchestrator.config.options import default_cache_dir
 from orchestrator.model.elf import loader_needs, version_tuple
-from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
+from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 
 pytestmark = pytest.mark.integration
 
@@ -48,22 +47,7 @@ def portable_release(
     docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> PortableRelease:
     project = tmp_path_factory.mktemp("portable") / "portable-cli"
-    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
-    artifacts = project.parent / "artifacts"
-    run = orchestrator(
-        [
-            "release",
-            "--config",
-            str(project / "orchestrator.toml"),
-            "--artifacts-dir",
-            str(artifacts),
-            "--bench-runs",
-            "0",
-            "--allow-dirty",
-        ]
-    )
-    assert run.returncode == 0, run.output
-    assert managed_containers(docker_client) == []
+    run, artifacts = release_copy(FIXTURE, project, docker_client)
     return PortableRelease(run, project, artifacts / RELEASE)
 
 

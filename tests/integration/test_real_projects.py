@@ -15,7 +15,6 @@ released with PGO and BOLT and reproduced bit for bit. What each part exercises:
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
+from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 
 pytestmark = pytest.mark.integration
 
@@ -51,23 +50,8 @@ def workspace_release(
     docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> WorkspaceRelease:
     project = tmp_path_factory.mktemp("workspace") / "wordfreq"
-    shutil.copytree(FIXTURE, project, symlinks=True, ignore=shutil.ignore_patterns("target"))
-    assert (project / "HomebrewFormula").is_symlink()
-    artifacts = project.parent / "artifacts"
-    run = orchestrator(
-        [
-            "release",
-            "--config",
-            str(project / "orchestrator.toml"),
-            "--artifacts-dir",
-            str(artifacts),
-            "--bench-runs",
-            "0",
-            "--allow-dirty",
-        ]
-    )
-    assert run.returncode == 0, run.output
-    assert managed_containers(docker_client) == []
+    run, artifacts = release_copy(FIXTURE, project, docker_client)
+    assert (project / "HomebrewFormula").is_symlink()  # copied as the link it is
     return WorkspaceRelease(run, project, artifacts / RELEASE)
 
 

@@ -219,8 +219,8 @@ def test_distros_runs_the_loader_then_validation_in_each_release(
     rig = _distro_rig(project, stack, tmp_path, answers(), b"hello\n")
     pipeline = rig.pipeline
     portability.distros(pipeline, rig.log)
-    assert [r["suite"] for r in pipeline.state.distro_runs] == ["bullseye", "trixie"]
-    assert all(r["loads"] and r["validated"] for r in pipeline.state.distro_runs)
+    assert [r.suite for r in pipeline.state.distro_runs] == ["bullseye", "trixie"]
+    assert all(r.loads and r.validated for r in pipeline.state.distro_runs)
     engine = rig.engine
     boxes = [c for c in engine.containers if c.spec.purpose == "distro"]
     assert len(boxes) == 2
@@ -238,7 +238,7 @@ def test_distros_runs_the_loader_then_validation_in_each_release(
             "glibc_max": "2.28",
             "needed": [],
             "cpu_features": [],
-            "distros": pipeline.state.distro_runs,
+            "distros": [r.model_dump() for r in pipeline.state.distro_runs],
         }
     )
     assert info.oldest_distribution == "Debian 11 (bullseye, glibc 2.31)"
@@ -482,7 +482,7 @@ def test_distros_with_load_only_records_why_it_did_not_validate(
     rig.pipeline.plan = replace(rig.pipeline.plan, distro_validation="release.distro_check = load")
     portability.distros(rig.pipeline, rig.log)
     runs = rig.pipeline.state.distro_runs
-    assert [(r["loads"], r["validated"], r["not_validated"]) for r in runs] == [
+    assert [(r.loads, r.validated, r.not_validated) for r in runs] == [
         (True, False, "release.distro_check = load")
     ] * 2
     assert not [a for box in rig.engine.containers for a in box.argvs if "greet" in a]
