@@ -225,7 +225,8 @@ def reproduce(
         json.dumps([r.as_dict() for r in results], indent=2) + "\n"
     )
     for result in results:
-        for line in [result.error, *result.inputs_differing]:
+        differing = [f"{name} is not bit-identical" for name in result.others_differing]
+        for line in [result.error, *result.inputs_differing, *differing]:
             if line:
                 err_console.print(styled(f"{result.artifact}:", "yellow", f" {line}"))
         if result.report:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from orchestrator.config.kinds import Kind, toml_shape
 from orchestrator.config.settings import (
     FLAVOR_SETTINGS,
     SETTINGS,
     FlavorKey,
-    Kind,
     Setting,
-    toml_shape,
 )
 
 
@@ -26,7 +25,7 @@ def default_text(spec: Setting | FlavorKey, *, for_flag: bool = False) -> str:
         text = ("on" if value else "off") if for_flag else text.lower()
     elif value == ():
         text = "none"
-    elif spec.kind == "list[argv]":
+    elif spec.kind == "list[run]":
         text = json.dumps(toml_shape(value))
     elif isinstance(value, tuple):
         text = ", ".join(str(v) for v in value)
@@ -67,7 +66,7 @@ _KIND_METAVAR: dict[Kind, str] = {
     "int": "N",
     "float": "NUMBER",
     "list[str]": "LIST",
-    "list[argv]": "JSON",
+    "list[run]": "JSON",
 }
 
 

@@ -21,6 +21,7 @@ from orchestrator.config.crate_files import (
     read_crate_cargo_config,
     read_toml,
 )
+from orchestrator.config.kinds import Kind, Run, check_kind, to_run, toml_shape
 from orchestrator.config.settings import (
     DEFAULT_BOLT_FLAGS,
     FLAVOR_KEYS,
@@ -28,13 +29,10 @@ from orchestrator.config.settings import (
     SECTIONS,
     SETTINGS,
     SETTINGS_BY_KEY,
-    Kind,
     check_choice,
-    check_kind,
     default_of,
     flavor_default_of,
-    parse_text,
-    toml_shape,
+    parse_setting_text,
 )
 from orchestrator.config.suggest import did_you_mean, suggest
 from orchestrator.errors import ConfigError
@@ -78,7 +76,8 @@ class Options:
     project_dir: Path
     crate_dir: Path
     package_name: str
-    binary: str
+    binary: str  # the main binary: it names the artifact; bench runs it
+    binaries: tuple[str, ...]  # every binary shipped, `binary` first
     version: str
     toolchain: str
     target_cpu: str
@@ -87,7 +86,7 @@ class Options:
     source_date_epoch: int
     artifacts_dir: Path
     cache_dir: Path
-    workloads: tuple[tuple[str, ...], ...]
+    workloads: tuple[Run, ...]
     validate_command: tuple[str, ...]
     bench_command: tuple[str, ...]
     # Defaults below come from the declarations in settings.py.
@@ -99,6 +98,7 @@ class Options:
     bolt_flags: tuple[str, ...] = default_of("bolt.flags")
     profiling_privileges: bool = default_of("profiling.privileges")
     profiling_allow_privileged: bool = default_of("profiling.allow_privileged")
+    validate_runs: tuple[Run, ...] = default_of("validate.runs")
     validate_tolerance: float = default_of("validate.tolerance")
     bench_runs: int = default_of("bench.runs")
     bench_warmup: int = default_of("bench.warmup")
@@ -279,7 +279,7 @@ def _flag_value(key: str, value: object) -> object:
         raise ConfigError(f"internal: unknown CLI key {key}. " + did_you_mean(key, SETTINGS_BY_KEY))
     where = f"flag for {key}"
     if isinstance(value, str) and spec.kind not in ("str", "path"):
-        return parse_text(spec, value, where)
+        return parse_setting_text(spec, value, where)
     return check_choice(check_kind(toml_shape(value), spec.kind, where), spec, where)
 
 
@@ -297,7 +297,7 @@ def _layer(
         # The canonical ORCHESTRATOR_<SECTION>_<KEY> first: it wins over older aliases.
         name = next((n for n in spec.env_names if env.get(n)), None)
         if name is not None:
-            value = parse_text(spec, env[name], f"environment variable {name}")
+            value = parse_setting_text(spec, env[name], f"environment variable {name}")
             layers.set(spec.key, value, f"env {name}")
     for key, value in cli.items():
         if value is not None:  # None: flag not given
@@ -309,13 +309,11 @@ def _convert(kind: Kind, value: object, base: Path) -> object:
     """A layered (TOML-shaped) value as `Options` holds it; paths relative to `base`."""
     if kind == "path":
         return (base / Path(str(value)).expanduser()).resolve()
-    if kind in ("list[str]", "list[argv]"):
+    if kind in ("list[str]", "list[run]"):
         items = value if isinstance(value, list | tuple) else []
         if kind == "list[str]":
             return tuple(str(v) for v in items)
-        return tuple(
-            tuple(str(a) for a in argv) for argv in items if isinstance(argv, list | tuple)
-        )
+        return tuple(to_run(item) for item in items)
     if kind == "float" and isinstance(value, int | float):
         return float(value)
     return value
@@ -394,6 +392,50 @@ def _check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) 
         )
 
 
+def _binaries(path: Path, values: dict[str, Any], package_name: str) -> None:
+    """package.binary and package.binaries agree, the main binary first; every run names a
+    binary the artifact ships (a run naming the main one is written as a plain list)."""
+    listed: tuple[str, ...] = values.get("binaries") or ()
+    main = values.setdefault("binary", listed[0] if listed else package_name)
+    if listed and main not in listed:
+        raise ConfigError(
+            f"{path}: package.binary {main!r} is not one of package.binaries {list(listed)}",
+            hint="List every binary the artifact ships in package.binaries; package.binary "
+            "(its first entry when unset) names the artifact.",
+        )
+    duplicates = sorted({name for name in listed if listed.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"{path}: package.binaries names {', '.join(duplicates)} twice")
+    binaries = (main, *(name for name in listed if name != main))
+    values["binaries"] = binaries
+    for key, attr in (("train.workloads", "workloads"), ("validate.runs", "validate_runs")):
+        runs: list[Run] = []
+        for run in values.get(attr, ()):
+            if run.binary and run.binary not in binaries:
+                raise ConfigError(
+                    f"{path}: {key}: {{binary = {run.binary!r}, ...}} is not a binary the "
+                    "artifact ships; "
+                    + did_you_mean(run.binary, binaries)
+                    + "shipped: "
+                    + ", ".join(binaries),
+                    hint="Add it to package.binaries, or fix the name.",
+                )
+            runs.append(Run(run.args) if run.binary == main else run)
+        values[attr] = tuple(runs)
+    unvalidated = [
+        name
+        for name in binaries[1:]
+        if not any(run.binary == name for run in values.get("validate_runs", ()))
+    ]
+    if values.get("validate_command") and unvalidated:
+        raise ConfigError(
+            f"{path}: validate.command checks {main}, but no validate.runs entry runs "
+            + ", ".join(unvalidated),
+            hint="Every shipped binary is compared with its baseline build: add e.g. "
+            f'runs = [{{binary = "{unvalidated[0]}", args = ["--version"]}}] under [validate].',
+        )
+
+
 def resolve(
     config_path: Path | None = None,
     *,
@@ -416,7 +458,7 @@ def resolve(
         if spec.key in layers.values
     }
     values["crate_dir"] = crate_dir  # relative to the config file, never ~-expanded
-    values.setdefault("binary", package_name)
+    _binaries(path, values, package_name)
     _check_run_settings(path, values, crate_dir)
     for flavor in values["flavors"]:
         if flavor not in KNOWN_FLAVORS:

@@ -5,33 +5,13 @@ layers and `describe()`, the CLI's flags and the README's table all derive from 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from orchestrator.config.kinds import Kind, Value, parse_text
 from orchestrator.errors import ConfigError
 
-Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[argv]"]
-# A default as `Options` holds it: lists are tuples so that declarations stay immutable.
-Value = str | int | float | bool | tuple[str, ...] | tuple[tuple[str, ...], ...]
-
 ENV_PREFIX = "ORCHESTRATOR_"
-KIND_TEXT: dict[Kind, str] = {
-    "str": "a string",
-    "int": "a non-negative integer",
-    "float": "a non-negative number",
-    "bool": "true or false",
-    "path": "a path (string)",
-    "list[str]": "a list of strings",
-    "list[argv]": 'a list of argument lists, e.g. [["generate", "--seed", "1"]]',
-}
-# How text (environment variables) spells the kinds that are not plain text.
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_BOOLS = {word: word in _TRUE for word in _TRUE + _FALSE}
-_TEXT_HINT: dict[Kind, str] = {
-    "bool": "true or false (1/0, true/false, yes/no, on/off)",
-    "list[argv]": 'JSON: a list of argument lists, e.g. [["--help"]]',
-}
 
 
 @dataclass(frozen=True)
@@ -109,6 +89,15 @@ SETTINGS: tuple[Setting, ...] = (
         computed="the package name",
     ),
     Setting(
+        "package.binaries",
+        "list[str]",
+        None,
+        "every binary the artifact ships, package.binary first (each built, validated, "
+        "signed and in the SBOM); workloads and validate.runs name the others",
+        attr="binaries",
+        computed="[package.binary]",
+    ),
+    Setting(
         "package.version",
         "str",
         None,
@@ -180,9 +169,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "train.workloads",
-        "list[argv]",
+        "list[run]",
         (),
-        "argument lists run to train PGO/BOLT profiles",
+        "runs that train the PGO/BOLT profiles: argument lists for package.binary, or "
+        '{binary = "name", args = [...]} for another of package.binaries',
         attr="workloads",
     ),
     Setting(
@@ -292,6 +282,14 @@ SETTINGS: tuple[Setting, ...] = (
         attr="validate_command",
     ),
     Setting(
+        "validate.runs",
+        "list[run]",
+        (),
+        "more runs whose output must not change, e.g. for the other binaries: "
+        '[{binary = "name", args = [...]}]',
+        attr="validate_runs",
+    ),
+    Setting(
         "validate.tolerance",
         "float",
         0.0,
@@ -382,61 +380,12 @@ def flavor_default_of(name: str) -> Any:  # noqa: ANN401 - typed by the field it
     return next(f.default for f in FLAVOR_SETTINGS if f.name == name)
 
 
-def check_kind(value: object, kind: Kind, where: str) -> object:
-    """Return `value` if it has `kind` (TOML shape: lists), else a ConfigError naming `where`."""
-    ok: bool
-    if kind in ("str", "path"):
-        ok = isinstance(value, str) and value != ""
-    elif kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    elif kind == "float":
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-    elif kind == "bool":
-        ok = isinstance(value, bool)
-    elif kind == "list[str]":
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-    else:
-        ok = isinstance(value, list) and all(
-            isinstance(argv, list) and all(isinstance(a, str) for a in argv) for argv in value
-        )
-    if not ok:
-        raise ConfigError(
-            f"{where}: expected {KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"
-        )
-    return value
-
-
 def check_choice(value: object, spec: Setting, where: str) -> object:
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: expected one of {', '.join(spec.choices)}, got {value!r}")
     return value
 
 
-def parse_text(spec: Setting, raw: str, where: str) -> object:
-    """A setting's value from text (an environment variable, a comma-separated flag).
-
-    bool: 1/0, true/false, yes/no, on/off; int, float; list[str]: comma-separated;
-    list[argv]: JSON, e.g. '[["--help"]]'; str and path: as given.
-    """
-    word = raw.strip()
-    value: object = raw
-    try:
-        if spec.kind == "bool":
-            value = _BOOLS[word.lower()]
-        elif spec.kind == "int":
-            value = int(word)
-        elif spec.kind == "float":
-            value = float(word)
-        elif spec.kind == "list[str]":
-            value = [part.strip() for part in raw.split(",") if part.strip()]
-        elif spec.kind == "list[argv]":
-            value = json.loads(raw)
-    except (KeyError, ValueError):  # json.JSONDecodeError is a ValueError
-        expected = _TEXT_HINT.get(spec.kind, KIND_TEXT[spec.kind])
-        raise ConfigError(f"{where}: expected {expected}, got {raw!r}") from None
-    return check_choice(check_kind(value, spec.kind, where), spec, where)
-
-
-def toml_shape(value: object) -> object:
-    """Tuples (as `Options` holds lists) back to lists, as TOML and the layers hold them."""
-    return [toml_shape(v) for v in value] if isinstance(value, tuple | list) else value
+def parse_setting_text(spec: Setting, raw: str, where: str) -> object:
+    """A setting's value from text (an environment variable, a comma-separated flag)."""
+    return check_choice(parse_text(spec.kind, raw, where), spec, where)

@@ -1,5 +1,7 @@
 """The BOLT steps: profile the optimized binary (LBR, sampling or instrumentation), then
 rewrite its layout with llvm-bolt and check that it still prints what the baseline does.
+BOLT rewrites the main binary (package.binary) with the workloads that run it; the other
+binaries of package.binaries ship as the optimized build made them.
 
 When a BOLT step fails and bolt.policy is "fallback", the executor ships the unBOLTed
 binary and records why (`fall_back`); with "require" the build fails.
@@ -7,19 +9,19 @@ binary and records why (`fall_back`); with "require" the build fails.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BoltError, OrchestratorError, StepFailedError
 from orchestrator.execute.pipeline import (
-    BIN_DIR,
     Pipeline,
     fetch_file,
     put_file,
     run,
     run_workloads,
+    variant_binary,
 )
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
-from orchestrator.execute.validate import validate_binary
+from orchestrator.execute.validate import validate_binaries
 from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
 from orchestrator.plan.steps import StepName
@@ -87,7 +89,9 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
 def optimize(pipeline: Pipeline, log: StepLog) -> None:
     bolt, state = _bolt(pipeline), pipeline.state
     report = state.bolt_report if state.bolt_report is not None else {}
-    output = f"{BIN_DIR}/optimized.bolt"
+    main = pipeline.plan.binary
+    output = variant_binary("bolt", main)
+    run(pipeline.box, ["mkdir", "-p", str(PurePosixPath(output).parent)], log, "bolt-optimize")
     text = run(
         pipeline.box,
         [
@@ -104,7 +108,9 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     coverage = parse_report(text)
     report["coverage"] = coverage.as_dict()
-    validate_binary(pipeline, output, log, what="the BOLT-optimized binary")
+    validate_binaries(
+        pipeline, {main: output}, log, what="the BOLT-optimized binary", label="bolted"
+    )
     log.detail = (
         f"{coverage.profiled_functions}/{coverage.total_functions} functions "
         f"with profile ({coverage.percent}%)"
@@ -154,7 +160,7 @@ def _collect_bolt_profile(
             log,
             "bolt-profile",
         )
-        run_workloads(pipeline, instrumented, log, "bolt-profile")
+        run_workloads(pipeline, {pipeline.plan.binary: instrumented}, log, "bolt-profile")
     else:
         events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
         wrap = [
@@ -167,8 +173,10 @@ def _collect_bolt_profile(
             f"{raw}/perf-{{index}}.data",
             "--",
         ]
-        run_workloads(pipeline, binary, log, "bolt-profile", wrap=wrap)
-        for index in range(len(pipeline.plan.workloads)):
+        ran = run_workloads(
+            pipeline, {pipeline.plan.binary: binary}, log, "bolt-profile", wrap=wrap
+        )
+        for index in ran:
             argv = [
                 tools["perf2bolt"],
                 "-p",

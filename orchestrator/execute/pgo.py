@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from orchestrator.errors import ProfileError, StepFailedError
 from orchestrator.execute.pipeline import (
-    BIN_DIR,
     Pipeline,
     cargo,
     fetch_file,
     put_file,
     run,
     run_workloads,
+    variant_binary,
 )
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
 from orchestrator.model.pgo_report import parse_profdata_show
@@ -44,7 +44,7 @@ def instrument(pipeline: Pipeline, log: StepLog) -> None:
         log.mark_cached(f"profile {pipeline.state.pgo.sha256[:12]} unchanged inputs")
         return
     cargo(pipeline.box, pipeline.plan.variants["pgo-generate"].build, log, StepName.PGO_INSTRUMENT)
-    pipeline.copy_binary("pgo-generate", log)
+    pipeline.copy_binaries("pgo-generate", log)
 
 
 def train(pipeline: Pipeline, log: StepLog) -> None:
@@ -53,10 +53,9 @@ def train(pipeline: Pipeline, log: StepLog) -> None:
         return
     pgo = _pgo(pipeline)
     run(pipeline.box, ["mkdir", "-p", pgo.raw_dir], log, StepName.PGO_TRAIN)
-    binary = f"{BIN_DIR}/pgo-generate"
     run_workloads(
         pipeline,
-        binary,
+        {name: variant_binary("pgo-generate", name) for name in pipeline.plan.binaries},
         log,
         StepName.PGO_TRAIN,
         environment={"LLVM_PROFILE_FILE": pgo.profile_file_pattern},

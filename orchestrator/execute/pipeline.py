@@ -35,6 +35,11 @@ from orchestrator.supply.sbom import Crate, DebPackage
 BIN_DIR = f"{PATHS.out}/bin"
 
 
+def variant_binary(variant: str, binary: str) -> str:
+    """Where a variant's binary is kept for the later steps: /build/out/bin/<variant>/<name>."""
+    return f"{BIN_DIR}/{variant}/{binary}"
+
+
 def run(
     box: Container,
     argv: Sequence[str],
@@ -120,15 +125,17 @@ class BuildState:
     toolchain: ToolchainReport | None = None
     gpu: dict[str, object] | None = None
     vendor: Path | None = None
-    shipped: str = ""  # the binary in the container that will ship, as the steps go
-    unbolted: str = ""  # the last binary before BOLT
+    shipped: str = ""  # the main binary in the container that will ship, as the steps go
+    unbolted: str = ""  # the last main binary before BOLT
+    others: dict[str, str] = field(default_factory=dict)  # the other binaries that ship
     pgo: ProfileRecord | None = None
     coverage: Coverage | None = None
     bolt_report: dict[str, object] | None = None
     bolt_profile: ProfileRecord | None = None
     validation: dict[str, object] = field(default_factory=dict)
-    portability: Portability | None = None
-    expected: Captured | None = None  # the baseline's validation output
+    portability: Portability | None = None  # the main binary's
+    other_glibc: dict[str, str | None] = field(default_factory=dict)  # the others' glibc_max
+    expected: list[Captured] = field(default_factory=list)  # the baseline's, per validation run
     distro_runs: list[DistroRun] = field(default_factory=list)
     crates: list[Crate] = field(default_factory=list)
     packages: list[DebPackage] = field(default_factory=list)
@@ -230,21 +237,35 @@ class Pipeline:
             )
         return self._profiler
 
-    def copy_binary(self, variant: str, log: StepLog) -> str:
-        target = f"{BIN_DIR}/{variant}"
-        run(self.box, ["cp", self.plan.variants[variant].binary, target], log, variant)
-        return target
+    def copy_binaries(self, variant: str, log: StepLog) -> dict[str, str]:
+        """Copy a variant's binaries where later steps find them; name -> path, main first."""
+        built = self.plan.variants[variant].binaries
+        run(self.box, ["mkdir", "-p", f"{BIN_DIR}/{variant}"], log, variant)
+        run(self.box, ["cp", *built.values(), f"{BIN_DIR}/{variant}/"], log, variant)
+        return {name: variant_binary(variant, name) for name in built}
+
+    def ship(self, variant: str, log: StepLog) -> None:
+        """The variant's binaries are the ones to ship (BOLT may still rewrite the main one)."""
+        copied = self.copy_binaries(variant, log)
+        self.state.shipped = self.state.unbolted = copied.pop(self.plan.binary)
+        self.state.others = copied
+
+    def shipped(self) -> dict[str, str]:
+        """Every binary that ships, name -> path in the build container, main first."""
+        return {self.plan.binary: self.state.shipped, **self.state.others}
 
 
 def run_workloads(
     pipeline: Pipeline,
-    binary: str,
+    binaries: Mapping[str, str],
     log: StepLog,
     step: str,
     *,
     environment: Mapping[str, str] | None = None,
     wrap: Sequence[str] = (),
-) -> None:
+) -> list[int]:
+    """Run the workloads of the binaries given (name -> path in the container); the
+    indices of those that ran ({index} in `wrap` is replaced by it)."""
     if not pipeline.plan.workloads:
         raise ProfileError(
             "no training workloads: [train] workloads is empty",
@@ -253,9 +274,13 @@ def run_workloads(
         )
     box = pipeline.profiler()
     plan = pipeline.plan
+    ran: list[int] = []
     for index, workload in enumerate(plan.workloads):
+        binary = binaries.get(workload.binary_or(plan.binary))
+        if binary is None:
+            continue
         wrapper = [part.replace("{index}", str(index)) for part in wrap]
-        argv = [*wrapper, *plan.runner, binary, *workload]
+        argv = [*wrapper, *plan.runner, binary, *workload.args]
         if plan.run.stdin:  # the shell only redirects; the workload is exec'd as given
             argv = ["/bin/sh", "-c", 'f=$1; shift; exec "$@" < "$f"', "sh", plan.run.stdin, *argv]
         run(
@@ -266,3 +291,5 @@ def run_workloads(
             environment={**plan.run.environment, **(environment or {})},
             workdir=plan.run.workdir,
         )
+        ran.append(index)
+    return ran

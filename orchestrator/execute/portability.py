@@ -29,15 +29,10 @@ _SHOWN_SYMBOLS = 12
 
 
 def portability(pipeline: Pipeline, log: StepLog) -> None:
-    plan, box, binary = pipeline.plan, pipeline.box, pipeline.state.shipped
-    if not binary:
+    plan, box, state = pipeline.plan, pipeline.box, pipeline.state
+    if not state.shipped:
         raise StepFailedError("internal: portability runs before any binary was built")
     step = StepName.PORTABILITY
-    local = fetch_file(box, binary, pipeline.scratch / "portability")
-    try:
-        needs = loader_needs(local)
-    except ElfReadError as exc:
-        raise StepFailedError(f"step {step}: {binary}: {exc}") from exc
     codegen = [f for f in plan.rustflags if f.startswith(("-Ctarget-cpu", "-Ctarget-feature"))]
     rustc_cfg = run(
         box,
@@ -46,28 +41,49 @@ def portability(pipeline: Pipeline, log: StepLog) -> None:
         step,
         keep_output=True,
     )
-    report = from_loader_needs(
-        needs,
-        target=plan.rust_target,
-        target_cpu=plan.target_cpu,
-        glibc_floor=plan.glibc_floor,
-        rustc_cfg=rustc_cfg,
-    )
-    pipeline.state.portability = report
-    log.line(f"needs glibc {report.glibc_max} (floor {plan.glibc_floor}); DT_NEEDED:")
-    for library in report.needed:
-        log.line(f"  {library}")
-    if report.above_floor:
-        shown = list(report.above_floor[:_SHOWN_SYMBOLS])
-        if len(report.above_floor) > _SHOWN_SYMBOLS:
-            shown.append(f"and {len(report.above_floor) - _SHOWN_SYMBOLS} more")
-        raise PortabilityError(
-            f"{plan.artifact_dir} needs glibc {report.glibc_max}, newer than release.glibc_floor "
-            f"{plan.glibc_floor}; the loader on an older system refuses it for: "
-            + ", ".join(shown),
-            hint=_floor_hint(plan.glibc_floor, report.glibc_max, plan.sysroot),
+    for name, binary in pipeline.shipped().items():
+        local = fetch_file(box, binary, pipeline.scratch / "portability" / name)
+        try:
+            needs = loader_needs(local)
+        except ElfReadError as exc:
+            raise StepFailedError(f"step {step}: {binary}: {exc}") from exc
+        report = from_loader_needs(
+            needs,
+            target=plan.rust_target,
+            target_cpu=plan.target_cpu,
+            glibc_floor=plan.glibc_floor,
+            rustc_cfg=rustc_cfg,
         )
-    log.detail = f"glibc {report.glibc_max} <= floor {plan.glibc_floor}"
+        if name == plan.binary:
+            state.portability = report
+        else:
+            state.other_glibc[name] = report.glibc_max
+        log.line(f"{name} needs glibc {report.glibc_max} (floor {plan.glibc_floor}); DT_NEEDED:")
+        for library in report.needed:
+            log.line(f"  {library}")
+        if report.above_floor:
+            shown = list(report.above_floor[:_SHOWN_SYMBOLS])
+            if len(report.above_floor) > _SHOWN_SYMBOLS:
+                shown.append(f"and {len(report.above_floor) - _SHOWN_SYMBOLS} more")
+            raise PortabilityError(
+                f"{plan.artifact_dir}/{name} needs glibc {report.glibc_max}, newer than "
+                f"release.glibc_floor {plan.glibc_floor}; the loader on an older system "
+                "refuses it for: " + ", ".join(shown),
+                hint=_floor_hint(plan.glibc_floor, report.glibc_max, plan.sysroot),
+            )
+    needed = max(
+        (
+            v
+            for v in (
+                state.portability.glibc_max if state.portability else None,
+                *state.other_glibc.values(),
+            )
+            if v
+        ),
+        key=version_tuple,
+        default=None,
+    )
+    log.detail = f"glibc {needed} <= floor {plan.glibc_floor}"
 
 
 def _floor_hint(floor: str, needed: str | None, sysroot: SysrootPlan | None) -> str:
@@ -142,7 +158,8 @@ def _run_in(
     title = distro.spec.title
     log.line(f"-- {title}")
     if interpreter:  # a static binary has no loader to ask
-        _check_loader(box, [*distro.runner, interpreter, "--list", state.shipped], log, title)
+        for binary in pipeline.shipped().values():
+            _check_loader(box, [*distro.runner, interpreter, "--list", binary], log, title)
     ran = DistroRun(
         distribution=distro.spec.release,
         suite=distro.spec.suite,
@@ -152,32 +169,37 @@ def _run_in(
         validated=False,
         not_validated=plan.distro_validation or None,
     )
-    expected = state.expected
     if plan.distro_validation:
         log.line(f"validate.command not run here: {plan.distro_validation}")
-    elif expected is not None:
-        try:
-            got = capture(
-                pipeline,
-                box,
-                state.shipped,
-                f"{distro.spec.suite}-shipped",
-                log,
-                step=step,
-                runner=distro.runner,
-                out_dir=f"/tmp/{step}",  # noqa: S108 - the throwaway container's own /tmp
-            )
-        except StepFailedError as exc:
-            raise PortabilityError(
-                f"{plan.artifact_dir}: validate.command failed on {title}: {exc.message}"
-            ) from exc
-        differences = compare_captured(expected, got, plan.validate_tolerance)
-        if differences:
-            diff = render_diff(expected, got, expected_name="baseline", got_name=distro.spec.suite)
-            raise PortabilityError(
-                f"{plan.artifact_dir} printed something else on {title} than the baseline in "
-                f"the build container ({differences}):\n{diff}"
-            )
+    elif state.expected:
+        shipped, runs = pipeline.shipped(), plan.validation_runs
+        for index, (check, expected) in enumerate(zip(runs, state.expected, strict=True)):
+            name = check.binary_or(plan.binary)
+            try:
+                got = capture(
+                    pipeline,
+                    box,
+                    shipped[name],
+                    check.args,
+                    log,
+                    name=f"{distro.spec.suite}-shipped-{index}",
+                    step=step,
+                    runner=distro.runner,
+                    out_dir=f"/tmp/{step}",  # noqa: S108 - the throwaway container's own /tmp
+                )
+            except StepFailedError as exc:
+                raise PortabilityError(
+                    f"{plan.artifact_dir}: `{check}` failed on {title}: {exc.message}"
+                ) from exc
+            differences = compare_captured(expected, got, plan.validate_tolerance)
+            if differences:
+                diff = render_diff(
+                    expected, got, expected_name="baseline", got_name=distro.spec.suite
+                )
+                raise PortabilityError(
+                    f"{plan.artifact_dir}: `{check}` printed something else on {title} than "
+                    f"the baseline in the build container ({differences}):\n{diff}"
+                )
         ran = ran.model_copy(update={"validated": True})
     log.line(f"ok: {title}")
     return ran

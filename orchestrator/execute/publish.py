@@ -20,6 +20,7 @@ from orchestrator.host.system import source_identity
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import (
     ArtifactInfo,
+    BinaryFile,
     BoltInfo,
     BuildManifest,
     CrateDependency,
@@ -35,6 +36,7 @@ from orchestrator.model.records import (
     RootfsDependency,
     SourceIdentity,
     ToolchainInfo,
+    run_shape,
     write_record,
 )
 from orchestrator.plan.build_plan import RELEASE_PROFILE
@@ -66,6 +68,10 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
     artifact.mkdir()
     log.line(f"+ GET /containers/<id>/archive?path={state.shipped}")
     binary = fetch_file(pipeline.box, state.shipped, artifact).rename(artifact / plan.binary)
+    others: list[Path] = []
+    for name, path in state.others.items():
+        log.line(f"+ GET /containers/<id>/archive?path={path}")
+        others.append(fetch_file(pipeline.box, path, artifact).rename(artifact / name))
     (artifact / SBOM_FILE).write_text(
         build_sbom(
             name=options.binary,
@@ -76,6 +82,7 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
             crates=state.crates,
             toolchain=state.packages,
             timestamp=options.source_date_epoch,
+            others=[(other.name, sha256_file(other)) for other in others],
         )
     )
     state.variants = keep_variants(pipeline, artifact, log)
@@ -86,7 +93,8 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
             profiles.mkdir(exist_ok=True)
             shutil.copyfile(record.path, profiles / name)
     state.artifact, state.binary = artifact, binary
-    log.detail = f"{binary.stat().st_size / 1e6:.1f} MB"
+    size = sum(path.stat().st_size for path in (binary, *others))
+    log.detail = f"{size / 1e6:.1f} MB" + (f", {1 + len(others)} binaries" if others else "")
 
 
 def publish(pipeline: Pipeline, log: StepLog) -> None:
@@ -96,13 +104,15 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     write_record(artifact / "build.json", manifest)
     _copy_logs(pipeline.reporter.log_dir, artifact / "logs")
     # Signed on the host, before publication; the key never enters a container.
-    signature = pipeline.signer.sign(
-        binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir)
-    )
-    log.line(
-        f"signed {binary.name} -> {signature.name} with key "
-        f"{pipeline.signer.key.public.id_text} ({pipeline.signer.source})"
-    )
+    for shipped in manifest.artifact.binaries:
+        signature = pipeline.signer.sign(
+            artifact / shipped.file,
+            trusted_comment=artifact_comment(manifest, plan.artifact_dir, shipped.file),
+        )
+        log.line(
+            f"signed {shipped.file} -> {signature.name} with key "
+            f"{pipeline.signer.key.public.id_text} ({pipeline.signer.source})"
+        )
     sums = write_checksums(artifact)
     log.line(sums.read_text().rstrip())
     release_dir = options.artifacts_dir / plan.release_dir
@@ -153,6 +163,14 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             file=plan.binary,
             sha256=sha256_file(binary),
             size=binary.stat().st_size,
+            other_binaries=[
+                BinaryFile(
+                    file=name,
+                    sha256=sha256_file(binary.parent / name),
+                    size=(binary.parent / name).stat().st_size,
+                )
+                for name in state.others
+            ],
             optimizations=[
                 name
                 for name, on in (
@@ -189,7 +207,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             cargo_lock_sha256=plan.source.cargo_lock_sha256,
             vendored_crates_sha256=sha256_file(vendor),
             source_date_epoch=options.source_date_epoch,
-            workloads=[list(w) for w in plan.workloads],
+            workloads=[run_shape(w.args, w.binary) for w in plan.workloads],
         ),
         pgo=PgoInfo(
             profile=state.pgo.as_dict(),
@@ -225,7 +243,11 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         },
         source=SourceIdentity.model_validate(source_identity(options.crate_dir)),
         portability=PortabilityInfo.model_validate(
-            {**state.portability.as_dict(), "distros": [r.model_dump() for r in state.distro_runs]}
+            {
+                **state.portability.as_dict(),
+                "distros": [r.model_dump() for r in state.distro_runs],
+                "other_binaries": state.other_glibc,
+            }
         )
         if state.portability
         else None,

@@ -1,11 +1,12 @@
-"""The validation gate: the shipped binary's outputs equal the baseline's (`validate`)."""
+"""The validation gate: the shipped binaries' outputs equal the baseline's (`validate`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
 
+from orchestrator.config.kinds import Run
 from orchestrator.errors import ValidationError
-from orchestrator.execute.pipeline import BIN_DIR, Pipeline, fetch_file, run
+from orchestrator.execute.pipeline import Pipeline, fetch_file, run, variant_binary
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured, compare_captured, render_diff
 from orchestrator.plan.steps import StepName
@@ -22,20 +23,20 @@ def capture(
     pipeline: Pipeline,
     box: Container,
     binary: str,
-    name: str,
+    args: tuple[str, ...],
     log: StepLog,
     *,
+    name: str,
     step: str,
     runner: tuple[str, ...],
     out_dir: str = VALIDATE_DIR,
 ) -> Captured:
-    """Run validate.command with `binary` in `box` at the crate's root; its stdout and stderr
-    as written, fetched to the host."""
+    """Run `binary` with `args` in `box` at the crate's root; its stdout and stderr as
+    written, fetched to the host."""
     plan = pipeline.plan
     stdout, stderr = f"{out_dir}/{name}.stdout", f"{out_dir}/{name}.stderr"
     run(box, ["mkdir", "-p", out_dir], log, step)
-    argv = ["/bin/sh", "-c", _CAPTURE, "sh", stdout, stderr]
-    argv += [*runner, binary, *plan.validate_command]
+    argv = ["/bin/sh", "-c", _CAPTURE, "sh", stdout, stderr, *runner, binary, *args]
     run(box, argv, log, step, environment=plan.run.environment, workdir=plan.run.workdir)
     folder = pipeline.scratch / f"{step}-{name}"
     captured = Captured(
@@ -46,49 +47,76 @@ def capture(
     return captured
 
 
-def _capture(pipeline: Pipeline, binary: str, name: str, log: StepLog) -> Captured:
+def validate_binaries(
+    pipeline: Pipeline, binaries: Mapping[str, str], log: StepLog, *, what: str, label: str
+) -> dict[str, object]:
+    """Every validation run of the binaries given (name -> path) prints what the baseline's
+    binary of that name prints; `label` names the captured files. The baseline's outputs
+    are kept for the distros step."""
+    plan = pipeline.plan
+    runs = [run for run in plan.validation_runs if run.binary_or(plan.binary) in binaries]
+    if not runs:
+        log.line("no validate.command configured: outputs not compared")
+        return {"command": [], "compared": False}
+    tolerance = plan.validate_tolerance
+    expected_all: list[Captured] = []
+    results: list[dict[str, object]] = []
+    for index, check in enumerate(runs):
+        name = check.binary_or(plan.binary)
+        expected = _capture(
+            pipeline, variant_binary("baseline", name), check, f"baseline-{index}", log
+        )
+        got = _capture(pipeline, binaries[name], check, f"{label}-{index}", log)
+        differences = compare_captured(expected, got, tolerance)
+        if differences:
+            diff = render_diff(expected, got, expected_name="baseline", got_name=what)
+            raise ValidationError(
+                f"{what} printed something else than the baseline for "
+                f"`{name} {' '.join(check.args)}` ({differences}):\n{diff}"
+            )
+        expected_all.append(expected)
+        results.append(
+            {
+                "run": check.shape(),
+                "identical": expected == got,
+                "stdout_bytes": len(expected.stdout),
+                "stderr_bytes": len(expected.stderr),
+            }
+        )
+    if len(expected_all) == len(plan.validation_runs):
+        pipeline.state.expected = expected_all  # what the distros step compares with, too
+    first = expected_all[0]
+    record: dict[str, object] = {
+        "command": list(plan.validate_command),
+        "compared": True,
+        "tolerance": tolerance,
+        "identical": all(r["identical"] for r in results),
+        "output_lines": len(first.stdout.splitlines()),
+        "stdout_bytes": len(first.stdout),
+        "stderr_bytes": len(first.stderr),
+    }
+    if plan.validate_runs:
+        record["runs"] = results
+    return record
+
+
+def _capture(pipeline: Pipeline, binary: str, check: Run, name: str, log: StepLog) -> Captured:
     return capture(
         pipeline,
         pipeline.box,
         binary,
-        name,
+        check.args,
         log,
+        name=name,
         step=StepName.VALIDATE,
         runner=pipeline.plan.runner,
     )
 
 
-def validate_binary(
-    pipeline: Pipeline, binary: str, log: StepLog, *, what: str
-) -> dict[str, object]:
-    command = pipeline.plan.validate_command
-    if not command:
-        log.line("no validate.command configured: outputs not compared")
-        return {"command": [], "compared": False}
-    tolerance = pipeline.plan.validate_tolerance
-    expected = _capture(pipeline, f"{BIN_DIR}/baseline", "baseline", log)
-    pipeline.state.expected = expected  # what the distros step compares with, too
-    got = _capture(pipeline, binary, Path(binary).name, log)
-    differences = compare_captured(expected, got, tolerance)
-    if differences:
-        diff = render_diff(expected, got, expected_name="baseline", got_name=what)
-        raise ValidationError(
-            f"{what} printed something else than the baseline for "
-            f"`{' '.join(command)}` ({differences}):\n{diff}"
-        )
-    return {
-        "command": list(command),
-        "compared": True,
-        "tolerance": tolerance,
-        "identical": expected == got,
-        "output_lines": len(expected.stdout.splitlines()),
-        "stdout_bytes": len(expected.stdout),
-        "stderr_bytes": len(expected.stderr),
-    }
-
-
 def validate(pipeline: Pipeline, log: StepLog) -> None:
-    validation = validate_binary(pipeline, pipeline.state.shipped, log, what="the optimized binary")
+    validation = validate_binaries(
+        pipeline, pipeline.shipped(), log, what="the optimized binary", label="optimized"
+    )
     pipeline.state.validation = validation
     log.detail = (
         "outputs identical"

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
-from orchestrator.execute.pipeline import BIN_DIR, Pipeline, cargo, fetch_file, run
+from orchestrator.execute.pipeline import Pipeline, cargo, fetch_file, variant_binary
 from orchestrator.host.source import snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
@@ -41,22 +41,19 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
     box.put_archive(PATHS.root, plan.source.archive)
     log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
     box.put_archive(PATHS.root, vendor.read_bytes())
-    run(box, ["mkdir", "-p", BIN_DIR], log, StepName.BUILD_BASELINE)
     cargo(box, plan.variants["baseline"].build, log, StepName.BUILD_BASELINE)
-    pipeline.copy_binary("baseline", log)
+    pipeline.copy_binaries("baseline", log)
 
 
 def build_release(pipeline: Pipeline, log: StepLog) -> None:
     cargo(pipeline.box, pipeline.plan.variants["release"].build, log, StepName.BUILD_RELEASE)
-    pipeline.state.shipped = pipeline.copy_binary("release", log)
-    pipeline.state.unbolted = pipeline.state.shipped
+    pipeline.ship("release", log)
 
 
 def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
     plan, state = pipeline.plan, pipeline.state
     output = cargo(pipeline.box, plan.variants["optimized"].build, log, StepName.BUILD_OPTIMIZED)
-    state.shipped = pipeline.copy_binary("optimized", log)
-    state.unbolted = state.shipped
+    pipeline.ship("optimized", log)
     if plan.pgo is not None and state.pgo is not None:
         functions = state.pgo.details.get("functions", 0)
         coverage = Coverage(
@@ -76,9 +73,13 @@ def test(pipeline: Pipeline, log: StepLog) -> None:
 
 
 def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, FileDigest]:
-    """Store every variant's binary for `orchestrator bench`, keyed by the shipped binary."""
+    """Store every variant's main binary for `orchestrator bench`, keyed by the shipped one."""
     state = pipeline.state
-    names = {"baseline": f"{BIN_DIR}/baseline", "release": f"{BIN_DIR}/release"}
+    main = pipeline.plan.binary
+    names = {
+        "baseline": variant_binary("baseline", main),
+        "release": variant_binary("release", main),
+    }
     if pipeline.plan.pgo:
         names["pgo"] = state.unbolted
     if state.shipped != state.unbolted:

@@ -24,7 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.records import JsonDict, Record, record_text
+from orchestrator.model.records import JsonDict, Record, RunShape, record_text
 
 LOCK_FILE = "release.lock"
 SCHEMA = "orchestrator/lock"
@@ -165,8 +165,9 @@ class LockInputs(Record):
     encoded_rustflags: dict[str, list[str]]
     cargo_test: list[str]
     gpu_targets: list[str]
-    workloads: list[list[str]]
+    workloads: list[RunShape]
     validate_: list[str] = Field(alias="validate")  # `validate` is a BaseModel method
+    validate_runs: list[RunShape] = Field(default_factory=list)
     pgo_profile_key: str | None
     bolt: BoltInputs | None
     # What workloads see ([train] env/stdin; None: neither set) and why tests were off
@@ -220,6 +221,8 @@ class LockedTarget(Record):
     inputs: LockInputs
     resolved: LockResolved
     output: LockOutput
+    # package.binaries after the main one
+    other_outputs: list[LockOutput] = Field(default_factory=list)
 
 
 class LockDocument(Record):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -56,6 +56,31 @@ class Record(BaseModel):
 
 
 # -- build.json ---------------------------------------------------------------------
+class RunRecord(Record):
+    """A workload or validation run for a binary other than the main one (a run of the
+    main binary is recorded as its plain argument list)."""
+
+    binary: str
+    args: list[str]
+
+
+# A run as orchestrator.toml writes it.
+RunShape = list[str] | RunRecord
+
+
+def run_shape(args: Sequence[str], binary: str = "") -> RunShape:
+    """A run as recorded: its plain argument list unless it names another binary."""
+    return RunRecord(binary=binary, args=list(args)) if binary else list(args)
+
+
+class BinaryFile(Record):
+    """A binary shipped beside the artifact's main one (package.binaries)."""
+
+    file: str
+    sha256: str
+    size: int
+
+
 class ArtifactInfo(Record):
     name: str
     version: str
@@ -66,6 +91,14 @@ class ArtifactInfo(Record):
     sha256: str
     size: int
     optimizations: list[str]
+    # package.binaries after the main one
+    other_binaries: list[BinaryFile] = Field(default_factory=list)
+
+    @property
+    def binaries(self) -> list[BinaryFile]:
+        """Every binary the artifact ships, the main one first."""
+        main = BinaryFile(file=self.file, sha256=self.sha256, size=self.size)
+        return [main, *self.other_binaries]
 
 
 class ToolchainInfo(Record):
@@ -104,7 +137,7 @@ class InputsInfo(Record):
     cargo_lock_sha256: str
     vendored_crates_sha256: str
     source_date_epoch: int
-    workloads: list[list[str]]
+    workloads: list[RunShape]
 
 
 class PgoInfo(Record):
@@ -181,6 +214,13 @@ class PortabilityInfo(Record):
     distros: list[DistroRun] = Field(
         default_factory=list, description="Debian releases the binary ran on, oldest first"
     )
+    other_binaries: dict[str, str | None] = Field(
+        default_factory=dict, description="the glibc each other binary of the artifact needs"
+    )
+
+    def glibc_of(self, file: str) -> str | None:
+        """The glibc a shipped binary needs, as recorded (the main one's is glibc_max)."""
+        return self.other_binaries.get(file, self.glibc_max)
 
     @property
     def oldest_distribution(self) -> str | None:

@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
+from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
-from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS, toml_shape
+from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
 from orchestrator.model.records import Record, TargetSummary
 
 

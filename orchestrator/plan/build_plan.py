@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
@@ -55,11 +56,16 @@ class CargoCommand:
 
 @dataclass(frozen=True)
 class Variant:
-    """One way of building the binary; bench compares them, validation compares two."""
+    """One way of building the binaries; bench compares them, validation compares two."""
 
     name: str  # baseline | release | pgo-generate | optimized
     build: CargoCommand
-    binary: str  # where cargo leaves it in the build container
+    binaries: Mapping[str, str]  # binary -> where cargo leaves it, the main binary first
+
+    @property
+    def binary(self) -> str:
+        """The main binary (package.binary) in the build container."""
+        return next(iter(self.binaries.values()))
 
     @property
     def rustflags(self) -> list[str]:
@@ -124,8 +130,9 @@ class BuildPlan:
     run: RunPlan
     pgo: PgoPlan | None
     bolt: BoltPlan | None
-    workloads: tuple[tuple[str, ...], ...]
-    validate_command: tuple[str, ...]
+    workloads: tuple[Run, ...]
+    validate_command: tuple[str, ...]  # runs the main binary
+    validate_runs: tuple[Run, ...]  # more validation runs, e.g. of the other binaries
     validate_tolerance: float
     profiling_privileges: bool
     profiling_allow_privileged: bool  # may the perf probe try --privileged at all
@@ -135,7 +142,8 @@ class BuildPlan:
     sysroot: SysrootPlan | None  # what shipped variants link against (None: the image's glibc)
     distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
     distro_validation: str  # why validate.command does not run there; "" when it does
-    binary: str
+    binary: str  # the main binary
+    binaries: tuple[str, ...]  # every binary the artifact ships, the main one first
     release_dir: str
     artifact_dir: str
     steps: tuple[Step, ...]
@@ -147,6 +155,13 @@ class BuildPlan:
     @property
     def build(self) -> CargoCommand:
         return self.final.build
+
+    @property
+    def validation_runs(self) -> tuple[Run, ...]:
+        """Every run whose output must equal the baseline's: validate.command (the main
+        binary), then validate.runs."""
+        first = (Run(self.validate_command),) if self.validate_command else ()
+        return (*first, *self.validate_runs)
 
 
 def _profile_args() -> list[str]:
@@ -200,7 +215,7 @@ def _pgo_plan(
                 "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
                 "image": image.input_hash,
                 "build": [generate.build.argv, dict(generate.build.environment)],
-                "workloads": [list(w) for w in options.workloads],
+                "workloads": [w.shape() for w in options.workloads],
                 # What the workloads see besides their arguments (the files they read
                 # are in the source tree, hashed above).
                 # (absent without env/stdin: such keys stay as before these existed)
@@ -242,6 +257,13 @@ def make_plan(
             hint="Add argument lists for the binary under [train] workloads, or build with "
             "--no-pgo --no-bolt.",
         )
+    if options.bolt and all(w.binary for w in options.workloads):
+        raise ConfigError(
+            f"{options.config_path}: BOLT rewrites {options.binary}, but every [train] "
+            "workload runs another binary",
+            hint=f"Add a workload for {options.binary} (a plain argument list), or build with "
+            "--no-bolt.",
+        )
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
     settings = options.settings_for(flavor.name)
@@ -259,7 +281,8 @@ def make_plan(
         if options.member:  # a workspace member: its binaries, its tests
             argv += ["--package", options.member]
         if verb == "build":
-            argv += ["--bin", options.binary]
+            for name in options.binaries:
+                argv += ["--bin", name]
         argv += [
             "--release",
             "--offline",
@@ -296,7 +319,10 @@ def make_plan(
         return Variant(
             name,
             command("build", target_dir, flags, profile=profile, plain=not profile),
-            f"{target_dir}/{flavor.rust_target}/release/{options.binary}",
+            {
+                name: f"{target_dir}/{flavor.rust_target}/release/{name}"
+                for name in options.binaries
+            },
         )
 
     runs = run_plan(options)
@@ -399,6 +425,7 @@ def make_plan(
         bolt=bolt,
         workloads=options.workloads,
         validate_command=options.validate_command,
+        validate_runs=options.validate_runs,
         validate_tolerance=options.validate_tolerance,
         profiling_privileges=options.profiling_privileges,
         profiling_allow_privileged=options.profiling_allow_privileged,
@@ -411,6 +438,7 @@ def make_plan(
         else (),
         distro_validation=distro_validation(options, device_code),
         binary=options.binary,
+        binaries=options.binaries,
         release_dir=release_dir,
         artifact_dir=artifact_dir_name(
             options.binary, options.version, flavor.arch, flavor.artifact_flavor

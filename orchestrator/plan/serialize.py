@@ -35,8 +35,9 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "encoded_rustflags": {name: variant.rustflags for name, variant in plan.variants.items()},
         "cargo_test": list(plan.test.argv),
         "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
-        "workloads": [list(w) for w in plan.workloads],
+        "workloads": [w.shape() for w in plan.workloads],
         "validate": list(plan.validate_command),
+        "validate_runs": [r.shape() for r in plan.validate_runs],
         "pgo_profile_key": plan.pgo.profile_key if plan.pgo else None,
         "bolt": {"mode": plan.bolt.mode, "flags": list(plan.bolt.flags)} if plan.bolt else None,
         "run": plan.run.as_dict() if plan.run.configured else None,
@@ -76,10 +77,12 @@ def plan_summary(plan: BuildPlan) -> dict[str, object]:
         }
         if plan.bolt
         else None,
-        "workloads": [list(w) for w in plan.workloads],
+        "binaries": list(plan.binaries),
+        "workloads": [w.shape() for w in plan.workloads],
         "runner": list(plan.runner),
         "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
         "validate": list(plan.validate_command),
+        "validate_runs": [r.shape() for r in plan.validate_runs],
         "artifact": f"{plan.release_dir}/{plan.artifact_dir}",
         "steps": [s.name for s in plan.steps],
     }

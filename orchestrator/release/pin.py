@@ -121,11 +121,16 @@ def _locked_target(
     output = LockOutput(
         file=manifest.artifact.file, sha256=manifest.artifact.sha256, size=manifest.artifact.size
     )
+    others = [
+        LockOutput(file=b.file, sha256=b.sha256, size=b.size)
+        for b in manifest.artifact.other_binaries
+    ]
     return LockedTarget(
         level=target.level,
         inputs=LockInputs.model_validate(plan_inputs(plan)),
         resolved=resolved,
         output=output,
+        other_outputs=others,
     )
 
 

@@ -85,6 +85,7 @@ class Reproduced:
     seconds: float = 0.0
     error: str = ""  # the first line of the error's message
     inputs_differing: list[str] = field(default_factory=list)
+    others_differing: list[str] = field(default_factory=list)  # other binaries, by name
     report: Path | None = None
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
 
@@ -94,7 +95,7 @@ class Reproduced:
 
     @property
     def identical(self) -> bool:
-        return bool(self.got) and self.got == self.expected
+        return bool(self.got) and self.got == self.expected and not self.others_differing
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -107,6 +108,7 @@ class Reproduced:
             "error_class": type(self.exception).__name__ if self.exception else None,
             "exit_code": self.exception.exit_code if self.exception else None,
             "inputs_differing": self.inputs_differing,
+            "other_binaries_differing": self.others_differing,
             "diffoscope_report": str(self.report) if self.report else None,
         }
 
@@ -345,6 +347,10 @@ def _reproduce_one(
     finally:
         result.seconds = time.monotonic() - started
     result.got = sha256_file(outcome.binary)
+    for other in entry.other_outputs:  # the artifact's other binaries, bit for bit too
+        rebuilt = outcome.binary.parent / other.file
+        if not rebuilt.is_file() or sha256_file(rebuilt) != other.sha256:
+            result.others_differing.append(other.file)
     expected = run.release_dir / result.artifact / entry.output.file
     if not result.identical and expected.is_file():
         report = outcome.artifact.parent.parent / f"{result.artifact}.diffoscope.txt"

@@ -111,11 +111,12 @@ def resolve_signer(
     return Signer(SecretKey.load(throwaway, None), throwaway=True, source=str(throwaway))
 
 
-def artifact_comment(manifest: BuildManifest, folder: str) -> str:
+def artifact_comment(manifest: BuildManifest, folder: str, file: str | None = None) -> str:
+    """The trusted comment of a binary's signature (the main binary's unless `file`)."""
     artifact = manifest.artifact
     inputs = content_hash(manifest.inputs.dump())
     return (
-        f"orchestrator: {folder}/{artifact.file} {artifact.name} "
+        f"orchestrator: {folder}/{file or artifact.file} {artifact.name} "
         f"{artifact.version} inputs:{inputs[:16]}"
     )
 
@@ -167,7 +168,8 @@ def write_release_index(
     for folder, (where, manifest) in sorted(located.items()):
         # The folder's own SHA256SUMS lists every file in it (build.json, profiles, logs):
         # listing it here puts all of them under this file's signature.
-        for name in (manifest.artifact.file, "sbom.cdx.json", CHECKSUMS):
+        binaries = [b.file for b in manifest.artifact.binaries]
+        for name in (*binaries, "sbom.cdx.json", CHECKSUMS):
             path = where / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")

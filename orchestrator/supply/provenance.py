@@ -64,14 +64,15 @@ def statement(
     artifacts: Sequence[tuple[str, BuildManifest]],  # (artifact folder, its build.json)
 ) -> dict[str, object]:
     """One statement for the release: every artifact a subject, every input a dependency."""
-    subjects = []
+    subjects: list[dict[str, object]] = []
     dependencies: dict[str, dict[str, object]] = {}
     flavors, started, finished = [], [], []
     first = artifacts[0][1] if artifacts else None
     for folder, manifest in artifacts:
         artifact = manifest.artifact
-        subjects.append(
-            {"name": f"{folder}/{artifact.file}", "digest": {"sha256": artifact.sha256}}
+        subjects.extend(
+            {"name": f"{folder}/{binary.file}", "digest": {"sha256": binary.sha256}}
+            for binary in artifact.binaries
         )
         flavors.append(artifact.flavor)
         for dep in resolved_dependencies(manifest):

@@ -94,6 +94,10 @@ def _reachable(nodes: Mapping[str, Any], packages: Mapping[str, Any], root_name:
     return sorted(seen)
 
 
+# The role of a component that is one more binary of the artifact, not a dependency.
+SHIPPED_BINARY = "shipped-binary"
+
+
 def build_sbom(
     *,
     name: str,
@@ -104,10 +108,12 @@ def build_sbom(
     crates: Sequence[Crate],
     toolchain: Sequence[DebPackage],
     timestamp: int,
+    others: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The SBOM as CycloneDX 1.6 JSON, checked against the schema before it is returned.
 
-    `name` is the shipped binary, `cargo_package` the package it is built from.
+    `name` is the main shipped binary, `cargo_package` the package it is built from,
+    `others` (name, sha256) the other binaries the artifact ships, built from the same crates.
     """
     bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, f"{artifact}:{binary_sha256}"))
     bom.metadata.timestamp = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
@@ -167,13 +173,39 @@ def build_sbom(
                 properties=[Property(name="orchestrator:role", value="toolchain")],
             )
         )
-    bom.register_dependency(root, compiled)
+    shipped = []
+    for other, digest in others:
+        component = Component(
+            type=ComponentType.APPLICATION,
+            name=other,
+            version=version,
+            bom_ref=f"binary:{other}",
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
+            properties=[Property(name="orchestrator:role", value=SHIPPED_BINARY)],
+        )
+        bom.components.add(component)
+        bom.register_dependency(component, compiled)
+        shipped.append(component)
+    bom.register_dependency(root, [*compiled, *shipped])
     text = JsonV1Dot6(bom).output_as_string(indent=2)
     errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if errors is not None:
         raise SbomError(f"generated SBOM is not valid CycloneDX 1.6: {errors}")
     # Stable bytes for the same inputs: sort keys once more (the library orders sets).
     return json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+
+
+def sbom_binaries(text: str) -> dict[str, str | None]:
+    """The sha256 the SBOM records for each shipped binary, the main one included."""
+    data = json.loads(text)
+    root = data.get("metadata", {}).get("component", {})
+    found: dict[str, str | None] = {}
+    for component in [root, *data.get("components", [])]:
+        roles = {p.get("value") for p in component.get("properties", [])}
+        if component is root or SHIPPED_BINARY in roles:
+            hashes = {h.get("alg"): h.get("content") for h in component.get("hashes", [])}
+            found[str(component.get("name", ""))] = hashes.get("SHA-256")
+    return found
 
 
 def sbom_subject(text: str) -> tuple[str, str | None]:

@@ -25,7 +25,7 @@ from orchestrator.supply.attest import (
 )
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
-from orchestrator.supply.sbom import SBOM_FILE, sbom_subject
+from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries, sbom_subject
 
 __all__ = [
     "Check",
@@ -157,15 +157,20 @@ class Verifier:
 
         self._record(path, "provenance", run)
 
-    def sbom(self, path: Path, folder: str, binary: Path) -> None:
+    def sbom(self, path: Path, folder: str, binaries: list[Path]) -> None:
         def run() -> str:
-            artifact, digest = sbom_subject(path.read_text())
+            artifact, _digest = sbom_subject(path.read_text())
             if artifact != folder:
                 raise VerificationError(f"SBOM describes {artifact}, not {folder}")
-            if digest != sha256_file(binary):
-                raise VerificationError("SBOM's hash is not the binary's")
+            recorded = sbom_binaries(path.read_text())
+            for binary in binaries:
+                if binary.name not in recorded:
+                    raise VerificationError(f"SBOM does not list {binary.name}")
+                if recorded[binary.name] != sha256_file(binary):
+                    raise VerificationError(f"SBOM's hash is not {binary.name}'s")
             components = len(json.loads(path.read_text()).get("components", []))
-            return f"describes {binary.name} ({components} components)"
+            names = ", ".join(b.name for b in binaries)
+            return f"describes {names} ({components} components)"
 
         self._record(path, "sbom", run)
 
@@ -179,9 +184,10 @@ class Verifier:
 
         def run() -> str:
             needs = loader_needs(binary)
-            if needs.glibc_max != portability.glibc_max:
+            recorded = portability.glibc_of(binary.name)
+            if needs.glibc_max != recorded:
                 raise VerificationError(
-                    f"needs glibc {needs.glibc_max}, build.json says {portability.glibc_max}"
+                    f"needs glibc {needs.glibc_max}, build.json says {recorded}"
                 )
             above = [f"{s.name}@{s.version}" for s in needs.symbols_above(floor)]
             if needs.glibc_above(floor):
@@ -222,12 +228,14 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
     binaries: dict[str, str] = {}
     for folder in sorted(p for p in release_dir.iterdir() if (p / "build.json").is_file()):
         manifest = read_record(folder / "build.json", BuildManifest)  # RecordError names it
-        binary = folder / manifest.artifact.file
-        binaries[f"{folder.name}/{binary.name}"] = folder.name
-        verifier.signature(binary)
+        shipped = [folder / b.file for b in manifest.artifact.binaries]
+        for binary in shipped:
+            binaries[f"{folder.name}/{binary.name}"] = folder.name
+            verifier.signature(binary)
         verifier.checksums(folder / CHECKSUMS)
-        verifier.sbom(folder / SBOM_FILE, folder.name, binary)
-        verifier.glibc(binary, manifest.portability)
+        verifier.sbom(folder / SBOM_FILE, folder.name, shipped)
+        for binary in shipped:
+            verifier.glibc(binary, manifest.portability)
     verifier.signature(release_dir / PROVENANCE)
     verifier.provenance(release_dir / PROVENANCE, binaries)
     verifier.coverage(sorted(set(binaries.values())))

@@ -100,7 +100,8 @@ def test_a_fresh_profile_is_instrumented_trained_merged_and_stored(
     generate = plan.variants["pgo-generate"]
     assert rig.box.argvs == [
         generate.build.argv,
-        ("cp", generate.binary, f"{BIN_DIR}/pgo-generate"),
+        ("mkdir", "-p", f"{BIN_DIR}/pgo-generate"),
+        ("cp", generate.binary, f"{BIN_DIR}/pgo-generate/"),
         ("mkdir", "-p", plan.pgo.raw_dir),
         ("find", plan.pgo.raw_dir, "-name", "*.profraw", "-type", "f"),
         plan.pgo.merge_argv,
@@ -108,7 +109,7 @@ def test_a_fresh_profile_is_instrumented_trained_merged_and_stored(
     ]
     profiler = rig.engine.containers[-1]
     assert profiler.spec.purpose == "profile"
-    assert profiler.argvs == [(f"{BIN_DIR}/pgo-generate", "--help")]
+    assert profiler.argvs == [(f"{BIN_DIR}/pgo-generate/demo", "--help")]
     assert profiler.execs[0].environment == {"LLVM_PROFILE_FILE": plan.pgo.profile_file_pattern}
     assert profiler.execs[0].workdir == PATHS.src  # relative paths reach the crate's files
     cache = _pgo_cache(rig)
@@ -143,7 +144,7 @@ def test_workloads_get_the_train_env_and_stdin_and_a_different_profile_key(
         'f=$1; shift; exec "$@" < "$f"',
         "sh",
         f"{PATHS.src}/corpus.txt",
-        f"{BIN_DIR}/pgo-generate",
+        f"{BIN_DIR}/pgo-generate/demo",
         "--help",
     )
     assert workload.environment == {
@@ -210,7 +211,7 @@ def _bolt_rig(
     engine = FakeEngine(
         responder=answers(
             ("sha256sum", 0, [f"{BINARY_SHA}  {BIN_DIR}/optimized"]),
-            ("-o /build/out/bin/optimized.bolt", 0, ["BOLT-INFO: first line", BOLT_INFO]),
+            ("-o /build/out/bin/bolt/demo", 0, ["BOLT-INFO: first line", BOLT_INFO]),
             ("--version", 0, ["demo 1.2.3"]),
         ),
         missing=lambda path: b"fdata profile",
@@ -382,8 +383,9 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
     bolt.optimize(rig.pipeline, rig.log)
     plan = rig.pipeline.plan
     assert plan.bolt is not None
-    bolted = f"{BIN_DIR}/optimized.bolt"
+    bolted = f"{BIN_DIR}/bolt/demo"
     assert rig.box.argvs == [
+        ("mkdir", "-p", f"{BIN_DIR}/bolt"),
         (
             plan.bolt.tools["llvm_bolt"],
             f"{BIN_DIR}/optimized",
@@ -395,16 +397,16 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
         ("mkdir", "-p", "/build/out/validate"),
         (
             *CAPTURE,
-            f"{VALIDATED}/baseline.stdout",
-            f"{VALIDATED}/baseline.stderr",
-            f"{BIN_DIR}/baseline",
+            f"{VALIDATED}/baseline-0.stdout",
+            f"{VALIDATED}/baseline-0.stderr",
+            f"{BIN_DIR}/baseline/demo",
             "--version",
         ),
         ("mkdir", "-p", "/build/out/validate"),
         (
             *CAPTURE,
-            f"{VALIDATED}/optimized.bolt.stdout",
-            f"{VALIDATED}/optimized.bolt.stderr",
+            f"{VALIDATED}/bolted-0.stdout",
+            f"{VALIDATED}/bolted-0.stderr",
             bolted,
             "--version",
         ),
@@ -423,7 +425,7 @@ def test_optimize_refuses_a_bolted_binary_that_prints_something_else(
     project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, validate_command=("--version",))
-    rig.engine.responder = answers(("-o /build/out/bin/optimized.bolt", 0, [BOLT_INFO]))
+    rig.engine.responder = answers(("-o /build/out/bin/bolt/demo", 0, [BOLT_INFO]))
     # What the two validate runs wrote to their stdout files.
     rig.engine.missing = lambda path: b"demo 1.2.3\n" if "baseline" in path else b"demo 1.2.4\n"
     state = rig.pipeline.state

@@ -169,11 +169,11 @@ def test_without_a_validate_command_nothing_is_compared(
 
 
 def outputs(**files: bytes) -> FakeEngine:
-    """An engine whose validate runs wrote these files ("baseline_stdout" is
-    /build/out/validate/baseline.stdout; a stream not given is empty)."""
+    """An engine whose validate runs wrote these files ("baseline_0_stdout" is
+    /build/out/validate/baseline-0.stdout; a stream not given is empty)."""
 
     def read(path: str) -> bytes:
-        name = PurePosixPath(path).name.replace(".", "_")
+        name = PurePosixPath(path).name.replace(".", "_").replace("-", "_")
         return files.get(name, b"")
 
     return FakeEngine(missing=read)
@@ -205,7 +205,7 @@ def test_validate_compares_the_shipped_binary_with_the_baseline(
         validate_tolerance=tolerance,
         run_env=("MODE=fast",),
     )
-    engine = outputs(baseline_stdout=b"step 1\nloss: 0.3\n", optimized_stdout=got)
+    engine = outputs(baseline_0_stdout=b"step 1\nloss: 0.3\n", optimized_0_stdout=got)
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     validate.validate(rig.pipeline, rig.log)
@@ -214,17 +214,17 @@ def test_validate_compares_the_shipped_binary_with_the_baseline(
     assert [e.argv for e in runs] == [
         (
             *CAPTURE_PREFIX,
-            f"{out}/baseline.stdout",
-            f"{out}/baseline.stderr",
-            f"{BIN_DIR}/baseline",
+            f"{out}/baseline-0.stdout",
+            f"{out}/baseline-0.stderr",
+            f"{BIN_DIR}/baseline/demo",
             "eval",
             "--seed",
             "1",
         ),
         (
             *CAPTURE_PREFIX,
-            f"{out}/optimized.stdout",
-            f"{out}/optimized.stderr",
+            f"{out}/optimized-0.stdout",
+            f"{out}/optimized-0.stderr",
             f"{BIN_DIR}/optimized",
             "eval",
             "--seed",
@@ -249,7 +249,9 @@ def test_differing_outputs_are_a_validation_error_with_a_diff(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     options = make_options(project, validate_command=("eval",))
-    engine = outputs(baseline_stdout=b"same\nloss: 0.3\n", optimized_stdout=b"same\nloss: 0.4\n")
+    engine = outputs(
+        baseline_0_stdout=b"same\nloss: 0.3\n", optimized_0_stdout=b"same\nloss: 0.4\n"
+    )
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     with pytest.raises(ValidationError) as caught:
@@ -267,7 +269,9 @@ def test_a_difference_inside_non_utf8_output_is_caught(
     """Decoded with replacement characters, b"\\xff" and b"\\xfe" both read as U+FFFD: the
     old comparison called these equal. Bytes are compared now, and the diff shows them."""
     options = make_options(project, validate_command=("dump",), validate_tolerance=tolerance)
-    engine = outputs(baseline_stdout=b"id: \xff\x00 1.0\n", optimized_stdout=b"id: \xfe\x00 1.0\n")
+    engine = outputs(
+        baseline_0_stdout=b"id: \xff\x00 1.0\n", optimized_0_stdout=b"id: \xfe\x00 1.0\n"
+    )
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     with pytest.raises(ValidationError) as caught:
@@ -281,10 +285,10 @@ def test_stderr_is_compared_on_its_own_and_a_trailing_byte_counts(
     options = make_options(project, validate_command=("run",))
     same = b"result 42\n"
     engine = outputs(
-        baseline_stdout=same,
-        optimized_stdout=same,
-        baseline_stderr=b"warning: slow\n",
-        optimized_stderr=b"warning: slow",
+        baseline_0_stdout=same,
+        optimized_0_stdout=same,
+        baseline_0_stderr=b"warning: slow\n",
+        optimized_0_stderr=b"warning: slow",
     )
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
@@ -297,7 +301,7 @@ def test_with_a_tolerance_only_numbers_may_differ(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
     options = make_options(project, validate_command=("run",), validate_tolerance=0.1)
-    engine = outputs(baseline_stdout=b"loss:  0.30\n", optimized_stdout=b"loss: 0.31\n")
+    engine = outputs(baseline_0_stdout=b"loss:  0.30\n", optimized_0_stdout=b"loss: 0.31\n")
     rig = make_rig(options, stack, tmp_path, engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     with pytest.raises(ValidationError, match="beyond the tolerance"):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config.kinds import Run
 from orchestrator.errors import (
     ProfileError,
     SourceError,
@@ -133,9 +134,11 @@ def test_build_container_and_volume_start_once_and_close_with_the_stack(
         assert profiler.spec.read_only_volumes == {"orchestrator-src-fake-session": PATHS.src}
         assert profiler.spec.volumes == {"orchestrator-out-fake-session": PATHS.out}
         assert rig.pipeline.title(StepName.PUBLISH) == rig.pipeline.plan.steps[-1].title
-        assert rig.pipeline.copy_binary("release", rig.log) == f"{BIN_DIR}/release"
+        copied = rig.pipeline.copy_binaries("release", rig.log)
+        assert copied == {"demo": f"{BIN_DIR}/release/demo"}
         assert started.argvs == [
-            ("cp", rig.pipeline.plan.variants["release"].binary, f"{BIN_DIR}/release")
+            ("mkdir", "-p", f"{BIN_DIR}/release"),
+            ("cp", rig.pipeline.plan.variants["release"].binary, f"{BIN_DIR}/release/"),
         ]
     assert started.removed
     assert all(volume.removed for volume in rig.engine.volumes)
@@ -185,12 +188,15 @@ def test_profiler_gets_perf_access_only_when_perf_may_sample(
 def test_run_workloads_wraps_each_with_its_index_and_the_runner(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
-    options = make_options(project, workloads=(("--help",), ("run", "x")), bolt=False)
+    options = make_options(project, workloads=(Run(("--help",)), Run(("run", "x"))), bolt=False)
     rig = make_rig(options, stack, tmp_path, flavor="aarch64")
     runner = rig.pipeline.plan.runner
     assert runner  # aarch64 runs its binaries under qemu
     wrap = ["perf", "record", "-o", "/raw/perf-{index}.data", "--"]
-    run_workloads(rig.pipeline, "/b/demo", rig.log, "s", environment={"A": "1"}, wrap=wrap)
+    ran = run_workloads(
+        rig.pipeline, {"demo": "/b/demo"}, rig.log, "s", environment={"A": "1"}, wrap=wrap
+    )
+    assert ran == [0, 1]
     profiler = rig.engine.containers[-1]
     assert profiler.spec.purpose == "profile"
     assert profiler.argvs == [
@@ -207,7 +213,7 @@ def test_run_workloads_without_workloads_is_a_profile_error(
     plan = replace(plan_for(options), workloads=())  # a plan never has none: make_plan refuses
     rig = make_rig(options, stack, tmp_path, plan=plan)
     with pytest.raises(ProfileError, match="no training workloads"):
-        run_workloads(rig.pipeline, "/b/demo", rig.log, "s")
+        run_workloads(rig.pipeline, {"demo": "/b/demo"}, rig.log, "s")
     assert not rig.pipeline.profiler_started
 
 

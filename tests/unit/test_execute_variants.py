@@ -60,11 +60,11 @@ def test_the_baseline_copies_source_and_crates_in_and_builds(
     assert rig.box.puts == [(PATHS.root, plan.source.archive), (PATHS.root, b"vendored")]
     baseline = plan.variants["baseline"]
     assert rig.box.argvs == [
-        ("mkdir", "-p", BIN_DIR),
         baseline.build.argv,
-        ("cp", baseline.binary, f"{BIN_DIR}/baseline"),
+        ("mkdir", "-p", f"{BIN_DIR}/baseline"),
+        ("cp", baseline.binary, f"{BIN_DIR}/baseline/"),
     ]
-    assert rig.box.execs[1].environment == dict(baseline.build.environment)
+    assert rig.box.execs[0].environment == dict(baseline.build.environment)
 
 
 def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path) -> None:
@@ -74,10 +74,13 @@ def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path)
     plan = rig.pipeline.plan
     assert rig.box.argvs == [
         plan.variants["release"].build.argv,
-        ("cp", plan.variants["release"].binary, f"{BIN_DIR}/release"),
+        ("mkdir", "-p", f"{BIN_DIR}/release"),
+        ("cp", plan.variants["release"].binary, f"{BIN_DIR}/release/"),
         plan.test.argv,
     ]
-    assert rig.pipeline.state.shipped == rig.pipeline.state.unbolted == f"{BIN_DIR}/release"
+    shipped = f"{BIN_DIR}/release/demo"
+    assert rig.pipeline.state.shipped == rig.pipeline.state.unbolted == shipped
+    assert rig.pipeline.state.others == {}
 
 
 def _missing(n: int) -> list[str]:
@@ -104,7 +107,7 @@ def test_the_optimized_build_measures_profile_coverage(
     coverage = rig.pipeline.state.coverage
     assert coverage is not None
     assert (coverage.profiled_functions, coverage.missing_functions) == (profiled, missing)
-    assert rig.pipeline.state.shipped == f"{BIN_DIR}/optimized"
+    assert rig.pipeline.state.shipped == f"{BIN_DIR}/optimized/demo"
 
 
 def test_the_optimized_build_without_pgo_measures_nothing(
@@ -114,7 +117,7 @@ def test_the_optimized_build_without_pgo_measures_nothing(
     rig.engine.responder = answers(("cargo", 0, _missing(50)))
     variants.build_optimized(rig.pipeline, rig.log)
     assert rig.pipeline.state.coverage is None
-    assert rig.pipeline.state.unbolted == f"{BIN_DIR}/optimized"
+    assert rig.pipeline.state.unbolted == f"{BIN_DIR}/optimized/demo"
 
 
 def test_keep_variants_stores_every_variant_under_the_shipped_binarys_hash(

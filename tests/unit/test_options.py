@@ -126,7 +126,8 @@ SECTIONS = (
         ),
         (
             '[package]\ncrate = "crate"\n[build]\nruns = 3\n',
-            f"unknown key 'build.runs'; did you mean 'bench.runs'? [build] takes: {BUILD_KEYS}",
+            "unknown key 'build.runs'; did you mean 'validate.runs' or 'bench.runs'? "
+            f"[build] takes: {BUILD_KEYS}",
         ),
         (
             '[package]\ncrate = "crate"\n[bulid]\n',
@@ -145,7 +146,7 @@ SECTIONS = (
         (  # nothing close: no guess, only the list
             '[package]\ncrate = "crate"\ncolour = "red"\n',
             "unknown key 'package.colour'; "
-            "[package] takes: binary, crate, exclude, package, version",
+            "[package] takes: binaries, binary, crate, exclude, package, version",
         ),
         (
             '[package]\ncrate = "crate"\n[zzz]\n',

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options, resolve
 from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
@@ -95,7 +96,7 @@ def test_baseline_is_plain_cargo(options: Options) -> None:
 def test_profile_key_follows_sources_and_workloads(options: Options) -> None:
     plan = _plan(options)
     assert plan.pgo is not None
-    more = _plan(replace(options, workloads=(*options.workloads, ("generate",))))
+    more = _plan(replace(options, workloads=(*options.workloads, Run(("generate",)))))
     assert more.pgo is not None and more.pgo.profile_key != plan.pgo.profile_key
     other_epoch = _plan(replace(options, source_date_epoch=1))
     assert other_epoch.pgo is not None and other_epoch.pgo.profile_key != plan.pgo.profile_key

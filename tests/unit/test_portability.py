@@ -194,7 +194,7 @@ def _distro_rig(
     rig = make_rig(options, stack, tmp_path, engine=engine)
     pipeline = rig.pipeline
     pipeline.state.shipped = f"{BIN_DIR}/optimized"
-    pipeline.state.expected = Captured(b"hello\n", b"")
+    pipeline.state.expected = [Captured(b"hello\n", b"")]
     pipeline.state.portability = from_loader_needs(
         LoaderNeeds("/lib64/ld-linux-x86-64.so.2", (), (), ()),
         target="x86_64-unknown-linux-gnu",

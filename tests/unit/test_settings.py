@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.flags import flag_specs, settings_table_markdown
+from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options, resolve
 from orchestrator.config.settings import (
     FLAVOR_SETTINGS,
@@ -50,7 +51,10 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "bool": ("off", False),
         "path": ("elsewhere/dir", (project / "elsewhere" / "dir").resolve()),
         "list[str]": ("a, b,,c", ("a", "b", "c")),
-        "list[argv]": ('[["--help"], ["x", "y"]]', (("--help",), ("x", "y"))),
+        "list[run]": (
+            '[["--help"], {"binary": "demo", "args": ["x"]}]',
+            (Run(("--help",)), Run(("x",))),  # naming the main binary: a plain run
+        ),
     }
     if spec.kind == "bool" and spec.default is False:
         return "on", True

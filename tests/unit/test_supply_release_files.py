@@ -190,7 +190,9 @@ def test_a_changed_binary_byte_fails_everything_that_covers_it(release: Release)
     found = details(checks)
     assert found[CHECKSUMS, "checksums"] == f"{path}: sha256 differs from SHA256SUMS"
     assert found[path, "signature"] == f"{release.binary}: signature does not match the file"
-    assert found[f"{release.folder}/{SBOM_FILE}", "sbom"] == "SBOM's hash is not the binary's"
+    assert (
+        found[f"{release.folder}/{SBOM_FILE}", "sbom"] == f"SBOM's hash is not {release.binary}'s"
+    )
     assert found[PROVENANCE, "provenance"] == f"subject {path} does not match the file"
 
 

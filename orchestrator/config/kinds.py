@@ -1,0 +1,134 @@
+"""The kinds of value a setting holds, how each is checked and how text spells it, and
+`Run`: one run of a shipped binary (a training workload, a validation run)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.errors import ConfigError
+
+Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[run]"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Arguments for one of the artifact's binaries. In TOML a run is an argument list (for
+    package.binary) or a table naming another binary: {binary = "name", args = [...]}."""
+
+    args: tuple[str, ...]
+    binary: str = ""  # "": package.binary, the artifact's main binary
+
+    def shape(self) -> list[str] | dict[str, object]:
+        """As TOML and JSON write it: a plain list unless another binary is named."""
+        if not self.binary:
+            return list(self.args)
+        return {"binary": self.binary, "args": list(self.args)}
+
+    def binary_or(self, main: str) -> str:
+        return self.binary or main
+
+    def __str__(self) -> str:
+        prefix = f"{self.binary}: " if self.binary else ""
+        return prefix + " ".join(self.args)
+
+
+# A default as `Options` holds it: lists are tuples so that declarations stay immutable.
+Value = str | int | float | bool | tuple[str, ...] | tuple[Run, ...]
+
+KIND_TEXT: dict[Kind, str] = {
+    "str": "a string",
+    "int": "a non-negative integer",
+    "float": "a non-negative number",
+    "bool": "true or false",
+    "path": "a path (string)",
+    "list[str]": "a list of strings",
+    "list[run]": 'a list of argument lists, or {binary = "name", args = [...]} tables for '
+    'another binary, e.g. [["--seed", "1"], {binary = "tool", args = ["check"]}]',
+}
+# How text (environment variables) spells the kinds that are not plain text.
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_BOOLS = {word: word in _TRUE for word in _TRUE + _FALSE}
+_TEXT_HINT: dict[Kind, str] = {
+    "bool": "true or false (1/0, true/false, yes/no, on/off)",
+    "list[run]": 'JSON: a list of argument lists or tables, e.g. [["--help"], '
+    '{"binary": "tool", "args": []}]',
+}
+
+
+def _is_argv(value: object) -> bool:
+    return isinstance(value, list | tuple) and all(isinstance(a, str) for a in value)
+
+
+def _is_run(value: object) -> bool:
+    if isinstance(value, Run) or _is_argv(value):
+        return True
+    if not isinstance(value, dict) or set(value) != {"binary", "args"}:
+        return False
+    binary = value["binary"]
+    return isinstance(binary, str) and binary != "" and _is_argv(value["args"])
+
+
+def check_kind(value: object, kind: Kind, where: str) -> object:
+    """Return `value` if it has `kind` (TOML shape: lists), else a ConfigError naming `where`."""
+    ok: bool
+    if kind in ("str", "path"):
+        ok = isinstance(value, str) and value != ""
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif kind == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "list[str]":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    else:
+        ok = isinstance(value, list) and all(_is_run(item) for item in value)
+    if not ok:
+        raise ConfigError(
+            f"{where}: expected {KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def to_run(item: object) -> Run:
+    """A checked TOML-shaped run as `Options` holds it."""
+    if isinstance(item, Run):
+        return item
+    if isinstance(item, dict):
+        return Run(tuple(str(a) for a in item["args"]), str(item["binary"]))
+    return Run(tuple(str(a) for a in item) if isinstance(item, list | tuple) else ())
+
+
+def parse_text(kind: Kind, raw: str, where: str) -> object:
+    """A value of `kind` from text (an environment variable, a comma-separated flag).
+
+    bool: 1/0, true/false, yes/no, on/off; int, float; list[str]: comma-separated;
+    list[run]: JSON, e.g. '[["--help"]]'; str and path: as given.
+    """
+    word = raw.strip()
+    value: object = raw
+    try:
+        if kind == "bool":
+            value = _BOOLS[word.lower()]
+        elif kind == "int":
+            value = int(word)
+        elif kind == "float":
+            value = float(word)
+        elif kind == "list[str]":
+            value = [part.strip() for part in raw.split(",") if part.strip()]
+        elif kind == "list[run]":
+            value = json.loads(raw)
+    except (KeyError, ValueError):  # json.JSONDecodeError is a ValueError
+        expected = _TEXT_HINT.get(kind, KIND_TEXT[kind])
+        raise ConfigError(f"{where}: expected {expected}, got {raw!r}") from None
+    return check_kind(value, kind, where)
+
+
+def toml_shape(value: object) -> object:
+    """Tuples (as `Options` holds lists) back to lists, runs to their TOML shape, as TOML
+    and the layers hold them."""
+    if isinstance(value, Run):
+        return value.shape()
+    return [toml_shape(v) for v in value] if isinstance(value, tuple | list) else value
