@@ -23,7 +23,7 @@ from pathlib import Path
 from orchestrator.config.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
-from orchestrator.host.source import snapshot
+from orchestrator.host.source import crate_snapshot
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
 from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
 from orchestrator.model.reports import BenchReport, BenchVariant
@@ -245,9 +245,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         kept.image,
         sizes,
         release / "bench" / artifact.name,
-        sources=snapshot(
-            options.crate_dir, options.source_date_epoch, options.source_exclude
-        ).archive,
+        sources=crate_snapshot(options).archive,
         environment=run_plan(options).environment,
     )
 

@@ -37,7 +37,7 @@ from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
-from orchestrator.host.source import snapshot
+from orchestrator.host.source import crate_snapshot
 from orchestrator.host.staging import staging_area
 from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
@@ -86,7 +86,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         base=load_base_spec(),
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
-        source=snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude),
+        source=crate_snapshot(options),
         distros=load_distros(),
     )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, cargo, fetch_file, variant_binary
-from orchestrator.host.source import snapshot
+from orchestrator.host.source import crate_snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
@@ -31,7 +31,7 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
     if vendor is None:
         raise StepFailedError("internal: the baseline build runs after fetch-crates")
     # Re-snapshot: a source edited since planning must not slip in unrecorded.
-    current = snapshot(options.crate_dir, options.source_date_epoch, options.source_exclude)
+    current = crate_snapshot(options)
     if current.archive_sha256 != plan.source.archive_sha256:
         raise SourceError(
             "the crate's sources changed while the build was starting",

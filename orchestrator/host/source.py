@@ -8,8 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.archive import pack_tree
+from orchestrator.host.staging import staging_root
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.build_plan import SourceSnapshot
@@ -19,13 +21,18 @@ CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 _SKIPPED_TOP = {"target", ".git"}
 
 
-def excluded_by(patterns: Sequence[str]) -> Callable[[PurePosixPath], bool]:
+def excluded_by(
+    patterns: Sequence[str], folders: Sequence[PurePosixPath] = ()
+) -> Callable[[PurePosixPath], bool]:
     """What `[package] exclude` leaves out, besides build outputs and VCS metadata: a
     pattern with a "/" matches the whole relative path, one without matches a name at any
-    depth (as in .gitignore); a folder that matches takes everything below it along."""
+    depth (as in .gitignore); a folder that matches takes everything below it along.
+    `folders` (relative to the crate) are left out whole."""
 
     def skip(rel: PurePosixPath) -> bool:
         if rel.parts[0] in _SKIPPED_TOP or rel.name == ".git":
+            return True
+        if any(rel == folder or folder in rel.parents for folder in folders):
             return True
         text = rel.as_posix()
         return any(
@@ -38,8 +45,27 @@ def excluded_by(patterns: Sequence[str]) -> Callable[[PurePosixPath], bool]:
     return skip
 
 
+def crate_snapshot(options: Options) -> SourceSnapshot:
+    """The crate's sources as a build sees them. orchestrator's own folders are not among
+    them: a config at the crate's root puts artifacts/ (and its staging folder, written
+    while the build runs) inside the crate."""
+    own = (options.artifacts_dir, staging_root(options.artifacts_dir), options.cache_dir)
+    inside = [
+        PurePosixPath(folder.relative_to(options.crate_dir).as_posix())
+        for folder in own
+        if folder.is_relative_to(options.crate_dir) and folder != options.crate_dir
+    ]
+    return snapshot(
+        options.crate_dir, options.source_date_epoch, options.source_exclude, folders=inside
+    )
+
+
 def snapshot(
-    crate_dir: Path, source_date_epoch: int, exclude: Sequence[str] = ()
+    crate_dir: Path,
+    source_date_epoch: int,
+    exclude: Sequence[str] = (),
+    *,
+    folders: Sequence[PurePosixPath] = (),
 ) -> SourceSnapshot:
     lock = crate_dir / "Cargo.lock"
     if not lock.is_file():
@@ -52,7 +78,7 @@ def snapshot(
         prefix="src",
         mtime=source_date_epoch,
         uid=BUILDER_UID,
-        skip=excluded_by(exclude),
+        skip=excluded_by(exclude, folders),
         keep_inner_symlinks=True,
     )
     return SourceSnapshot(
