@@ -4,6 +4,9 @@ released with PGO and BOLT and reproduced bit for bit. What each part exercises:
 - a committed relative symlink (HomebrewFormula -> pkg/brew): packed as a symlink;
 - a workspace root as the crate, the member `wordfreq-cli` released, its binary `wordfreq`
   named differently from the package, the version inherited from the workspace;
+- a second binary of the member (`wordgrep`) shipped in the same artifact: trained by a
+  workload that names it, validated by a `validate.runs` entry, signed, in the SBOM, the
+  lock and the provenance, reproduced bit for bit;
 - a data file (data/corpus.txt) that training, validation and bench read by a path relative
   to the crate's root, `[train] env` and `[train] stdin`;
 - the crate's .cargo/config.toml: an `[env]` value the binary prints and a `[build]
@@ -15,6 +18,7 @@ released with PGO and BOLT and reproduced bit for bit. What each part exercises:
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,9 +66,9 @@ def test_the_member_is_built_trained_on_repository_files_and_optimized(
     assert manifest["artifact"]["file"] == "wordfreq"
     cargo = manifest["flags"]["variants"]["optimized"]["cargo"]
     assert cargo[cargo.index("--package") + 1] == "wordfreq-cli"
-    # Three workloads at the crate root, one of them reading stdin, and two child processes:
-    # a .profraw from each process, none overwritten.
-    assert manifest["pgo"]["profile"]["raw_files"] == 5
+    # Four workloads at the crate root (one reading stdin, one running wordgrep) and two
+    # child processes: a .profraw from each process, none overwritten.
+    assert manifest["pgo"]["profile"]["raw_files"] == 6
     assert manifest["run"] == {
         "workdir": "/build/src",
         "env": {"WORDFREQ_TOP": "12"},
@@ -83,10 +87,42 @@ def test_the_crates_cargo_config_reached_every_build(workspace_release: Workspac
     # What the baseline and the shipped binary printed in validation, as logged.
     [log_file] = (workspace_release.artifact / "logs").glob("*-validate.log")
     log = log_file.read_text()
-    for who in ("baseline", "optimized.bolt"):
+    for who in ("baseline-0", "optimized-0"):
         assert f"{who}> built with the crate's own .cargo/config.toml" in log
         assert f"{who}> config flags true" in log
         assert f"{who}> fingerprint \\x" in log  # raw bytes, shown escaped
+
+
+def test_the_second_binary_ships_validated_signed_and_described(
+    workspace_release: WorkspaceRelease,
+) -> None:
+    manifest = workspace_release.manifest()
+    artifact = workspace_release.artifact
+    [other] = manifest["artifact"]["other_binaries"]
+    assert other["file"] == "wordgrep"
+    assert (artifact / "wordgrep").is_file() and (artifact / "wordgrep.minisig").is_file()
+    cargo = manifest["flags"]["variants"]["optimized"]["cargo"]
+    assert [cargo[i + 1] for i, a in enumerate(cargo) if a == "--bin"] == ["wordfreq", "wordgrep"]
+    # Its own validation run, against its own baseline build, byte for byte.
+    first, second = manifest["validation"]["runs"]
+    assert first["run"] == ["count", "data/corpus.txt"]
+    assert second["run"] == {"binary": "wordgrep", "args": ["fox", "data/corpus.txt"]}
+    assert second["identical"] is True and second["stdout_bytes"] > 1000
+    assert manifest["inputs"]["workloads"][-1]["binary"] == "wordgrep"
+    assert manifest["portability"]["other_binaries"]["wordgrep"] is not None
+    sbom = json.loads((artifact / "sbom.cdx.json").read_text())
+    shipped = [c for c in sbom["components"] if c["bom-ref"] == "binary:wordgrep"]
+    assert shipped and shipped[0]["hashes"][0]["content"] == other["sha256"]
+    lock = json.loads((workspace_release.directory / "release.lock").read_text())
+    assert lock["targets"][0]["other_outputs"] == [other]
+    # It runs, from the artifact, on this host.
+    ran = subprocess.run(
+        [str(artifact / "wordgrep"), "fox", "data/corpus.txt"],
+        cwd=workspace_release.project,
+        capture_output=True,
+        check=True,
+    )
+    assert ran.stdout.endswith(b" matching lines\n")
 
 
 def test_the_failing_crate_test_was_skipped_by_config(workspace_release: WorkspaceRelease) -> None:
@@ -103,7 +139,7 @@ def test_the_lock_and_sbom_describe_the_member(workspace_release: WorkspaceRelea
     assert lock["source"]["crate"] == "."
     assert lock["source"]["exclude"] == ["target-local", "*.orig"]
     sbom = json.loads((workspace_release.artifact / "sbom.cdx.json").read_text())
-    crates = {c["name"] for c in sbom["components"] if c.get("scope") != "excluded"}
+    crates = {c["name"] for c in sbom["components"] if c["bom-ref"].startswith("crate:")}
     assert crates == {"memchr", "wordfreq-core"}
     verified = orchestrator(["verify", str(workspace_release.directory)])
     assert verified.returncode == 0, verified.output
