@@ -141,7 +141,12 @@ def render(found: Detected) -> str:
         lines.append(f"package = {_toml_string(found.package)}  # the workspace member{others}")
     lines.append(f"binary = {_toml_string(found.binaries[0])}")
     if len(found.binaries) > 1:
+        every = ", ".join(_toml_string(name) for name in found.binaries)
         lines.append(f"# other binaries of {found.package}: {', '.join(found.binaries[1:])}")
+        lines.append(
+            f"# binaries = [{every}]  # to ship them all in one artifact; a workload or "
+            f'validate run names one as {{ binary = "{found.binaries[1]}", args = [...] }}'
+        )
     lines += [
         '# exclude = ["docs"]  # paths left out of the source tarball',
         "",

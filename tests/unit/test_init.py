@@ -61,6 +61,7 @@ def test_a_single_crate_without_readme_gets_a_marked_placeholder(project: Path) 
     _init(str(crate))
     text = (crate / "orchestrator.toml").read_text()
     assert 'binary = "demo"' in text and "other binaries of demo: helper" in text
+    assert '# binaries = ["demo", "helper"]' in text
     assert 'workloads = [["--help"]]  # a placeholder' in text
     assert "package = " not in text  # not a workspace member
     planned = runner.invoke(
