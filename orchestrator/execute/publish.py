@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator import __version__
+from orchestrator.config.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
@@ -34,9 +35,10 @@ from orchestrator.model.records import (
     PgoInfo,
     PortabilityInfo,
     RootfsDependency,
+    RunRecord,
+    RunShape,
     SourceIdentity,
     ToolchainInfo,
-    run_shape,
     write_record,
 )
 from orchestrator.plan.build_plan import RELEASE_PROFILE
@@ -207,7 +209,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             cargo_lock_sha256=plan.source.cargo_lock_sha256,
             vendored_crates_sha256=sha256_file(vendor),
             source_date_epoch=options.source_date_epoch,
-            workloads=[run_shape(w.args, w.binary) for w in plan.workloads],
+            workloads=[_run_shape(w) for w in plan.workloads],
         ),
         pgo=PgoInfo(
             profile=state.pgo.as_dict(),
@@ -259,6 +261,11 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         else {"ran": False, "reason": plan.test_skipped},
         run=plan.run.as_dict(),
     )
+
+
+def _run_shape(run: Run) -> RunShape:
+    """A run as recorded: its plain argument list unless it names another binary."""
+    return RunRecord(binary=run.binary, args=list(run.args)) if run.binary else list(run.args)
 
 
 def _image(outcome: ImageOutcome) -> ImageRecord:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -66,11 +66,6 @@ class RunRecord(Record):
 
 # A run as orchestrator.toml writes it.
 RunShape = list[str] | RunRecord
-
-
-def run_shape(args: Sequence[str], binary: str = "") -> RunShape:
-    """A run as recorded: its plain argument list unless it names another binary."""
-    return RunRecord(binary=binary, args=list(args)) if binary else list(args)
 
 
 class BinaryFile(Record):

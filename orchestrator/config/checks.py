@@ -1,0 +1,95 @@
+"""Checks that span several settings, made once the layers are resolved and before any
+work: what workloads get, the test switch, the glibc floor, and the shipped binaries with
+the runs that name them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from orchestrator.config.kinds import Run
+from orchestrator.config.suggest import did_you_mean
+from orchestrator.errors import ConfigError
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GLIBC_FLOOR = re.compile(r"2\.[0-9]{1,2}")
+
+
+def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -> None:
+    """What workloads get (env, stdin) and the test switch, checked before any work."""
+    for pair in values.get("run_env", ()):
+        name, equals, _value = pair.partition("=")
+        if not equals or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: train.env entry {pair!r} is not KEY=VALUE",
+                hint='Write each as "NAME=value", e.g. env = ["MODEL=models/tiny.bin"].',
+            )
+    stdin = values.get("run_stdin", "")
+    if stdin:
+        relative = PurePosixPath(stdin)
+        if relative.is_absolute() or ".." in relative.parts:
+            raise ConfigError(
+                f"{path}: train.stdin = {stdin!r} must be a path inside the crate",
+                hint="Workloads see only the crate's files (at its root), read-only.",
+            )
+        if not (crate_dir / relative).is_file():
+            raise ConfigError(f"{path}: train.stdin = {stdin!r}: no such file in {crate_dir}")
+    floor = values.get("glibc_floor", "")
+    if floor and not _GLIBC_FLOOR.fullmatch(floor):
+        raise ConfigError(
+            f"{path}: release.glibc_floor = {floor!r} is not a glibc release like 2.28",
+            hint="Name the oldest glibc your users run: 2.17 (RHEL 7), 2.28 (RHEL 8, Debian "
+            "10), 2.31 (Debian 11, Ubuntu 20.04), 2.35 (Ubuntu 22.04).",
+        )
+    if not values.get("test_enabled", True) and not values.get("test_reason", "").strip():
+        raise ConfigError(
+            f"{path}: test.enabled = false needs a reason",
+            hint='Say why, e.g. reason = "needs a GPU"; it is recorded in build.json and '
+            "shown in the release summary.",
+        )
+
+
+def resolve_binaries(path: Path, values: dict[str, Any], package_name: str) -> None:
+    """package.binary and package.binaries agree, the main binary first; every run names a
+    binary the artifact ships (a run naming the main one is written as a plain list)."""
+    listed: tuple[str, ...] = values.get("binaries") or ()
+    main = values.setdefault("binary", listed[0] if listed else package_name)
+    if listed and main not in listed:
+        raise ConfigError(
+            f"{path}: package.binary {main!r} is not one of package.binaries {list(listed)}",
+            hint="List every binary the artifact ships in package.binaries; package.binary "
+            "(its first entry when unset) names the artifact.",
+        )
+    duplicates = sorted({name for name in listed if listed.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"{path}: package.binaries names {', '.join(duplicates)} twice")
+    binaries = (main, *(name for name in listed if name != main))
+    values["binaries"] = binaries
+    for key, attr in (("train.workloads", "workloads"), ("validate.runs", "validate_runs")):
+        runs: list[Run] = []
+        for run in values.get(attr, ()):
+            if run.binary and run.binary not in binaries:
+                raise ConfigError(
+                    f"{path}: {key}: {{binary = {run.binary!r}, ...}} is not a binary the "
+                    "artifact ships; "
+                    + did_you_mean(run.binary, binaries)
+                    + "shipped: "
+                    + ", ".join(binaries),
+                    hint="Add it to package.binaries, or fix the name.",
+                )
+            runs.append(Run(run.args) if run.binary == main else run)
+        values[attr] = tuple(runs)
+    unvalidated = [
+        name
+        for name in binaries[1:]
+        if not any(run.binary == name for run in values.get("validate_runs", ()))
+    ]
+    if values.get("validate_command") and unvalidated:
+        raise ConfigError(
+            f"{path}: validate.command checks {main}, but no validate.runs entry runs "
+            + ", ".join(unvalidated),
+            hint="Every shipped binary is compared with its baseline build: add e.g. "
+            f'runs = [{{binary = "{unvalidated[0]}", args = ["--version"]}}] under [validate].',
+        )
