@@ -41,6 +41,7 @@ def portability(pipeline: Pipeline, log: StepLog) -> None:
         step,
         keep_output=True,
     )
+    needed: list[str] = []  # what each binary needs
     for name, binary in pipeline.shipped().items():
         local = fetch_file(box, binary, pipeline.scratch / "portability" / name)
         try:
@@ -58,6 +59,7 @@ def portability(pipeline: Pipeline, log: StepLog) -> None:
             state.portability = report
         else:
             state.other_glibc[name] = report.glibc_max
+        needed += [report.glibc_max] if report.glibc_max else []
         log.line(f"{name} needs glibc {report.glibc_max} (floor {plan.glibc_floor}); DT_NEEDED:")
         for library in report.needed:
             log.line(f"  {library}")
@@ -71,19 +73,7 @@ def portability(pipeline: Pipeline, log: StepLog) -> None:
                 "refuses it for: " + ", ".join(shown),
                 hint=_floor_hint(plan.glibc_floor, report.glibc_max, plan.sysroot),
             )
-    needed = max(
-        (
-            v
-            for v in (
-                state.portability.glibc_max if state.portability else None,
-                *state.other_glibc.values(),
-            )
-            if v
-        ),
-        key=version_tuple,
-        default=None,
-    )
-    log.detail = f"glibc {needed} <= floor {plan.glibc_floor}"
+    log.detail = f"glibc {max(needed, key=version_tuple, default=None)} <= floor {plan.glibc_floor}"
 
 
 def _floor_hint(floor: str, needed: str | None, sysroot: SysrootPlan | None) -> str:
