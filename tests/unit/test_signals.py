@@ -20,8 +20,10 @@ CHILD = """
 import pathlib, signal, sys, time
 from orchestrator.host.signals import ShieldedExitStack, stop_on_signals
 
-# A test run started in the background inherits an ignored SIGINT; a terminal's is not.
+# A test run started in the background inherits an ignored SIGINT, and one started under
+# nohup an ignored SIGHUP; a terminal's are not.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 stop_on_signals()
 marker = pathlib.Path(sys.argv[1])
 
