@@ -17,14 +17,16 @@ import json
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator.errors import OrchestratorError
 
 JsonDict = dict[str, Any]
+# A file of an artifact folder, joined onto it by verify and reproduce: a name, no path.
+FileName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")]
 
 
 class RecordError(OrchestratorError):
@@ -57,21 +59,19 @@ class Record(BaseModel):
 
 # -- build.json ---------------------------------------------------------------------
 class RunRecord(Record):
-    """A workload or validation run for a binary other than the main one (a run of the
-    main binary is recorded as its plain argument list)."""
+    """A run of another binary than the main one (whose runs are plain argument lists)."""
 
     binary: str
     args: list[str]
 
 
-# A run as orchestrator.toml writes it.
-RunShape = list[str] | RunRecord
+RunShape = list[str] | RunRecord  # a run as orchestrator.toml writes it
 
 
 class BinaryFile(Record):
     """A binary shipped beside the artifact's main one (package.binaries)."""
 
-    file: str
+    file: FileName
     sha256: str
     size: int
 
@@ -82,7 +82,7 @@ class ArtifactInfo(Record):
     flavor: str
     arch: str
     target: str
-    file: str
+    file: FileName
     sha256: str
     size: int
     optimizations: list[str]

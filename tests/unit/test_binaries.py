@@ -19,7 +19,7 @@ from orchestrator.execute import publish, validate
 from orchestrator.execute.pipeline import BIN_DIR, run_workloads
 from orchestrator.host.source import crate_snapshot
 from orchestrator.host.staging import staging_root
-from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.records import BuildManifest, RecordError, read_record
 from orchestrator.release.reproduce import Reproduced
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file, write_key_pair
@@ -198,6 +198,13 @@ def test_every_binary_is_published_signed_in_the_sbom_and_verified(
     assert (f"{plan.artifact_dir}/democtl", "signature") in failed
     assert (f"{plan.artifact_dir}/{SBOM_FILE}", "sbom") in failed
     assert ("provenance.intoto.jsonl", "provenance") in failed
+    # build.json is someone else's file to verify: a binary named by a path is refused
+    # before anything is read through it.
+    document = json.loads((published / "build.json").read_text())
+    document["artifact"]["other_binaries"][0]["file"] = "../../../outside"
+    (published / "build.json").write_text(json.dumps(document))
+    with pytest.raises(RecordError, match="other_binaries"):
+        verify_release(release, public)
 
 
 def test_a_reproduction_is_identical_only_when_every_binary_is() -> None:
