@@ -114,8 +114,9 @@ def _capture(pipeline: Pipeline, binary: str, check: Run, name: str, log: StepLo
 
 
 def validate(pipeline: Pipeline, log: StepLog) -> None:
+    shipped = pipeline.plan.final.name  # release, or optimized with PGO or BOLT
     validation = validate_binaries(
-        pipeline, pipeline.shipped(), log, what="the optimized binary", label="optimized"
+        pipeline, pipeline.shipped(), log, what="the optimized binary", label=shipped
     )
     pipeline.state.validation = validation
     log.detail = (
