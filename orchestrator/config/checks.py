@@ -15,6 +15,8 @@ from orchestrator.errors import ConfigError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GLIBC_FLOOR = re.compile(r"2\.[0-9]{1,2}")
+# A training input's name: the last part of its path, which names it at /build/inputs.
+_INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 
 
 def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -> None:
@@ -36,6 +38,7 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
             )
         if not (crate_dir / relative).is_file():
             raise ConfigError(f"{path}: train.stdin = {stdin!r}: no such file in {crate_dir}")
+    _check_inputs(path, values.get("train_inputs", ()))
     floor = values.get("glibc_floor", "")
     if floor and not _GLIBC_FLOOR.fullmatch(floor):
         raise ConfigError(
@@ -48,6 +51,27 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
             f"{path}: test.enabled = false needs a reason",
             hint='Say why, e.g. reason = "needs a GPU"; it is recorded in build.json and '
             "shown in the release summary.",
+        )
+
+
+def _check_inputs(path: Path, inputs: tuple[Path, ...]) -> None:
+    """Each input is named by its path's last part; two of one name would share a mount.
+    Whether it exists is checked when it is packed (`reproduce` takes it from the vault)."""
+    names = [item.name for item in inputs]
+    for item in inputs:
+        if not _INPUT_NAME.fullmatch(item.name):
+            raise ConfigError(
+                f"{path}: train.inputs: {str(item)!r} cannot be named in the container "
+                f"(/build/inputs/{item.name})",
+                hint="Give the file or folder a plain name: letters, digits, '.', '_', '+', "
+                "'-', not starting with '.' or '-'.",
+            )
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(
+            f"{path}: train.inputs: two inputs are named {duplicates[0]!r}; each is mounted "
+            f"at /build/inputs/<name>",
+            hint="Rename one of them, or list the folder that holds both.",
         )
 
 

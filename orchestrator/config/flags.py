@@ -66,6 +66,7 @@ _KIND_METAVAR: dict[Kind, str] = {
     "int": "N",
     "float": "NUMBER",
     "list[str]": "LIST",
+    "list[path]": "PATHS",
     "list[run]": "JSON",
 }
 

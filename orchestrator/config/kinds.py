@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Literal
 
 from orchestrator.errors import ConfigError
 
-Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[run]"]
+Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[path]", "list[run]"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ KIND_TEXT: dict[Kind, str] = {
     "bool": "true or false",
     "path": "a path (string)",
     "list[str]": "a list of strings",
+    "list[path]": "a list of paths (strings)",
     "list[run]": 'a list of argument lists, or {binary = "name", args = [...]} tables for '
     'another binary, e.g. [["--seed", "1"], {binary = "tool", args = ["check"]}]',
 }
@@ -83,6 +85,8 @@ def check_kind(value: object, kind: Kind, where: str) -> object:
         ok = isinstance(value, bool)
     elif kind == "list[str]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif kind == "list[path]":
+        ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
     else:
         ok = isinstance(value, list) and all(_is_run(item) for item in value)
     if not ok:
@@ -105,7 +109,7 @@ def parse_text(kind: Kind, raw: str, where: str) -> object:
     """A value of `kind` from text (an environment variable, a comma-separated flag).
 
     bool: 1/0, true/false, yes/no, on/off; int, float; list[str]: comma-separated;
-    list[run]: JSON, e.g. '[["--help"]]'; str and path: as given.
+    list[path] too; list[run]: JSON, e.g. '[["--help"]]'; str and path: as given.
     """
     word = raw.strip()
     value: object = raw
@@ -116,7 +120,7 @@ def parse_text(kind: Kind, raw: str, where: str) -> object:
             value = int(word)
         elif kind == "float":
             value = float(word)
-        elif kind == "list[str]":
+        elif kind in ("list[str]", "list[path]"):
             value = [part.strip() for part in raw.split(",") if part.strip()]
         elif kind == "list[run]":
             value = json.loads(raw)
@@ -131,4 +135,6 @@ def toml_shape(value: object) -> object:
     and the layers hold them."""
     if isinstance(value, Run):
         return value.shape()
+    if isinstance(value, PurePath):
+        return str(value)
     return [toml_shape(v) for v in value] if isinstance(value, tuple | list) else value

@@ -109,6 +109,7 @@ class Options:
     source_exclude: tuple[str, ...] = default_of("package.exclude")
     run_env: tuple[str, ...] = default_of("train.env")
     run_stdin: str = default_of("train.stdin")
+    train_inputs: tuple[Path, ...] = default_of("train.inputs")
     test_enabled: bool = default_of("test.enabled")
     test_reason: str = default_of("test.reason")
     test_args: tuple[str, ...] = default_of("test.args")
@@ -309,10 +310,12 @@ def _convert(kind: Kind, value: object, base: Path) -> object:
     """A layered (TOML-shaped) value as `Options` holds it; paths relative to `base`."""
     if kind == "path":
         return (base / Path(str(value)).expanduser()).resolve()
-    if kind in ("list[str]", "list[run]"):
+    if kind in ("list[str]", "list[path]", "list[run]"):
         items = value if isinstance(value, list | tuple) else []
         if kind == "list[str]":
             return tuple(str(v) for v in items)
+        if kind == "list[path]":
+            return tuple((base / Path(str(v)).expanduser()).resolve() for v in items)
         return tuple(to_run(item) for item in items)
     if kind == "float" and isinstance(value, int | float):
         return float(value)

@@ -190,6 +190,15 @@ SETTINGS: tuple[Setting, ...] = (
         attr="run_stdin",
     ),
     Setting(
+        "train.inputs",
+        "list[path]",
+        (),
+        "files or folders outside the crate that workloads, validation and bench read, "
+        "relative to this file; each is at /build/inputs/<its name>, read-only, and its "
+        "digest is part of the PGO profile key and the lock",
+        attr="train_inputs",
+    ),
+    Setting(
         "test.enabled",
         "bool",
         True,

@@ -23,11 +23,12 @@ from pathlib import Path
 from orchestrator.config.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
+from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
 from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
 from orchestrator.model.reports import BenchReport, BenchVariant
-from orchestrator.plan.build_plan import run_plan
+from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
 ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
@@ -198,8 +199,10 @@ class BenchSetup:
     image: str
     sizes: dict[str, int]
     output_dir: Path
-    # The crate's files at /build/src (the bench command runs there) and [train] env.
+    # The crate's files at /build/src (the bench command runs there), the [train] inputs
+    # (their archives unpack at /build) and [train] env.
     sources: bytes = b""
+    inputs: tuple[bytes, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -246,6 +249,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         sizes,
         release / "bench" / artifact.name,
         sources=crate_snapshot(options).archive,
+        inputs=tuple(item.archive for item in pack_inputs(options)),
         environment=run_plan(options).environment,
     )
 
@@ -298,8 +302,9 @@ def measure(
     spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
     with engine.container(spec) as box:
         box.put_archive("/build", _binaries_tar(setup.variants_dir, names))
-        if setup.sources:
-            box.put_archive(PATHS.root, setup.sources)
+        for archive in (setup.sources, *setup.inputs):
+            if archive:
+                box.put_archive(PATHS.root, archive)
         for round_ in range(warmup + runs):
             timed = round_ >= warmup
             for name in names:  # interleaved: drift hits every variant alike

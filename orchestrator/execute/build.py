@@ -35,6 +35,7 @@ from orchestrator.execute import (
 )
 from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
+from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import crate_snapshot
@@ -87,6 +88,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
         source=crate_snapshot(options),
+        inputs=pack_inputs(options),
         distros=load_distros(),
     )
 

@@ -24,6 +24,7 @@ from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
 from orchestrator.model.records import BuildManifest, DistroRun, FileDigest
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
+from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
 from orchestrator.progress import Reporter, StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
@@ -165,6 +166,7 @@ class Pipeline:
     perf: PerfAccess = NO_ACCESS
     _volume: str | None = None
     _sources: str | None = None
+    _inputs: str | None = None
     _box: Container | None = None
     _profiler: Container | None = None
 
@@ -196,6 +198,18 @@ class Pipeline:
             )
         return self._sources
 
+    def run_volumes(self) -> dict[str, str]:
+        """What runs of the binary read besides /build/out: the sources and, when the config
+        has [train] inputs, the volume they are unpacked into (volume -> mount path)."""
+        mounts = {self.source_volume: PATHS.src}
+        if self.plan.run.inputs:
+            if self._inputs is None:
+                self._inputs = self.stack.enter_context(
+                    self.engine.volume("inputs", keep=self.keep_containers)
+                )
+            mounts[self._inputs] = INPUTS_DIR
+        return mounts
+
     @property
     def box(self) -> Container:
         """The build container: no network, no capabilities, started on first use."""
@@ -203,7 +217,7 @@ class Pipeline:
             spec = ContainerSpec(
                 self.image.reference,
                 environment=self.plan.build.environment,
-                volumes={self.volume: PATHS.out, self.source_volume: PATHS.src},
+                volumes={self.volume: PATHS.out, **self.run_volumes()},
             )
             self._box = self.stack.enter_context(
                 self.engine.container(spec, keep=self.keep_containers)
@@ -229,7 +243,7 @@ class Pipeline:
                 self.image.reference,
                 privileges=self.perf.privileges,
                 volumes={self.volume: PATHS.out},
-                read_only_volumes={self.source_volume: PATHS.src},
+                read_only_volumes=self.run_volumes(),
                 purpose="profile",
             )
             self._profiler = self.stack.enter_context(

@@ -112,7 +112,7 @@ def distros(pipeline: Pipeline, log: StepLog) -> None:
         spec = ContainerSpec(
             image.reference,
             user="1000:1000",  # nobody's uid there; it needs no account to run
-            read_only_volumes={pipeline.volume: PATHS.out, pipeline.source_volume: PATHS.src},
+            read_only_volumes={pipeline.volume: PATHS.out, **pipeline.run_volumes()},
             purpose="distro",
         )
         with pipeline.engine.container(spec, keep=pipeline.keep_containers) as box:

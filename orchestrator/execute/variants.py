@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, cargo, fetch_file, variant_binary
+from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
@@ -37,8 +38,16 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
             "the crate's sources changed while the build was starting",
             hint="Run the build again.",
         )
+    if [i.sha256 for i in pack_inputs(options)] != [i.sha256 for i in plan.run.inputs]:
+        raise SourceError(
+            "the training inputs ([train] inputs) changed while the build was starting",
+            hint="Run the build again.",
+        )
     log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
     box.put_archive(PATHS.root, plan.source.archive)
+    for item in plan.run.inputs:  # unpacked into their volume at /build/inputs
+        log.line(f"+ docker cp <input {item.name} {item.sha256[:12]}> {item.path}")
+        box.put_archive(PATHS.root, item.archive)
     log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
     box.put_archive(PATHS.root, vendor.read_bytes())
     cargo(box, plan.variants["baseline"].build, log, StepName.BUILD_BASELINE)

@@ -106,6 +106,13 @@ class Vault:
             partial.replace(target)
         return digest
 
+    def put_bytes(self, data: bytes, name: str) -> str:
+        """Store `data` (an archive made in memory, `name` for messages); its sha256."""
+        with scratch_dir(self.cache_dir, "vault-bytes") as tmp:
+            staged = tmp / name
+            staged.write_bytes(data)
+            return self.put(staged)
+
     def verify(self, digest: str) -> Path:
         """The blob's path, after checking its bytes still hash to `digest`."""
         path = self.path(digest)

@@ -24,7 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.records import JsonDict, Record, RunShape, record_text
+from orchestrator.model.records import FileName, JsonDict, Record, RunShape, record_text
 
 LOCK_FILE = "release.lock"
 SCHEMA = "orchestrator/lock"
@@ -105,6 +105,14 @@ class LockCrate(Record):
     checksum: str
 
 
+class LockInputArchive(Record):
+    """One [train] input as packed (host/inputs.py); the archive is in the vault."""
+
+    name: FileName  # where it is mounted: /build/inputs/<name>
+    sha256: Sha256
+    size: int
+
+
 class LockSource(Record):
     git_commit: GitCommit | None
     dirty: bool | None
@@ -116,6 +124,7 @@ class LockSource(Record):
     vendor_sha256: Sha256
     crates: list[LockCrate]
     exclude: list[str] = Field(default_factory=list)  # [package] exclude, as configured
+    inputs: list[LockInputArchive] = Field(default_factory=list)  # [train] inputs
 
 
 class RootfsRecipe(Record):
@@ -326,6 +335,8 @@ def blobs(document: LockDocument) -> dict[str, str]:
         document.base.rootfs_sha256: f"rootfs {document.base.suite}",
         document.source.vendor_sha256: "vendored crates",
     }
+    for item in document.source.inputs:
+        found[item.sha256] = f"input {item.name}"
     for target in document.targets:
         for package in target.resolved.packages:
             found[package.sha256] = package.file

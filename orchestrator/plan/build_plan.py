@@ -26,6 +26,7 @@ from orchestrator.plan.portable import (
     distro_validation,
     sysroot_plan,
 )
+from orchestrator.plan.runs import RunPlan, TrainInput, run_plan
 from orchestrator.plan.steps import Step, steps_of
 
 # The seeds' release profile, injected with `cargo --config` so the user's Cargo.toml
@@ -70,30 +71,6 @@ class Variant:
     @property
     def rustflags(self) -> list[str]:
         return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """How workloads, validation and bench run the binary: at the crate's root, whose files
-    they may read (read-only for workloads), with `[train] env` and `[train] stdin`."""
-
-    workdir: str
-    environment: Mapping[str, str]
-    stdin: str  # a path in the container, or "" for none
-
-    @property
-    def configured(self) -> bool:
-        """Whether [train] env or stdin is set (the lock and profile key record it then)."""
-        return bool(self.environment or self.stdin)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"workdir": self.workdir, "env": dict(self.environment), "stdin": self.stdin}
-
-
-def run_plan(options: Options) -> RunPlan:
-    environment = dict(pair.split("=", 1) for pair in options.run_env)
-    stdin = f"{PATHS.src}/{options.run_stdin}" if options.run_stdin else ""
-    return RunPlan(PATHS.src, environment, stdin)
 
 
 @dataclass(frozen=True)
@@ -216,9 +193,9 @@ def _pgo_plan(
                 "image": image.input_hash,
                 "build": [generate.build.argv, dict(generate.build.environment)],
                 "workloads": [w.shape() for w in options.workloads],
-                # What the workloads see besides their arguments (the files they read
-                # are in the source tree, hashed above).
-                # (absent without env/stdin: such keys stay as before these existed)
+                # What the workloads see besides their arguments and the source tree:
+                # env, stdin, the inputs' digests (absent without them: such keys stay
+                # as they were before these settings existed).
                 **({"run": runs.as_dict()} if runs.configured else {}),
             }
         ),
@@ -246,6 +223,7 @@ def make_plan(
     dockerfile: str,
     packages: Mapping[str, str],
     source: SourceSnapshot,
+    inputs: tuple[TrainInput, ...] = (),
     distros: tuple[DistroSpec, ...] = (),
 ) -> BuildPlan:
     flavor.validate(options)
@@ -325,7 +303,7 @@ def make_plan(
             },
         )
 
-    runs = run_plan(options)
+    runs = run_plan(options, inputs)
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.

@@ -193,6 +193,14 @@ def record_release(
             "vendor_sha256": vault.put(vendor),
             "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
             "exclude": list(options.source_exclude),
+            "inputs": [
+                {
+                    "name": item.name,
+                    "sha256": vault.put_bytes(item.archive, f"{item.name}.tar"),
+                    "size": len(item.archive),
+                }
+                for item in plan.run.inputs
+            ],
         },
         base={
             **plan.base.as_dict(),

@@ -2,13 +2,13 @@
 
 `record_release` (release/pin.py, re-exported here) runs after `orchestrator release`:
 it puts every input blob in the vault and writes release.lock. `read_locked` reads and
-checks a lockfile and the vault; `reproduce` lays the sources out in a fresh folder, plans
-every target, and only then reaches Docker: it seeds a fresh cache from the vault only
-(rootfs, .debs, crates, profiles), builds every target in fresh images and containers
-with `offline` set, so nothing can be downloaded, and compares each binary with its
-recorded sha256. A target that cannot be rebuilt keeps its error (class and exit code) on
-its result. Nothing is installed: without diffoscope, the difference report is a byte
-comparison that says how to install it.
+checks a lockfile and the vault; `reproduce` lays the sources and the locked training
+inputs out in a fresh folder, plans every target, and only then reaches Docker: it seeds a
+fresh cache from the vault only (rootfs, .debs, crates, profiles), builds every target in
+fresh images and containers with `offline` set, so nothing can be downloaded, and compares
+each binary with its recorded sha256. A target that cannot be rebuilt keeps its error
+(class and exit code) on its result. Nothing is installed: without diffoscope, the
+difference report is a byte comparison that says how to install it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from orchestrator.errors import OrchestratorError, SourceError
 from orchestrator.execute.build import prepare_plan, run_build
 from orchestrator.execute.profiles import write_sidecar
 from orchestrator.host.bootstrap import MANIFEST
+from orchestrator.host.inputs import unpack_locked_inputs
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.hashing import sha256_file
@@ -300,6 +301,10 @@ def reproduce(
         cli={"build.artifacts_dir": str(workdir / "artifacts"), "build.cache_dir": str(cache)},
         cwd=config.parent,
     )
+    if options.train_inputs:  # from the vault, never from the paths the config names
+        archives = {item.name: vault.verify(item.sha256) for item in document.source.inputs}
+        unpacked = unpack_locked_inputs(archives, options.train_inputs, workdir / "inputs")
+        options = replace(options, train_inputs=unpacked)
     configured: dict[str, tuple[Target, BuildPlan]] = {}
     flavors = sorted({t.inputs.flavor for t in document.targets})
     for target in targets(replace(options, offline=True), flavors):

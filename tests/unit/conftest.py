@@ -15,6 +15,7 @@ from orchestrator.config.toolchains import (
     load_toolchain,
 )
 from orchestrator.flavors import get_flavor
+from orchestrator.host.inputs import pack_inputs
 from orchestrator.plan.build_plan import BuildPlan, SourceSnapshot, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 
@@ -51,6 +52,7 @@ def plan_for(
         dockerfile=render_dockerfile(flavor, toolchain),
         packages=image_packages(flavor, toolchain),
         source=FAKE_SOURCE,
+        inputs=pack_inputs(options),
         distros=load_distros(),
     )
 

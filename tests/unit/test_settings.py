@@ -51,6 +51,10 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "bool": ("off", False),
         "path": ("elsewhere/dir", (project / "elsewhere" / "dir").resolve()),
         "list[str]": ("a, b,,c", ("a", "b", "c")),
+        "list[path]": (
+            "data, ../corpus.txt",
+            ((project / "data").resolve(), project.parent.resolve() / "corpus.txt"),
+        ),
         "list[run]": (
             '[["--help"], {"binary": "demo", "args": ["x"]}]',
             (Run(("--help",)), Run(("x",))),  # naming the main binary: a plain run
