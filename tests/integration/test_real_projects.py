@@ -9,6 +9,9 @@ released with PGO and BOLT and reproduced bit for bit. What each part exercises:
   lock and the provenance, reproduced bit for bit;
 - a data file (data/corpus.txt) that training, validation and bench read by a path relative
   to the crate's root, `[train] env` and `[train] stdin`;
+- data outside the crate (`[train] inputs`, tests/fixtures/workspace-data beside it) that a
+  workload and a validation run read at /build/inputs, pinned in the lock and the vault,
+  and taken from the vault by `reproduce` (the folder is moved away while it runs);
 - the crate's .cargo/config.toml: an `[env]` value the binary prints and a `[build]
   rustflags` cfg it reports;
 - a crate test that fails, skipped by `[test] args`;
@@ -18,6 +21,7 @@ released with PGO and BOLT and reproduced bit for bit. What each part exercises:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,7 @@ from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 pytestmark = pytest.mark.integration
 
 FIXTURE = REPO / "tests" / "fixtures" / "workspace-project"
+DATA = REPO / "tests" / "fixtures" / "workspace-data"  # its [train] inputs, outside it
 RELEASE = "wordfreq-0.4.0"
 ARTIFACT = f"{RELEASE}-linux-x86_64-cpu"
 
@@ -54,6 +59,7 @@ def workspace_release(
     docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
 ) -> WorkspaceRelease:
     project = tmp_path_factory.mktemp("workspace") / "wordfreq"
+    shutil.copytree(DATA, project.parent / DATA.name)  # where ../workspace-data points
     run, artifacts = release_copy(FIXTURE, project, docker_client)
     assert (project / "HomebrewFormula").is_symlink()  # copied as the link it is
     return WorkspaceRelease(run, project, artifacts / RELEASE)
@@ -66,14 +72,23 @@ def test_the_member_is_built_trained_on_repository_files_and_optimized(
     assert manifest["artifact"]["file"] == "wordfreq"
     cargo = manifest["flags"]["variants"]["optimized"]["cargo"]
     assert cargo[cargo.index("--package") + 1] == "wordfreq-cli"
-    # Four workloads at the crate root (one reading stdin, one running wordgrep) and two
-    # child processes: a .profraw from each process, none overwritten.
-    assert manifest["pgo"]["profile"]["raw_files"] == 6
+    # Five workloads at the crate root (one reading stdin, one running wordgrep, one
+    # reading an input) and two child processes: a .profraw from each process, none
+    # overwritten.
+    assert manifest["pgo"]["profile"]["raw_files"] == 7
+    inputs = manifest["run"].pop("inputs")
     assert manifest["run"] == {
         "workdir": "/build/src",
         "env": {"WORDFREQ_TOP": "12"},
         "stdin": "/build/src/data/corpus.txt",
     }
+    lock = json.loads((workspace_release.directory / "release.lock").read_text())
+    (locked,) = lock["source"]["inputs"]
+    assert inputs == {"corpus": locked["sha256"]}
+    # The validation run that reads the input by ../inputs/... matched its baseline.
+    reading = manifest["validation"]["runs"][2]
+    assert reading["run"] == ["count", "../inputs/corpus/harbor.txt"]
+    assert reading["identical"] and reading["stdout_bytes"] > 100
     assert manifest["bolt"]["applied"] is True
     validation = manifest["validation"]
     assert validation["compared"] and validation["identical"]
@@ -104,11 +119,11 @@ def test_the_second_binary_ships_validated_signed_and_described(
     cargo = manifest["flags"]["variants"]["optimized"]["cargo"]
     assert [cargo[i + 1] for i, a in enumerate(cargo) if a == "--bin"] == ["wordfreq", "wordgrep"]
     # Its own validation run, against its own baseline build, byte for byte.
-    first, second = manifest["validation"]["runs"]
+    first, second, _reading_an_input = manifest["validation"]["runs"]
     assert first["run"] == ["count", "data/corpus.txt"]
     assert second["run"] == {"binary": "wordgrep", "args": ["fox", "data/corpus.txt"]}
     assert second["identical"] is True and second["stdout_bytes"] > 1000
-    assert manifest["inputs"]["workloads"][-1]["binary"] == "wordgrep"
+    assert manifest["inputs"]["workloads"][3]["binary"] == "wordgrep"
     assert manifest["portability"]["other_binaries"]["wordgrep"] is not None
     sbom = json.loads((artifact / "sbom.cdx.json").read_text())
     shipped = [c for c in sbom["components"] if c["bom-ref"] == "binary:wordgrep"]
@@ -148,18 +163,26 @@ def test_the_lock_and_sbom_describe_the_member(workspace_release: WorkspaceRelea
 def test_the_workspace_release_reproduces_bit_for_bit(
     workspace_release: WorkspaceRelease, tmp_path: Path
 ) -> None:
-    run = orchestrator(
-        [
-            "reproduce",
-            str(workspace_release.directory),
-            "--source",
-            str(workspace_release.project),
-            "--workdir",
-            str(tmp_path / "rebuild"),
-            "--reuse-images",
-        ]
-    )
+    # The inputs come from the vault: the folder the config names is gone meanwhile.
+    data = workspace_release.project.parent / DATA.name
+    data.rename(tmp_path / "moved-away")
+    try:
+        run = orchestrator(
+            [
+                "reproduce",
+                str(workspace_release.directory),
+                "--source",
+                str(workspace_release.project),
+                "--workdir",
+                str(tmp_path / "rebuild"),
+                "--reuse-images",
+            ]
+        )
+    finally:
+        (tmp_path / "moved-away").rename(data)
     assert run.returncode == 0, run.output
+    unpacked = tmp_path / "rebuild" / "inputs" / "corpus" / "inputs" / "corpus" / "harbor.txt"
+    assert unpacked.read_bytes() == (DATA / "corpus" / "harbor.txt").read_bytes()
     assert "the artifact is bit-identical" in run.output
     # The symlink came along as a symlink: the source tree hashed the same.
     assert (tmp_path / "rebuild" / "src" / "HomebrewFormula").is_symlink()
