@@ -16,7 +16,8 @@ from pydantic import Field, JsonValue
 from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
-from orchestrator.model.records import Record, TargetSummary
+from orchestrator.model.records import Record
+from orchestrator.model.release_summary import TargetSummary
 
 
 # -- orchestrator config --json ---------------------------------------------------------

@@ -26,7 +26,8 @@ from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import ReleaseSummary, TargetSummary, read_record, write_record
+from orchestrator.model.records import read_record, write_record
+from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
 from orchestrator.model.reports import (
     CacheState,
     PlannedTargetEntry,

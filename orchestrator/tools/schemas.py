@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.model.lockfile import LockDocument
-from orchestrator.model.records import BuildManifest, Record, ReleaseSummary
+from orchestrator.model.records import BuildManifest, Record
+from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.model.reports import (
     BenchReport,
     ConfigReport,

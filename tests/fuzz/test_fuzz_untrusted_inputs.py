@@ -23,10 +23,10 @@ from orchestrator.model.records import (
     ProfileSidecar,
     Record,
     RecordError,
-    ReleaseSummary,
     VariantsRecord,
     parse_record,
 )
+from orchestrator.model.release_summary import ReleaseSummary
 
 from ..unit.conftest import plan_for
 from ..unit.test_lockfile import lock_for

@@ -25,7 +25,8 @@ from orchestrator.execute import bench as bench_module
 from orchestrator.execute.bench import TIMER, BenchSetup
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.model.lockfile import LockDocument, dumps
-from orchestrator.model.records import BuildManifest, Record, ReleaseSummary, read_record
+from orchestrator.model.records import BuildManifest, Record, read_record
+from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.model.reports import (
     BenchReport,
     ConfigReport,

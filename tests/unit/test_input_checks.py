@@ -36,10 +36,10 @@ from orchestrator.model.records import (
     BuildManifest,
     ProfileSidecar,
     RecordError,
-    ReleaseSummary,
     VariantsRecord,
     read_record,
 )
+from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.runtime.engine import API_TIMEOUT_S, Engine, _endpoint
 from orchestrator.supply.minisign import PublicKey, SecretKey, SigningError, VerificationError
 

@@ -15,14 +15,13 @@ from orchestrator.model.records import (
     FileDigest,
     ProfileSidecar,
     RecordError,
-    ReleaseSummary,
-    TargetSummary,
     VariantsRecord,
     parse_record,
     read_record,
     record_text,
     write_record,
 )
+from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
 
 from .conftest import plan_for
 from .manifests import produced_manifest

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 import orchestrator.release.run as release_run
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.model.records import ReleaseSummary, read_record
+from orchestrator.model.records import read_record
+from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.release.run import (
     RELEASE_JSON,
     no_speedup_reason,

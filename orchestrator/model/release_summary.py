@@ -1,0 +1,56 @@
+"""release.json: every target of a release and how its last build went."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from orchestrator.model.records import JsonDict, Record
+
+
+class TargetSummary(Record):
+    flavor: str
+    level: str
+    artifact: str
+    status: Literal["planned", "ok", "failed"]
+    seconds: float
+    size: int
+    sha256: str | None
+    speedup_vs_baseline: float | None
+    error: str | None
+    error_class: str | None = None
+    exit_code: int | None = None
+    warnings: list[str]
+    # Added within version 2, so a file written before them still reads (as null).
+    rust_target: str | None = Field(
+        None, description="target triple, e.g. x86_64-unknown-linux-gnu"
+    )
+    speedup_note: str | None = Field(
+        None, description="why speedup_vs_baseline is null (emulated, skipped, failed)"
+    )
+    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
+    oldest_distribution: str | None = Field(
+        None, description="the oldest Debian release it loaded and validated on"
+    )
+
+
+def _release_v1_to_v2(document: JsonDict) -> JsonDict:
+    """v1 spelled its version inside `schema` ("orchestrator/release@1")."""
+    return {**document, "schema": "orchestrator/release", "schema_version": 2}
+
+
+class ReleaseSummary(Record):
+    """release.json: every target of the release and how its last build went, in the
+    order they were built."""
+
+    SCHEMA = "orchestrator/release"
+    VERSION = 2
+    MIGRATIONS: ClassVar[Mapping[int, Callable[[JsonDict], JsonDict]]] = {1: _release_v1_to_v2}
+
+    schema_: Literal["orchestrator/release"] = Field("orchestrator/release", alias="schema")
+    schema_version: Literal[2] = 2
+    name: str
+    version: str
+    artifacts: list[TargetSummary]
