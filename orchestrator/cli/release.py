@@ -70,7 +70,17 @@ def release(
             help="Quick interleaved runs per target for the speedup column (0: skip).",
         ),
     ] = 3,
-    retrain: Annotated[bool, typer.Option("--retrain", help="Profile again everywhere.")] = False,
+    retrain: Annotated[
+        bool, typer.Option("--retrain", help="Profile again everywhere (and build every target).")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Build every target, even one whose published artifact is current (same "
+            "inputs, binaries and signatures intact), which is otherwise reported as cached.",
+        ),
+    ] = False,
     allow_dirty: AllowDirtyOption = False,
     json_output: Annotated[
         bool,
@@ -88,10 +98,15 @@ def release(
     release.lock, which pins every input (their files go into the vault) so that
     `orchestrator reproduce` can rebuild the same bytes.
 
+    A target whose published artifact is current (the same inputs, hashed: sources, lock,
+    toolchain, image, flags, profiles, settings; its binaries and signatures intact) is not
+    built again: it shows as `cached`. --force builds it anyway.
+
     \b
     Examples:
-      orchestrator release --dry-run
+      orchestrator release --dry-run     # the plan, and which targets are cached
       orchestrator release --flavors cpu --bench-runs 0
+      orchestrator release --force       # build every target again
     """
     from orchestrator.execute.publish import update_release_index
     from orchestrator.host.cachedir import ensure_cache_dir
@@ -135,9 +150,10 @@ def release(
         retrain=retrain,
         bench_runs=bench_runs,
         announce=out.print,
+        force=force,
     )
     lock = None
-    if any(r.status == "ok" for r in results):
+    if any(r.status in ("ok", "cached") for r in results):
         lock = record_release(options, chosen, release_dir, vault_for(options))
         update_release_index(release_dir, signer)  # SHA256SUMS now covers the lock
         out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
@@ -153,7 +169,7 @@ def release(
         title=f"release {options.binary} {options.version}",
     )
     for result in results:
-        status = Text(result.status, style="green" if result.status == "ok" else "red")
+        status = Text(result.status, style="red" if result.status == "failed" else "green")
         table.add_row(
             result.artifact,
             status,
@@ -250,8 +266,10 @@ def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool
             f"{item.target.flavor} {item.target.level}",
             item.plan.artifact_dir,
             item.plan.image.reference,
-            hits if engine else f"{hits} (Docker not reachable)",
-            " ".join(s.name for s in item.plan.steps),
+            hits if engine or item.cached.artifact else f"{hits} (Docker not reachable)",
+            f"none: {item.cached.artifact_reason}"
+            if item.cached.artifact
+            else " ".join(s.name for s in item.plan.steps),
         )
     console.print(table)
 

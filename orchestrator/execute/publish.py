@@ -42,6 +42,7 @@ from orchestrator.model.records import (
     write_record,
 )
 from orchestrator.plan.build_plan import RELEASE_PROFILE
+from orchestrator.plan.serialize import action_key
 from orchestrator.progress import StepLog
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import Signer, artifact_comment, write_release_index
@@ -260,6 +261,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         if not plan.test_skipped
         else {"ran": False, "reason": plan.test_skipped},
         run=plan.run.as_dict(),
+        action_key=action_key(plan, options),
     )
 
 

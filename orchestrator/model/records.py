@@ -262,6 +262,9 @@ class BuildManifest(Record):
     # Added within version 2: `cargo test` as run, or why it was not ([test] reason).
     tests: JsonDict | None = None
     run: JsonDict | None = None  # where and with what workloads and validation ran
+    # Everything the build read or checked, hashed (plan/serialize.py: action_key): a
+    # release does not build the target again while its key is unchanged.
+    action_key: str | None = None
 
 
 # -- variants.json and profile records (cache) -----------------------------------------

@@ -14,7 +14,10 @@ class TargetSummary(Record):
     flavor: str
     level: str
     artifact: str
-    status: Literal["planned", "ok", "failed"]
+    status: Literal["planned", "ok", "cached", "failed"] = Field(
+        description="cached: the published artifact was current (its inputs unchanged), "
+        "so it was not built again"
+    )
     seconds: float
     size: int
     sha256: str | None

@@ -159,8 +159,16 @@ class CacheState(Record):
     toolchain_image: bool | None = Field(description="null: Docker not reachable")
     crates: bool
     pgo_profile: bool | None = Field(description="null: PGO is off")
+    artifact: bool = Field(
+        False,
+        description="the published artifact is current (its inputs unchanged): nothing "
+        "is built for this target, and `steps` is empty",
+    )
+    artifact_reason: str = Field("", description="why the target is built, or why it is not")
 
     def labelled(self) -> dict[str, bool | None]:
+        if self.artifact:
+            return {"artifact (nothing to build)": True}
         return {
             "base image": self.base_image,
             "toolchain image": self.toolchain_image,

@@ -1,14 +1,58 @@
 """The plan as data: the one place where a BuildPlan becomes JSON-ready dictionaries.
 
 `plan_inputs` is what release.lock pins per target (and `lock --check` recomputes);
-`plan_summary` is what `build --dry-run` prints and build.json records.
+`plan_summary` is what `build --dry-run` prints and build.json records; `action_key`
+names everything a target's build reads or checks (the action cache's key).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from orchestrator import __version__
+from orchestrator.config.kinds import toml_shape
+from orchestrator.config.options import Options
+from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.model.hashing import content_hash
 from orchestrator.plan.build_plan import BuildPlan
+
+# Settings that say where things go or how a release is reported, never what a target's
+# build reads or checks: changing one keeps a published artifact current.
+_NOT_ACTION_INPUTS = frozenset(
+    {
+        "package.crate",  # a path: the sources' digest stands for what it holds
+        "train.inputs",  # paths: their digests are in the plan (run.inputs)
+        "build.flavors",  # which targets a release builds, not how one is built
+        "build.artifacts_dir",
+        "build.cache_dir",
+        "bench.runs",
+        "bench.warmup",
+        "bench.command",
+        "signing.secret_key",  # instead, a cached artifact must verify under the key
+    }
+)
+
+
+def action_key(plan: BuildPlan, options: Options) -> str:
+    """Everything one target's build reads or checks: the plan's inputs (sources, Cargo.lock,
+    toolchain image, flags, workloads, profile key), every setting that can change what is
+    built or checked, this target's flavor settings, and orchestrator's version. A setting
+    added later is part of the key unless listed in _NOT_ACTION_INPUTS: when in doubt,
+    rebuild."""
+    flavor = options.settings_for(plan.flavor)
+    return content_hash(
+        {
+            "kind": "target-action",
+            "orchestrator": __version__,
+            "plan": plan_inputs(plan),
+            "settings": {
+                spec.key: toml_shape(getattr(options, spec.attr))
+                for spec in SETTINGS
+                if spec.key not in _NOT_ACTION_INPUTS
+            },
+            "flavor": {key.name: toml_shape(getattr(flavor, key.name)) for key in FLAVOR_SETTINGS},
+        }
+    )
 
 
 def plan_inputs(plan: BuildPlan) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import read_record, write_record
+from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
 from orchestrator.model.reports import (
     CacheState,
@@ -36,7 +36,9 @@ from orchestrator.model.reports import (
     SigningInfo,
 )
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.serialize import action_key
 from orchestrator.progress import Reporter, marks_for
+from orchestrator.release.action_cache import look_up
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
 from orchestrator.supply.minisign import PublicKey, VerificationError
@@ -69,7 +71,7 @@ class Target:
 class TargetResult:
     target: Target
     artifact: str
-    status: Literal["planned", "ok", "failed"] = "planned"
+    status: Literal["planned", "ok", "cached", "failed"] = "planned"
     seconds: float = 0.0
     size: int = 0
     sha256: str = ""
@@ -137,7 +139,7 @@ class PlannedTarget:
             toolchain=self.plan.toolchain.name,
             base_image=self.plan.base_image.reference,
             image=self.plan.image.reference,
-            steps=[step.name for step in self.plan.steps],
+            steps=[] if self.cached.artifact else [step.name for step in self.plan.steps],
             cached=self.cached,
         )
 
@@ -145,7 +147,8 @@ class PlannedTarget:
 def dry_run(
     options: Options, chosen: Sequence[Target], engine: Engine | None
 ) -> list[PlannedTarget]:
-    """The plan per target and what the caches already hold; builds nothing."""
+    """The plan per target and what the caches already hold; builds nothing. A target whose
+    published artifact is current has no steps (its signatures are checked by the run)."""
 
     def held(reference: str) -> bool | None:  # None: no Docker to ask
         return None if engine is None else engine.image(reference) is not None
@@ -156,11 +159,15 @@ def dry_run(
         profile = (
             cache / "profiles" / "pgo" / f"{plan.pgo.profile_key}.profdata" if plan.pgo else None
         )
+        published = options.artifacts_dir / plan.release_dir / plan.artifact_dir
+        lookup = look_up(published, action_key(plan, target.options), None)
         cached = CacheState(
             base_image=held(plan.base_image.reference),
             toolchain_image=held(plan.image.reference),
             crates=(cache / "crates" / f"{plan.source.cargo_lock_sha256}.tar").is_file(),
             pgo_profile=None if profile is None else profile.is_file(),
+            artifact=lookup.hit,
+            artifact_reason=lookup.reason,
         )
         planned.append(PlannedTarget(target, plan, cached))
     return planned
@@ -195,15 +202,27 @@ def run_release(
     retrain: bool,
     bench_runs: int,
     announce: Callable[[str], None],
+    force: bool = False,
 ) -> list[TargetResult]:
+    """Build each planned target, one after another; a target whose published artifact is
+    current (release/action_cache.py) is `cached` instead, unless `force` or `retrain`."""
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    earlier = _earlier_entries(release_dir)
     marks = marks_for(console)
     for index, (target, plan) in enumerate(planned, start=1):
         started = time.monotonic()
         result = TargetResult(target, plan.artifact_dir)
         results.append(result)
         announce(f"[{index}/{len(planned)}] {plan.artifact_dir} (target-cpu {target.level})")
+        if not (force or retrain):
+            key = action_key(plan, target.options)
+            lookup = look_up(release_dir / plan.artifact_dir, key, signer.key.public)
+            if lookup.manifest is not None:
+                _reuse(result, lookup.manifest, earlier.get(plan.artifact_dir))
+                announce(f"{marks.cached} {plan.artifact_dir}: cached, {lookup.reason}")
+                continue
+            announce(f"  building: {lookup.reason}")
         reporter = Reporter(
             console, options.cache_dir / "runs" / engine.session / plan.artifact_dir
         )
@@ -244,6 +263,28 @@ def run_release(
     if release_dir.is_dir():
         update_release_index(release_dir, signer)
     return results
+
+
+def _earlier_entries(release_dir: Path) -> dict[str, TargetSummary]:
+    """release.json's entries by artifact, as the last release left them."""
+    path = release_dir / RELEASE_JSON
+    if not path.is_file():
+        return {}
+    return {entry.artifact: entry for entry in read_record(path, ReleaseSummary).artifacts}
+
+
+def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary | None) -> None:
+    """A cached target's result: its published build's record, and the speed figure the
+    release that built it measured."""
+    result.status = "cached"
+    result.size, result.sha256 = manifest.artifact.size, manifest.artifact.sha256
+    if manifest.portability is not None:
+        result.glibc = manifest.portability.glibc_max
+        result.oldest_distribution = manifest.portability.oldest_distribution
+    if entry is not None:
+        result.speedup = entry.speedup_vs_baseline
+        result.speedup_note = entry.speedup_note or ""
+        result.warnings = list(entry.warnings)
 
 
 def no_speedup_reason(target: Target, bench_runs: int) -> str:
@@ -339,7 +380,7 @@ def run_report(
         published=published,
         seconds=round(seconds, 1),
         targets=[result.summary() for result in results],
-        failed=[result.artifact for result in results if result.status != "ok"],
+        failed=[result.artifact for result in results if result.status == "failed"],
         lockfile=str(lockfile) if lockfile else None,
         signing=SigningInfo(
             key=signer.source,

@@ -30,7 +30,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.integration.conftest import REPO, Run, orchestrator, release_copy
+from tests.integration.conftest import REPO, Run, managed_containers, orchestrator, release_copy
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +186,34 @@ def test_the_workspace_release_reproduces_bit_for_bit(
     assert "the artifact is bit-identical" in run.output
     # The symlink came along as a symlink: the source tree hashed the same.
     assert (tmp_path / "rebuild" / "src" / "HomebrewFormula").is_symlink()
+
+
+def test_a_second_release_with_nothing_changed_builds_nothing(
+    workspace_release: WorkspaceRelease, docker_client: docker.DockerClient
+) -> None:
+    """The action cache: the published artifact is current, so no step runs again."""
+    build_json = (workspace_release.artifact / "build.json").read_bytes()
+    binary = (workspace_release.artifact / "wordfreq").read_bytes()
+    where = [
+        "--config",
+        str(workspace_release.project / "orchestrator.toml"),
+        "--artifacts-dir",
+        str(workspace_release.directory.parent),
+    ]
+    dry = orchestrator(["release", "--dry-run", "--json", *where])
+    assert dry.returncode == 0, dry.output
+    report, _end = json.JSONDecoder().raw_decode(dry.output[dry.output.index("{") :])
+    [planned] = report["targets"]
+    assert planned["steps"] == [] and planned["cached"]["artifact"] is True
+    again = orchestrator(["release", *where, "--bench-runs", "0", "--allow-dirty"])
+    assert again.returncode == 0, again.output
+    assert f"{ARTIFACT}: cached, inputs unchanged since" in again.output
+    for step in ("toolchain-image", "build-baseline", "pgo-train", "bolt-optimize", "publish"):
+        assert step not in again.output, step
+    assert (workspace_release.artifact / "build.json").read_bytes() == build_json
+    assert (workspace_release.artifact / "wordfreq").read_bytes() == binary
+    listing = json.loads((workspace_release.directory / "release.json").read_text())
+    assert [a["status"] for a in listing["artifacts"]] == ["cached"]
+    assert managed_containers(docker_client) == []
+    verified = orchestrator(["verify", str(workspace_release.directory)])
+    assert verified.returncode == 0, verified.output

@@ -18,6 +18,8 @@ from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release, targets
+from orchestrator.supply.attest import Signer
+from orchestrator.supply.minisign import SecretKey
 from tests.unit.conftest import plan_for
 from tests.unit.fakes import FakeEngine
 
@@ -61,7 +63,7 @@ def _run(options: Options) -> list[release_run.TargetResult]:
         release_run.plan_targets(targets(options, ["cpu"])),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
-        signer=None,  # type: ignore[arg-type]
+        signer=Signer(SecretKey.generate(), throwaway=True, source="test"),
         retrain=False,
         bench_runs=1,
         announce=lambda _line: None,

@@ -26,7 +26,7 @@ from orchestrator.release.run import (
     run_release,
     targets,
 )
-from orchestrator.supply.attest import resolve_signer
+from orchestrator.supply.attest import Signer, resolve_signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 
 from .conftest import plan_for
@@ -95,7 +95,7 @@ def _release(options: Options, flavors: list[str]) -> None:
         release_run.plan_targets(targets(options, flavors)),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
-        signer=None,  # type: ignore[arg-type]
+        signer=Signer(SecretKey.generate(), throwaway=True, source="test"),
         retrain=False,
         bench_runs=0,
         announce=lambda _line: None,
