@@ -209,7 +209,7 @@ def bench(
             s.name,
             f"{s.median * 1000:.1f} ms",
             f"{s.p95 * 1000:.1f} ms",
-            f"{s.speedup:.3f}x ({s.speedup_ci[0]:.3f}-{s.speedup_ci[1]:.3f})",
+            s.speedup_text(),
             f"{s.max_rss_kb / 1024:.1f} MiB",
             f"{s.size / 1e6:.2f} MB",
         )

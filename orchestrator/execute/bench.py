@@ -40,12 +40,25 @@ LABELS = {
     "pgo-bolt": "+ PGO + BOLT",
 }
 BENCH_DIR = "/build/bench"
-# Wall time from inside the container (no API latency) and max RSS from GNU time.
+# Wall time from inside the container (no API latency); max RSS, user and system CPU
+# seconds from GNU time. One line: exit code, nanoseconds, kB, user s, system s.
 TIMER = (
-    's=$(date +%s%N); /usr/bin/time -f %M -o /tmp/rss "$@" >/dev/null 2>/tmp/err; c=$?; '
-    'e=$(date +%s%N); echo "$c $((e - s)) $(cat /tmp/rss)"'
+    's=$(date +%s%N); /usr/bin/time -f "%M %U %S" -o /tmp/rss "$@" >/dev/null 2>/tmp/err; '
+    'c=$?; e=$(date +%s%N); echo "$c $((e - s)) $(cat /tmp/rss)"'
 )
+NO_DIFFERENCE = "no measurable difference"
 BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed run of one variant."""
+
+    seconds: float
+    max_rss_kb: int
+    user_s: float
+    system_s: float
+    exit_code: int
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,28 @@ class VariantStats:
     stddev: float
     speedup: float  # baseline median / this median
     speedup_ci: tuple[float, float]
+    user_s: float = 0.0  # mean CPU seconds per run, as GNU time counts them
+    system_s: float = 0.0
+    rss_kb: tuple[int, ...] = ()  # per run
+    exit_codes: tuple[int, ...] = ()  # per run
+
+    @property
+    def verdict(self) -> str:
+        """What the interval supports: faster, slower, or no measurable difference (the
+        95% interval holds 1.0, where a ratio would only be noise)."""
+        if self.name == "baseline":
+            return "baseline"
+        low, high = self.speedup_ci
+        if low <= 1.0 <= high:
+            return NO_DIFFERENCE
+        return "faster" if low > 1.0 else "slower"
+
+    def speedup_text(self) -> str:
+        """The ratio with its interval, or the verdict where the interval holds 1.0."""
+        interval = f"{self.speedup_ci[0]:.3f}-{self.speedup_ci[1]:.3f}"
+        if self.verdict == NO_DIFFERENCE:
+            return f"{NO_DIFFERENCE} ({interval})"
+        return f"{self.speedup:.3f}x ({interval})"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -72,6 +107,9 @@ class VariantStats:
             "stddev_s": self.stddev,
             "speedup_vs_baseline": round(self.speedup, 4),
             "speedup_ci95": [round(self.speedup_ci[0], 4), round(self.speedup_ci[1], 4)],
+            "verdict": self.verdict,
+            "user_s": round(self.user_s, 4),
+            "system_s": round(self.system_s, 4),
             "max_rss_kb": self.max_rss_kb,
             "size_bytes": self.size,
             "times_s": list(self.times),
@@ -101,18 +139,17 @@ def speedup_interval(
     return percentile(ratios, 0.025), percentile(ratios, 0.975)
 
 
-def summarise(
-    times: dict[str, list[float]], rss: dict[str, int], sizes: dict[str, int]
-) -> list[VariantStats]:
-    baseline = times["baseline"]
+def summarise(samples: Mapping[str, Sequence[Sample]], sizes: dict[str, int]) -> list[VariantStats]:
+    baseline = [sample.seconds for sample in samples["baseline"]]
     stats = []
-    for name, values in times.items():
+    for name, runs in samples.items():
+        values = [sample.seconds for sample in runs]
         median = statistics.median(values)
         stats.append(
             VariantStats(
                 name=name,
                 times=tuple(values),
-                max_rss_kb=rss[name],
+                max_rss_kb=max(sample.max_rss_kb for sample in runs),
                 size=sizes[name],
                 median=median,
                 p95=percentile(values, 0.95),
@@ -120,6 +157,10 @@ def summarise(
                 stddev=statistics.stdev(values) if len(values) > 1 else 0.0,
                 speedup=statistics.median(baseline) / median,
                 speedup_ci=speedup_interval(baseline, values),
+                user_s=statistics.fmean(sample.user_s for sample in runs),
+                system_s=statistics.fmean(sample.system_s for sample in runs),
+                rss_kb=tuple(sample.max_rss_kb for sample in runs),
+                exit_codes=tuple(sample.exit_code for sample in runs),
             )
         )
     return stats
@@ -135,7 +176,7 @@ def markdown_table(stats: Sequence[VariantStats], title: str) -> str:
     for s in stats:
         lines.append(
             f"| {LABELS.get(s.name, s.name)} | {s.median * 1000:.1f} ms | {s.p95 * 1000:.1f} ms "
-            f"| {s.speedup:.3f}x ({s.speedup_ci[0]:.3f}-{s.speedup_ci[1]:.3f}) "
+            f"| {s.speedup_text()} "
             f"| {s.max_rss_kb / 1024:.1f} MiB | {s.size / 1e6:.2f} MB |"
         )
     return "\n".join(lines) + "\n"
@@ -152,8 +193,11 @@ def hyperfine_json(stats: Sequence[VariantStats], command: Sequence[str]) -> dic
                 "median": s.median,
                 "min": min(s.times),
                 "max": max(s.times),
+                "user": s.user_s,
+                "system": s.system_s,
                 "times": list(s.times),
-                "exit_codes": [0] * len(s.times),
+                "exit_codes": list(s.exit_codes),
+                "memory_usage_byte": [kb * 1024 for kb in s.rss_kb],
             }
             for s in stats
         ]
@@ -181,7 +225,7 @@ def bar_chart(stats: Sequence[VariantStats], title: str, path: Path) -> None:
         axes.text(
             s.p95 * 1000,  # right of the error bar
             bar.get_y() + bar.get_height() / 2,
-            f"  {s.speedup:.2f}x",
+            f"  {s.speedup:.2f}x" if s.verdict != NO_DIFFERENCE else "  no measurable difference",
             va="center",
         )
     axes.set_xlabel("median wall time, ms (error bar: p95)")
@@ -268,7 +312,7 @@ def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
 
 def _timed(
     box: Container, binary: str, command: Sequence[str], environment: Mapping[str, str]
-) -> tuple[float, int]:
+) -> Sample:
     lines: list[str] = []
     code = box.exec(
         ["sh", "-c", TIMER, "sh", binary, *command],
@@ -277,9 +321,16 @@ def _timed(
         workdir=PATHS.src,
     )
     fields = lines[-1].split() if lines else []
-    if code != 0 or len(fields) != 3 or fields[0] != "0":
+    if code != 0 or len(fields) != 5 or fields[0] != "0":
         raise StepFailedError(f"benchmark run of {binary} failed: {' '.join(lines)[-300:]}")
-    return int(fields[1]) / 1e9, int(fields[2])
+    try:
+        return Sample(
+            int(fields[1]) / 1e9, int(fields[2]), float(fields[3]), float(fields[4]), int(fields[0])
+        )
+    except ValueError:
+        raise StepFailedError(
+            f"benchmark run of {binary}: unreadable timing {lines[-1]!r}"
+        ) from None
 
 
 def measure(
@@ -297,8 +348,7 @@ def measure(
         raise BenchError(
             f"the build's image {setup.image} is gone", hint="Rebuild: orchestrator build"
         )
-    times: dict[str, list[float]] = {n: [] for n in names}
-    rss: dict[str, int] = dict.fromkeys(names, 0)
+    samples: dict[str, list[Sample]] = {n: [] for n in names}
     spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
     with engine.container(spec) as box:
         box.put_archive("/build", _binaries_tar(setup.variants_dir, names))
@@ -308,12 +358,11 @@ def measure(
         for round_ in range(warmup + runs):
             timed = round_ >= warmup
             for name in names:  # interleaved: drift hits every variant alike
-                seconds, kb = _timed(box, f"{BENCH_DIR}/{name}", command, setup.environment)
+                sample = _timed(box, f"{BENCH_DIR}/{name}", command, setup.environment)
                 if timed:
-                    times[name].append(seconds)
-                    rss[name] = max(rss[name], kb)
+                    samples[name].append(sample)
             progress(f"round {round_ + 1}/{warmup + runs}" + ("" if timed else " (warm-up)"))
-    return summarise(times, rss, setup.sizes)
+    return summarise(samples, setup.sizes)
 
 
 def write_report(

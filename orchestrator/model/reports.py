@@ -128,6 +128,13 @@ class BenchVariant(Record):
     stddev_s: float
     speedup_vs_baseline: float
     speedup_ci95: list[float] = Field(description="95% bootstrap interval: [low, high]")
+    verdict: str = Field(
+        "",
+        description="baseline, faster, slower, or 'no measurable difference' (the interval "
+        "holds 1.0)",
+    )
+    user_s: float = Field(0.0, description="mean user CPU seconds per run")
+    system_s: float = Field(0.0, description="mean system CPU seconds per run")
     max_rss_kb: int
     size_bytes: int
     times_s: list[float]

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.execute.bench import bench_cpu, locate, measure
+from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, locate, measure
 from orchestrator.execute.build import prepare_plan, run_build
 from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
@@ -252,17 +252,34 @@ def run_release(
             result.oldest_distribution = portability.oldest_distribution
         result.speedup_note = no_speedup_reason(target, bench_runs)
         if not result.speedup_note:
-            try:
-                result.speedup = _quick_speedup(target, engine, bench_runs)
-            except OrchestratorError as error:  # the binary is built and published: keep it
-                reason = (error.message.splitlines() or [""])[0]
-                result.warnings.append(f"bench failed ({type(error).__name__}): {reason}")
-                result.speedup_note = "bench failed (see warnings)"
-                announce(f"{marks.warning} {plan.artifact_dir}: bench failed, no speedup: {reason}")
+            _measure_speedup(result, engine, bench_runs, announce, marks.warning)
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():
         update_release_index(release_dir, signer)
     return results
+
+
+def _measure_speedup(
+    result: TargetResult,
+    engine: Engine,
+    runs: int,
+    announce: Callable[[str], None],
+    warning_mark: str,
+) -> None:
+    """The quick bench of a built target: a ratio where it is measurable, else why not.
+    A failed bench is a warning: the binary is built and published, and stays."""
+    try:
+        shipped = _quick_bench(result.target, engine, runs)
+    except OrchestratorError as error:
+        reason = (error.message.splitlines() or [""])[0]
+        result.warnings.append(f"bench failed ({type(error).__name__}): {reason}")
+        result.speedup_note = "bench failed (see warnings)"
+        announce(f"{warning_mark} {result.artifact}: bench failed, no speedup: {reason}")
+        return
+    if shipped.verdict == NO_DIFFERENCE:  # its interval holds 1.0: a ratio would be noise
+        result.speedup_note = f"{shipped.speedup_text()}, {runs} runs"
+    else:
+        result.speedup = round(shipped.speedup, 3)
 
 
 def _earlier_entries(release_dir: Path) -> dict[str, TargetSummary]:
@@ -299,15 +316,15 @@ def no_speedup_reason(target: Target, bench_runs: int) -> str:
     return ""
 
 
-def _quick_speedup(target: Target, engine: Engine, runs: int) -> float:
-    """Median speedup of the shipped binary over plain `cargo build --release`, same run."""
+def _quick_bench(target: Target, engine: Engine, runs: int) -> VariantStats:
+    """The shipped binary against plain `cargo build --release`, interleaved, same run."""
     options = target.options
     setup = locate(options, target.flavor)
     cpu = bench_cpu(engine)
     stats = measure(
         engine, setup, options.bench_command, runs=runs, warmup=1, cpu=cpu, progress=lambda _: None
     )
-    return round(stats[-1].speedup, 3)
+    return stats[-1]
 
 
 def write_release_json(

@@ -16,6 +16,7 @@ from orchestrator.execute.bench import (
     BENCH_DIR,
     TIMER,
     BenchSetup,
+    Sample,
     VariantStats,
     bench_cpu,
     hyperfine_json,
@@ -72,11 +73,18 @@ def test_speedup_interval_is_seeded_and_brackets_the_ratio() -> None:
     assert low > 1.5 and high < 2.6
 
 
+def _samples(times: Sequence[float], rss: int) -> list[Sample]:
+    return [Sample(t, rss - i, t / 2, t / 10, 0) for i, t in enumerate(times)]
+
+
 def test_summarise() -> None:
-    times = {"baseline": [1.0, 2.0, 3.0], "pgo": [0.5, 1.0, 1.5], "bolt": [0.8]}
-    rss = {"baseline": 100, "pgo": 90, "bolt": 80}
+    samples = {
+        "baseline": _samples([1.0, 2.0, 3.0], 100),
+        "pgo": _samples([0.5, 1.0, 1.5], 90),
+        "bolt": _samples([0.8], 80),
+    }
     sizes = {"baseline": 10, "pgo": 9, "bolt": 8}
-    baseline, pgo, bolt = summarise(times, rss, sizes)
+    baseline, pgo, bolt = summarise(samples, sizes)
     assert [s.name for s in (baseline, pgo, bolt)] == ["baseline", "pgo", "bolt"]
     assert (baseline.median, baseline.mean, baseline.stddev) == (2.0, 2.0, 1.0)
     assert baseline.p95 == pytest.approx(2.9)
@@ -84,12 +92,28 @@ def test_summarise() -> None:
     assert baseline.speedup_ci[0] <= 1.0 <= baseline.speedup_ci[1]
     assert (pgo.median, pgo.stddev, pgo.speedup) == (1.0, 0.5, 2.0)
     assert (pgo.max_rss_kb, pgo.size, pgo.times) == (90, 9, (0.5, 1.0, 1.5))
+    assert (pgo.user_s, pgo.system_s) == pytest.approx((0.5, 0.1))
+    assert (pgo.rss_kb, pgo.exit_codes) == ((90, 89, 88), (0, 0, 0))
     assert (bolt.stddev, bolt.speedup) == (0.0, 2.5)  # one run: no spread
+
+
+def test_an_interval_holding_one_is_no_measurable_difference() -> None:
+    assert stats("baseline", [0.5]).verdict == "baseline"
+    assert stats("pgo", [0.5]).verdict == "faster"
+    assert stats("pgo", [0.5], speedup=0.8, speedup_ci=(0.7, 0.9)).verdict == "slower"
+    noise = stats("pgo", [0.5], speedup=0.96, speedup_ci=(0.91, 1.02))
+    assert noise.verdict == "no measurable difference"
+    assert noise.speedup_text() == "no measurable difference (0.910-1.020)"
+    assert noise.as_dict()["verdict"] == "no measurable difference"
 
 
 def test_markdown_table() -> None:
     table = markdown_table(
-        [stats("baseline", [0.4], speedup=1.0, speedup_ci=(1.0, 1.0)), stats("pgo", [0.5])],
+        [
+            stats("baseline", [0.4], speedup=1.0, speedup_ci=(1.0, 1.0)),
+            stats("pgo", [0.5]),
+            stats("pgo", [0.5], speedup=0.99, speedup_ci=(0.95, 1.05)),
+        ],
         "demo: --help",
     )
     assert table.splitlines() == [
@@ -100,11 +124,21 @@ def test_markdown_table() -> None:
         "| cargo build --release | 500.0 ms | 750.0 ms | 1.000x (1.000-1.000) "
         "| 2.0 MiB | 3.50 MB |",
         "| + PGO | 500.0 ms | 750.0 ms | 1.250x (1.125-1.375) | 2.0 MiB | 3.50 MB |",
+        "| + PGO | 500.0 ms | 750.0 ms | no measurable difference (0.950-1.050) | 2.0 MiB "
+        "| 3.50 MB |",
     ]
 
 
 def test_hyperfine_json() -> None:
-    report = hyperfine_json([stats("pgo", [0.5, 0.25, 0.75])], ["demo", "--help"])
+    measured = stats(
+        "pgo",
+        [0.5, 0.25, 0.75],
+        user_s=0.4,
+        system_s=0.05,
+        rss_kb=(2048, 1024, 4096),
+        exit_codes=(0, 0, 0),
+    )
+    report = hyperfine_json([measured], ["demo", "--help"])
     assert report == {
         "results": [
             {
@@ -114,8 +148,11 @@ def test_hyperfine_json() -> None:
                 "median": 0.5,
                 "min": 0.25,
                 "max": 0.75,
+                "user": 0.4,
+                "system": 0.05,
                 "times": [0.5, 0.25, 0.75],
                 "exit_codes": [0, 0, 0],
+                "memory_usage_byte": [2 << 20, 1 << 20, 4 << 20],
             }
         ]
     }
@@ -149,7 +186,8 @@ def setup(tmp_path: Path) -> BenchSetup:
 
 
 class Timer:
-    """Answers the TIMER wrapper: per binary, a queue of (exit code, nanoseconds, kB)."""
+    """Answers the TIMER wrapper: per binary, a queue of (exit code, nanoseconds, kB); user
+    and system seconds are a tenth and a hundredth of the wall time."""
 
     def __init__(self, answers: dict[str, list[tuple[int, int, int]]]) -> None:
         self.answers = answers
@@ -157,7 +195,7 @@ class Timer:
     def __call__(self, argv: Sequence[str]) -> tuple[int, list[str]]:
         assert list(argv[:4]) == ["sh", "-c", TIMER, "sh"]
         code, ns, kb = self.answers[argv[4]].pop(0)
-        return 0, [f"{code} {ns} {kb}"]
+        return 0, [f"{code} {ns} {kb} {ns / 1e10:.2f} {ns / 1e11:.2f}"]
 
 
 def test_measure_interleaves_and_skips_the_warm_up(setup: BenchSetup) -> None:

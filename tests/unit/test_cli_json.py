@@ -321,7 +321,7 @@ def test_bench_json_is_bench_json(
 
     def timer(argv: Any) -> tuple[int, list[str]]:
         assert argv[2] == TIMER
-        return 0, [f"0 {nanoseconds[Path(argv[4]).name]} 1000"]
+        return 0, [f"0 {nanoseconds[Path(argv[4]).name]} 1000 0.09 0.01"]
 
     engine = FakeEngine(responder=timer, info={"NCPU": 2})
     engine.add_image(setup.image)

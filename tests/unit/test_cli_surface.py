@@ -28,6 +28,7 @@ from orchestrator.cli.complete import (
 from orchestrator.config.flags import flag_specs
 from orchestrator.config.toolchains import available_toolchains
 from orchestrator.execute import bench as bench_module
+from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.publish import update_release_index
 from orchestrator.progress import Reporter
 from orchestrator.runtime import doctor
@@ -254,10 +255,13 @@ def test_the_bench_table_shows_the_command_as_written(
 ) -> None:
     config = _config(project, '[package]\ncrate = "crate"\n[bench]\ncommand = ["[x]", ":lock:"]\n')
     artifact = project / "demo-[x]:lock:"
-    stat = SimpleNamespace(
+    stat = VariantStats(
         name="pgo [x]",
+        times=(0.01,),
         median=0.01,
         p95=0.02,
+        mean=0.01,
+        stddev=0.0,
         speedup=1.5,
         speedup_ci=(1.4, 1.6),
         max_rss_kb=2048,

@@ -15,6 +15,7 @@ from rich.console import Console
 import orchestrator.release.run as release_run
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import OrchestratorError, StepFailedError
+from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release, targets
@@ -82,11 +83,9 @@ def test_failing_bench_is_a_warning_and_the_release_goes_on(
             raise OrchestratorError("the variant binaries are not in the cache")
         return opts.target_cpu
 
-    class Stats:
-        speedup = 1.25
-
+    measured = VariantStats("pgo", (0.4,), 1, 1, 0.4, 0.4, 0.4, 0.0, 1.25, (1.2, 1.3))
     monkeypatch.setattr(release_run, "locate", locate)
-    monkeypatch.setattr(release_run, "measure", lambda *_a, **_k: [Stats()])
+    monkeypatch.setattr(release_run, "measure", lambda *_a, **_k: [measured])
     results = _run(options)
     assert [r.status for r in results] == ["ok", "ok"]
     assert calls == ["x86-64-v2", "x86-64-v3"]

@@ -201,7 +201,7 @@ def test_bench_unpacks_the_inputs_beside_the_sources(tmp_path: Path) -> None:
         sources=b"sources",
         inputs=(b"input one", b"input two"),
     )
-    fake = FakeEngine(responder=lambda _argv: (0, ["0 1000 10"]))
+    fake = FakeEngine(responder=lambda _argv: (0, ["0 1000 10 0.01 0.00"]))
     fake.add_image(setup.image)
     measure(as_engine(fake), setup, [], runs=1, warmup=0, cpu="0", progress=lambda _l: None)
     (box,) = fake.containers
