@@ -201,9 +201,13 @@ def _closing_lines(report: ReleaseRunReport, out: Console) -> None:
     from orchestrator.progress import duration_text
 
     ok = len(report.targets) - len(report.failed)
+    cached = sum(target.status == "cached" for target in report.targets)
     took = duration_text(report.seconds)
+    counts = f"{ok} of {len(report.targets)} targets ok"
+    if cached:  # a no-op release says that it was one
+        counts += f", {cached} cached (inputs unchanged, not built again)"
     lines = [
-        f"release: {report.release_dir} ({ok} of {len(report.targets)} targets ok, {took})"
+        f"release: {report.release_dir} ({counts}, {took})"
         if report.published
         else f"nothing was published to {report.release_dir} ({took})"
     ]

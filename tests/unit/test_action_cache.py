@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
+from orchestrator.cli.release import _closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.model.records import BuildManifest, read_record
@@ -21,7 +22,7 @@ from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up
-from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, targets
+from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, run_report, targets
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 
@@ -132,6 +133,13 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     manifest = read_record(artifact / "build.json", BuildManifest)
     assert (result.sha256, result.size) == (manifest.artifact.sha256, manifest.artifact.size)
     assert any(f"{plan.artifact_dir}: cached, inputs unchanged since" in line for line in lines)
+    report = run_report(options, [result], signer, seconds=1.0, lockfile=None)
+    assert [target.status for target in report.targets] == ["cached"] and report.failed == []
+    out = Console(file=io.StringIO(), width=300)
+    _closing_lines(report, out)
+    assert "1 of 1 targets ok, 1 cached (inputs unchanged, not built again)" in str(
+        out.file.getvalue()  # type: ignore[attr-defined]
+    )
     summary = read_record(artifact.parent / RELEASE_JSON, ReleaseSummary)
     assert [entry.status for entry in summary.artifacts] == ["cached"]
     # The dry run lists no steps for it, and says why.
