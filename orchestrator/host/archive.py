@@ -250,7 +250,8 @@ class ChunkReader(io.RawIOBase):
         return size
 
 
-def _normalise(info: tarfile.TarInfo, *, mtime: int, uid: int) -> tarfile.TarInfo:
+def normalise_member(info: tarfile.TarInfo, *, mtime: int, uid: int) -> tarfile.TarInfo:
+    """Fixed time and owner, no names, 755 or 644: only the bytes and the path count."""
     info.mtime = mtime
     info.uid = info.gid = uid
     info.uname = info.gname = ""
@@ -278,7 +279,7 @@ def pack_tree(
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         top = tarfile.TarInfo(prefix)
         top.type = tarfile.DIRTYPE
-        tar.addfile(_normalise(top, mtime=mtime, uid=uid))
+        tar.addfile(normalise_member(top, mtime=mtime, uid=uid))
         for path in _walk_sorted(root, skip):
             rel = PurePosixPath(path.relative_to(root).as_posix())
             info = tar.gettarinfo(str(path), arcname=f"{prefix}/{rel}")
@@ -286,7 +287,7 @@ def pack_tree(
                 _check_inner_link(rel, info.linkname, root)
             elif info.issym() or info.islnk() or not (info.isfile() or info.isdir()):
                 raise UnsafeArchiveError(f"refusing to pack {path}: not a plain file or folder")
-            _normalise(info, mtime=mtime, uid=uid)
+            normalise_member(info, mtime=mtime, uid=uid)
             if info.isfile():
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)

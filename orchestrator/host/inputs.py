@@ -16,7 +16,7 @@ from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
-from orchestrator.host.archive import ArchiveLimits, pack_tree, safe_extract
+from orchestrator.host.archive import ArchiveLimits, normalise_member, pack_tree, safe_extract
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.runs import TrainInput
@@ -45,10 +45,7 @@ def _single_file(path: Path, name: str) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tar.gettarinfo(str(path), arcname=f"inputs/{name}")
-        info.mtime = INPUT_MTIME
-        info.uid = info.gid = BUILDER_UID
-        info.uname = info.gname = ""
-        info.mode = 0o755 if info.mode & 0o100 else 0o644
+        normalise_member(info, mtime=INPUT_MTIME, uid=BUILDER_UID)
         with path.open("rb") as handle:
             tar.addfile(info, handle)
     return buffer.getvalue()
