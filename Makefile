@@ -10,7 +10,7 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
-	@echo "make release      build every flavor and CPU level of examples/tinyllm into artifacts/"
+	@echo "make release      build every flavor and CPU level of examples/tinyllm, and examples/minilang, into artifacts/"
 	@echo "make test         lint, type-check, unit and integration tests (needs Docker)"
 	@echo "make unit         fast tests without Docker"
 	@echo "make fuzz         property-based fuzzing of lockfiles, archives, records (about a minute)"
@@ -34,8 +34,11 @@ host-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# Both examples: tinyllm (orchestrator.toml here) and minilang, whose branchy hot path
+# is where PGO and BOLT show what they buy.
 release: host-deps $(STAMP)
 	$(BIN)/orchestrator release
+	$(BIN)/orchestrator release --config examples/minilang/orchestrator.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests

@@ -30,6 +30,7 @@ RUN set -eu; \
         'qemu-user=1:10.0.13+ds-0+deb13u1' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
+        'valgrind=1:3.24.0-3' \
         ; do \
         package="${pin%%=*}"; wanted="${pin#*=}"; \
         installed="$(dpkg-query --show --showformat='${Version}' "$package")"; \

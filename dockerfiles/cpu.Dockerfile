@@ -25,6 +25,7 @@ RUN set -eu; \
         'llvm-22=1:22.1.8-1~deb13u5' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
+        'valgrind=1:3.24.0-3' \
         ; do \
         package="${pin%%=*}"; wanted="${pin#*=}"; \
         installed="$(dpkg-query --show --showformat='${Version}' "$package")"; \

@@ -26,6 +26,7 @@ RUN set -eu; \
         'nvidia-cuda-toolkit=12.4.131~12.4.1-2' \
         'rustc-web=1.96.0+dfsg1-1~deb13u1+b1' \
         'time=1.9-0.2' \
+        'valgrind=1:3.24.0-3' \
         ; do \
         package="${pin%%=*}"; wanted="${pin#*=}"; \
         installed="$(dpkg-query --show --showformat='${Version}' "$package")"; \

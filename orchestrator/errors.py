@@ -168,6 +168,21 @@ class BoltError(OrchestratorError):
     summary = 'BOLT failed and `bolt.policy = "require"`'
 
 
+class SpeedGateError(OrchestratorError):
+    """Under gate.policy "require-all", a variant counts more estimated cycles than plain
+    `cargo build --release`."""
+
+    exit_code = 63
+    summary = (
+        'the speed gate (`gate.policy = "require-all"`): an optimized variant is slower than '
+        "plain `cargo build --release` by callgrind's estimated cycles"
+    )
+    default_hint = (
+        "build.json's `gate` lists every variant's counts. Train on workloads closer to real "
+        'use, or let the gate ship the best variant: gate.policy = "best".'
+    )
+
+
 class NotAReleaseError(OrchestratorError):
     """`verify` was pointed at a folder that is not a release: nothing to check."""
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -30,6 +32,10 @@ from orchestrator.config.options import lock_blocker
 from orchestrator.errors import (
     ConfigError,
 )
+
+if TYPE_CHECKING:
+    from orchestrator.execute.bench import VariantStats
+    from orchestrator.model.reports import CountedVariant
 
 
 @app.command()
@@ -125,6 +131,12 @@ def build(
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
 
 
+class Metric(StrEnum):
+    WALL = "wall"
+    CALLGRIND = "callgrind"
+    ALL = "all"
+
+
 @app.command()
 def bench(
     flavor: BenchFlavorOption = "cpu",
@@ -134,23 +146,39 @@ def bench(
     cache_dir: CacheOption = None,
     runs: Annotated[int | None, setting_option("bench.runs", min=2)] = None,
     warmup: Annotated[int | None, setting_option("bench.warmup", min=0)] = None,
+    metric: Annotated[
+        Metric,
+        typer.Option(
+            "--metric",
+            metavar="METRIC",
+            help="wall: timed runs (noisy on shared machines); callgrind: instruction, cache "
+            "and branch counts of the bench command and of each workload the speed gate "
+            "counts ([gate] workloads, else [train] workloads), the same on every run (~50x "
+            "slower than one run); all: both",
+        ),
+    ] = Metric.WALL,
     json_output: Annotated[bool, json_option("orchestrator/bench")] = False,
 ) -> None:
     """Benchmark a built flavor: plain cargo, release profile, +PGO, +PGO+BOLT, side by side.
 
-    Runs are interleaved (A B C D A B C D ...) in one container of the build's image pinned
-    to one CPU. Writes bench.json, bench.md, bench.png and hyperfine.json under
+    Wall-time runs are interleaved (A B C D A B C D ...) in one container of the build's
+    image pinned to one CPU. `--metric callgrind` counts instructions, simulated cache
+    misses and branch mispredictions instead: repeatable, so a 1% difference shows. Writes
+    bench.json, bench.md, bench.png / callgrind.png and hyperfine.json under
     artifacts/<release>/bench/<artifact>/.
 
     \b
     Examples:
       orchestrator build && orchestrator bench --runs 20
+      orchestrator bench --metric callgrind
       orchestrator bench --flavor cuda --target-cpu x86-64-v3 --warmup 5
     """
     from orchestrator.execute.bench import bench_cpu, locate, measure, write_report
+    from orchestrator.execute.bench_counts import count_jobs, count_variants
     from orchestrator.execute.publish import update_release_index
     from orchestrator.model.records import read_record
     from orchestrator.model.reports import BenchReport
+    from orchestrator.plan.runs import run_plan
     from orchestrator.runtime.engine import Engine
 
     out = text_console(json_output)
@@ -174,19 +202,30 @@ def bench(
     signer = signer_for(options)  # the report is signed into the release: the key first
     engine = Engine.connect()
     cpu = bench_cpu(engine)
-    out.print(
-        f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
-        f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"
-    )
-    stats = measure(
-        engine,
-        setup,
-        options.bench_command,
-        runs=options.bench_runs,
-        warmup=options.bench_warmup,
-        cpu=cpu,
-        progress=out.print,
-    )
+    stats = []
+    if metric != Metric.CALLGRIND:
+        out.print(
+            f"benchmarking {setup.artifact.name}: `{' '.join(options.bench_command)}`, "
+            f"{options.bench_runs} runs after {options.bench_warmup} warm-up, CPU {cpu}"
+        )
+        stats = measure(
+            engine,
+            setup,
+            options.bench_command,
+            runs=options.bench_runs,
+            warmup=options.bench_warmup,
+            cpu=cpu,
+            progress=out.print,
+        )
+    counted = []
+    if metric != Metric.WALL:
+        workloads = options.gate_workloads or options.workloads  # what the gate counts
+        job = count_jobs(options.bench_command, workloads, run_plan(options).stdin)
+        out.print(
+            f"counting {setup.artifact.name} under callgrind: {len(job.commands)} commands "
+            f"per variant, CPU {cpu}"
+        )
+        counted = count_variants(engine, setup, job, cpu=cpu, progress=out.print)
     output = write_report(
         setup,
         stats,
@@ -194,7 +233,22 @@ def bench(
         cpu=cpu,
         runs=options.bench_runs,
         warmup=options.bench_warmup,
+        counted=counted,
     )
+    if stats:
+        out.print(_wall_table(setup.artifact.name, options.bench_command, stats))
+    if counted:
+        out.print(_counts_table(setup.artifact.name, counted))
+    out.print(f"report: {output}")
+    # The report lies in the release folder: the signed index must list it, or `verify`
+    # would rightly call it a file nobody signed.
+    update_release_index(setup.artifact.parent, signer)
+    out.print(f"re-signed the release index of {setup.artifact.parent.name} to cover it")
+    if json_output:  # bench.json as written, read back through its record
+        emit_json(read_record(output / "bench.json", BenchReport))
+
+
+def _wall_table(name: str, command: Sequence[str], stats: Sequence[VariantStats]) -> Table:
     table = Table(
         "variant",
         "median",
@@ -202,7 +256,7 @@ def bench(
         "speedup (95% CI)",
         "max RSS",
         "size",
-        title=f"{setup.artifact.name}: {' '.join(options.bench_command)}",
+        title=f"{name}: {' '.join(command)}",
     )
     for s in stats:
         table.add_row(
@@ -213,11 +267,24 @@ def bench(
             f"{s.max_rss_kb / 1024:.1f} MiB",
             f"{s.size / 1e6:.2f} MB",
         )
-    out.print(table)
-    out.print(f"report: {output}")
-    # The report lies in the release folder: the signed index must list it, or `verify`
-    # would rightly call it a file nobody signed.
-    update_release_index(setup.artifact.parent, signer)
-    out.print(f"re-signed the release index of {setup.artifact.parent.name} to cover it")
-    if json_output:  # bench.json as written, read back through its record
-        emit_json(read_record(output / "bench.json", BenchReport))
+    return table
+
+
+def _counts_table(name: str, counted: Sequence[CountedVariant]) -> Table:
+    table = Table(
+        "variant",
+        "instructions",
+        "est. cycles",
+        "cycles vs baseline",
+        "size",
+        title=f"{name}: callgrind counts over {len(counted[0].runs)} commands (repeatable)",
+    )
+    for variant in counted:
+        table.add_row(
+            variant.name,
+            f"{sum(r.instructions for r in variant.runs) / 1e6:,.1f} M",
+            f"{sum(r.estimated_cycles for r in variant.runs) / 1e6:,.1f} M",
+            f"{variant.cycles_vs_baseline:.3f}x",
+            f"{variant.size_bytes / 1e6:.2f} MB",
+        )
+    return table

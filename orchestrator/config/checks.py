@@ -1,6 +1,6 @@
 """Checks that span several settings, made once the layers are resolved and before any
-work: what workloads get, the test switch, the glibc floor, and the shipped binaries with
-the runs that name them."""
+work: what workloads get, the test switch, the glibc floor, the gate's margin, and the
+shipped binaries with the runs that name them."""
 
 from __future__ import annotations
 
@@ -45,6 +45,20 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
             f"{path}: release.glibc_floor = {floor!r} is not a glibc release like 2.28",
             hint="Name the oldest glibc your users run: 2.17 (RHEL 7), 2.28 (RHEL 8, Debian "
             "10), 2.31 (Debian 11, Ubuntu 20.04), 2.35 (Ubuntu 22.04).",
+        )
+    for key, attr in (
+        ("bolt.min_samples", "bolt_min_samples"),
+        ("bolt.sample_repeat", "bolt_sample_repeat"),
+    ):
+        least = 1 if attr == "bolt_sample_repeat" else 0
+        if values.get(attr, least) < least:
+            raise ConfigError(f"{path}: {key} must be at least {least}, got {values[attr]}")
+    min_gain = values.get("gate_min_gain", 0.0)
+    if not 0.0 <= min_gain < 1.0:
+        raise ConfigError(
+            f"{path}: gate.min_gain is a share of estimated cycles, from 0 up to (not "
+            f"including) 1; got {min_gain}",
+            hint="0.01 asks each optimization to save at least 1% of estimated cycles.",
         )
     if not values.get("test_enabled", True) and not values.get("test_reason", "").strip():
         raise ConfigError(
@@ -91,7 +105,11 @@ def resolve_binaries(path: Path, values: dict[str, Any], package_name: str) -> N
         raise ConfigError(f"{path}: package.binaries names {', '.join(duplicates)} twice")
     binaries = (main, *(name for name in listed if name != main))
     values["binaries"] = binaries
-    for key, attr in (("train.workloads", "workloads"), ("validate.runs", "validate_runs")):
+    for key, attr in (
+        ("train.workloads", "workloads"),
+        ("validate.runs", "validate_runs"),
+        ("gate.workloads", "gate_workloads"),
+    ):
         runs: list[Run] = []
         for run in values.get(attr, ()):
             if run.binary and run.binary not in binaries:

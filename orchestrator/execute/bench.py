@@ -16,7 +16,8 @@ import shutil
 import statistics
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +26,10 @@ from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
+from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
 from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
-from orchestrator.model.reports import BenchReport, BenchVariant
+from orchestrator.model.reports import BenchReport, BenchVariant, CountedVariant
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
@@ -298,7 +300,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
     )
 
 
-def _binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
+def binaries_tar(directory: Path, names: Sequence[str]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in names:
@@ -333,6 +335,28 @@ def _timed(
         ) from None
 
 
+def kept_variants(setup: BenchSetup) -> list[str]:
+    """The variants the build kept, least optimized first."""
+    return [name for name in ORDER if name in setup.sizes]
+
+
+@contextmanager
+def bench_box(engine: Engine, setup: BenchSetup, cpu: str) -> Iterator[Container]:
+    """A container of the build's image pinned to `cpu`, holding every kept variant at
+    /build/bench/<variant>, the crate's files at /build/src and the [train] inputs."""
+    if engine.image(setup.image) is None:
+        raise BenchError(
+            f"the build's image {setup.image} is gone", hint="Rebuild: orchestrator build"
+        )
+    spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
+    with engine.container(spec) as box:
+        box.put_archive("/build", binaries_tar(setup.variants_dir, kept_variants(setup)))
+        for archive in (setup.sources, *setup.inputs):
+            if archive:
+                box.put_archive(PATHS.root, archive)
+        yield box
+
+
 def measure(
     engine: Engine,
     setup: BenchSetup,
@@ -343,18 +367,9 @@ def measure(
     cpu: str,
     progress: Callable[[str], None],
 ) -> list[VariantStats]:
-    names = [n for n in ORDER if n in setup.sizes]
-    if engine.image(setup.image) is None:
-        raise BenchError(
-            f"the build's image {setup.image} is gone", hint="Rebuild: orchestrator build"
-        )
+    names = kept_variants(setup)
     samples: dict[str, list[Sample]] = {n: [] for n in names}
-    spec = ContainerSpec(setup.image, cpuset=cpu, purpose="bench")
-    with engine.container(spec) as box:
-        box.put_archive("/build", _binaries_tar(setup.variants_dir, names))
-        for archive in (setup.sources, *setup.inputs):
-            if archive:
-                box.put_archive(PATHS.root, archive)
+    with bench_box(engine, setup, cpu) as box:
         for round_ in range(warmup + runs):
             timed = round_ >= warmup
             for name in names:  # interleaved: drift hits every variant alike
@@ -373,8 +388,12 @@ def write_report(
     cpu: str,
     runs: int,
     warmup: int,
+    counted: Sequence[CountedVariant] = (),
 ) -> Path:
-    """bench.json, bench.md, bench.png and hyperfine.json, written atomically."""
+    """bench.json and bench.md; bench.png and hyperfine.json for wall time, callgrind.png
+    for the counts; written atomically (a folder renamed into place)."""
+    from orchestrator.execute.bench_counts import counts_chart, counts_markdown  # noqa: PLC0415
+
     title = f"{setup.artifact.name}: {' '.join(command)}"
     setup.output_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=setup.output_dir.parent, prefix=".bench-") as tmp:
@@ -385,17 +404,25 @@ def write_report(
             image=setup.image,
             command=list(command),
             cpu=cpu,
-            runs=runs,
-            warmup=warmup,
+            runs=runs if stats else 0,
+            warmup=warmup if stats else 0,
             order="interleaved",
             variants=[BenchVariant.model_validate(s.as_dict()) for s in stats],
+            metric="all" if stats and counted else ("callgrind" if counted else "wall"),
+            counts=list(counted),
+            counts_formula=FORMULA if counted else None,
         )
         (staging / "bench.json").write_text(record_text(report))
-        (staging / "bench.md").write_text(markdown_table(stats, title))
-        (staging / "hyperfine.json").write_text(
-            json.dumps(hyperfine_json(stats, command), indent=2) + "\n"
-        )
-        bar_chart(stats, title, staging / "bench.png")
+        tables = [markdown_table(stats, title)] if stats else []
+        if counted:
+            tables.append(counts_markdown(counted, title))
+            counts_chart(counted, title, staging / "callgrind.png")
+        (staging / "bench.md").write_text("\n".join(tables))
+        if stats:
+            (staging / "hyperfine.json").write_text(
+                json.dumps(hyperfine_json(stats, command), indent=2) + "\n"
+            )
+            bar_chart(stats, title, staging / "bench.png")
         if setup.output_dir.exists():
             shutil.rmtree(setup.output_dir)
         staging.replace(setup.output_dir)

@@ -67,23 +67,58 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
         choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
         if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
             stored = load_profile(cache_for(choice.mode), "BOLT", log.line)
-    report |= {"mode": choice.mode, "mode_reason": choice.reason}
     log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
-    cache = cache_for(choice.mode)
-    target = _profile_path(bolt)
-    if stored is None:
-        _collect_bolt_profile(
-            pipeline, bolt, mode=choice.mode, binary=optimized, profile=target, log=log
-        )
-        fetched = fetch_file(pipeline.box, target, pipeline.scratch)
-        details: dict[str, object] = {"mode": choice.mode, "cache_key": cache.stem}
-        stored = store_profile(fetched, cache, details)
-    else:
-        put_file(pipeline.box, target, stored.path.read_bytes())
+    stored = stored or _collect(pipeline, choice.mode, optimized, cache_for(choice.mode), log)
+    if choice.mode != "instrument":
+        samples = profile_samples(stored.path.read_text(errors="replace"))
+        report["sample_gate"] = {"samples": samples, "min_samples": bolt.min_samples}
+        if samples < bolt.min_samples and bolt.mode == "auto":
+            # Too few samples say little about the hot paths; instrumentation is exact.
+            choice = ModeChoice(
+                "instrument",
+                f"{samples} samples in {choice.mode} mode, fewer than bolt.min_samples "
+                f"{bolt.min_samples}: instrumented instead (exact counts)",
+            )
+            log.line(f"BOLT sample gate: {choice.reason}")
+            stored = (
+                None
+                if pipeline.retrain
+                else load_profile(cache_for("instrument"), "BOLT", log.line)
+            )
+            stored = stored or _collect(
+                pipeline, "instrument", optimized, cache_for("instrument"), log
+            )
+    report |= {"mode": choice.mode, "mode_reason": choice.reason}
+    if stored.cached:
+        put_file(pipeline.box, _profile_path(bolt), stored.path.read_bytes())
         log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")
     state.bolt_profile = stored
     report["profile"] = stored.as_dict()
     log.detail = log.detail or f"mode {choice.mode}, {stored.size} bytes"
+
+
+def profile_samples(fdata: str) -> int:
+    """The samples (or branch records) a BOLT profile holds: the count that ends each line
+    (`no_lbr` and LBR .fdata alike)."""
+    total = 0
+    for line in fdata.splitlines():
+        fields = line.split()
+        if len(fields) > 1 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def _collect(
+    pipeline: Pipeline, mode: str, binary: str, cache: Path, log: StepLog
+) -> ProfileRecord:
+    """A fresh profile in `mode`, stored in the cache; it lies at the profile path too."""
+    bolt = _bolt(pipeline)
+    target = _profile_path(bolt)
+    _collect_bolt_profile(pipeline, bolt, mode=mode, binary=binary, profile=target, log=log)
+    scratch = pipeline.scratch / f"bolt-{mode}"
+    scratch.mkdir(exist_ok=True)
+    fetched = fetch_file(pipeline.box, target, scratch)
+    return store_profile(fetched, cache, {"mode": mode, "cache_key": cache.stem})
 
 
 def optimize(pipeline: Pipeline, log: StepLog) -> None:
@@ -108,6 +143,7 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     coverage = parse_report(text)
     report["coverage"] = coverage.as_dict()
+    _check_growth(pipeline, state.unbolted, output, report, log)
     validate_binaries(
         pipeline, {main: output}, log, what="the BOLT-optimized binary", label="bolted"
     )
@@ -116,7 +152,31 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
         f"with profile ({coverage.percent}%)"
     )
     report["applied"] = True
-    state.shipped = output
+    state.shipped = state.bolted = output
+
+
+def _check_growth(
+    pipeline: Pipeline, before: str, after: str, report: dict[str, object], log: StepLog
+) -> None:
+    """BOLT must not bloat the binary: more than bolt.max_growth times its input's size
+    is a BOLT failure (a 2 MiB-aligned huge-page segment was 7x on tinyllm)."""
+    bolt = _bolt(pipeline)
+    sizes = run(
+        pipeline.box, ["stat", "-c", "%s", before, after], log, "bolt-optimize", keep_output=True
+    ).split()
+    try:
+        size_before, size_after = int(sizes[-2]), int(sizes[-1])
+    except (IndexError, ValueError):
+        raise StepFailedError(f"cannot read the sizes of {before} and {after}: {sizes}") from None
+    growth = size_after / size_before
+    report["size"] = {"before": size_before, "after": size_after, "growth": round(growth, 3)}
+    if growth > bolt.max_growth:
+        raise BoltError(
+            f"BOLT made the binary {growth:.2f}x larger ({size_before:,} -> {size_after:,} "
+            f"bytes), more than bolt.max_growth {bolt.max_growth}",
+            hint="Keep -no-huge-pages and -use-old-text in bolt.flags, or raise "
+            "bolt.max_growth if the size is worth it.",
+        )
 
 
 def fall_back(pipeline: Pipeline, error: OrchestratorError) -> None:
@@ -133,6 +193,7 @@ def fall_back(pipeline: Pipeline, error: OrchestratorError) -> None:
     report |= {"applied": False, "fallback_reason": error.message}
     state.bolt_report = report
     state.bolt_profile = None
+    state.bolted = ""
     if state.unbolted:
         state.shipped = state.unbolted
 
@@ -142,6 +203,8 @@ def _collect_bolt_profile(
 ) -> None:
     tools, raw = bolt.tools, f"{bolt.work_dir}/raw"
     box = pipeline.box
+    # Empty: a sampled profile refused by the sample gate must not merge into this one.
+    run(box, ["rm", "-rf", raw], log, "bolt-profile")
     run(box, ["mkdir", "-p", raw], log, "bolt-profile")
     if mode == "instrument":
         instrumented = f"{bolt.work_dir}/instrumented"
@@ -163,31 +226,32 @@ def _collect_bolt_profile(
         run_workloads(pipeline, {pipeline.plan.binary: instrumented}, log, "bolt-profile")
     else:
         events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
-        wrap = [
-            "perf",
-            "record",
-            *events,
-            "-F",
-            PERF_FREQUENCY,
-            "-o",
-            f"{raw}/perf-{{index}}.data",
-            "--",
-        ]
-        ran = run_workloads(
-            pipeline, {pipeline.plan.binary: binary}, log, "bolt-profile", wrap=wrap
-        )
-        for index in ran:
-            argv = [
-                tools["perf2bolt"],
-                "-p",
-                f"{raw}/perf-{index}.data",
+        for repeat in range(bolt.sample_repeat):  # more samples from the same workloads
+            wrap = [
+                "perf",
+                "record",
+                *events,
+                "-F",
+                PERF_FREQUENCY,
                 "-o",
-                f"{raw}/perf-{index}.fdata",
-                binary,
+                f"{raw}/perf-{{index}}-{repeat}.data",
+                "--",
             ]
-            if mode == "sample":
-                argv.insert(1, "-nl")  # no branch stacks: basic-block samples only
-            run(box, argv, log, "bolt-profile")
+            ran = run_workloads(
+                pipeline, {pipeline.plan.binary: binary}, log, "bolt-profile", wrap=wrap
+            )
+            for index in ran:
+                argv = [
+                    tools["perf2bolt"],
+                    "-p",
+                    f"{raw}/perf-{index}-{repeat}.data",
+                    "-o",
+                    f"{raw}/perf-{index}-{repeat}.fdata",
+                    binary,
+                ]
+                if mode == "sample":
+                    argv.insert(1, "-nl")  # no branch stacks: basic-block samples only
+                run(box, argv, log, "bolt-profile")
     run(
         box,
         ["sh", "-c", f'{tools["merge_fdata"]} {raw}/*.fdata > "$0"', profile],

@@ -22,7 +22,7 @@ from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured
 from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
-from orchestrator.model.records import BuildManifest, DistroRun, FileDigest
+from orchestrator.model.records import BuildManifest, DistroRun, FileDigest, GateInfo
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -128,12 +128,14 @@ class BuildState:
     vendor: Path | None = None
     shipped: str = ""  # the main binary in the container that will ship, as the steps go
     unbolted: str = ""  # the last main binary before BOLT
+    bolted: str = ""  # the main binary BOLT made and validation passed ("" without one)
     others: dict[str, str] = field(default_factory=dict)  # the other binaries that ship
     pgo: ProfileRecord | None = None
     coverage: Coverage | None = None
     bolt_report: dict[str, object] | None = None
     bolt_profile: ProfileRecord | None = None
     validation: dict[str, object] = field(default_factory=dict)
+    gate: GateInfo | None = None  # the speed gate's counts and decision
     portability: Portability | None = None  # the main binary's
     other_glibc: dict[str, str | None] = field(default_factory=dict)  # the others' glibc_max
     expected: list[Captured] = field(default_factory=list)  # the baseline's, per validation run

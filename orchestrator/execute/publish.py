@@ -18,6 +18,7 @@ from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.host.system import source_identity
+from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import (
     ArtifactInfo,
@@ -29,6 +30,7 @@ from orchestrator.model.records import (
     Dependencies,
     FileDigest,
     FlagsInfo,
+    GateInfo,
     ImageRecord,
     ImagesInfo,
     InputsInfo,
@@ -155,6 +157,13 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
     base, report, vendor = _need(state.base), _need(state.toolchain), _need(state.vendor)
     settings = options.settings_for(plan.flavor)
     bolt = BoltInfo.model_validate(state.bolt_report) if state.bolt_report else None
+    gate = state.gate or GateInfo(
+        policy=options.gate_policy,
+        min_gain=options.gate_min_gain,
+        metric=FORMULA,
+        skipped=plan.gate_skipped or None,
+    )
+    shipped_variant = gate.shipped  # None: the most optimized variant ships unmeasured
     return BuildManifest(
         orchestrator_version=__version__,
         artifact=ArtifactInfo(
@@ -178,8 +187,12 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
                 name
                 for name, on in (
                     ("lto-fat", True),
-                    ("pgo", state.pgo is not None),
-                    ("bolt", bool(bolt and bolt.applied)),
+                    ("pgo", state.pgo is not None and shipped_variant != "release"),
+                    (
+                        "bolt",
+                        bool(bolt and bolt.applied)
+                        and shipped_variant in (None, "bolt", "pgo-bolt"),
+                    ),
                 )
                 if on
             ],
@@ -262,6 +275,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         else {"ran": False, "reason": plan.test_skipped},
         run=plan.run.as_dict(),
         action_key=action_key(plan, options),
+        gate=gate,
     )
 
 

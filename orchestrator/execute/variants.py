@@ -91,8 +91,8 @@ def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str,
     }
     if pipeline.plan.pgo:
         names["pgo"] = state.unbolted
-    if state.shipped != state.unbolted:
-        names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = state.shipped
+    if state.bolted:  # kept whether or not the speed gate shipped it
+        names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = state.bolted
     shipped_sha = sha256_file(artifact / pipeline.plan.binary)
     store = pipeline.options.cache_dir / "variants" / shipped_sha
     partial = store.with_name(store.name + ".partial")

@@ -150,6 +150,23 @@ class BoltInfo(Record):
     coverage: JsonDict | None = None
     applied: bool = False
     fallback_reason: str | None = None
+    size: JsonDict | None = None  # bytes before and after BOLT, and their ratio
+    sample_gate: JsonDict | None = None  # a sampled profile's count and the threshold
+
+
+class GateInfo(Record):
+    """The speed gate: what callgrind counted per variant and which variant shipped."""
+
+    policy: str
+    min_gain: float
+    metric: str  # the estimated-cycles formula
+    workloads: int = 0  # how many runs were counted per variant
+    variants: dict[str, JsonDict] = Field(default_factory=dict)  # totals over the workloads
+    shipped: str | None = None  # the variant that ships (None: not measured)
+    reasons: list[str] = Field(default_factory=list)
+    gain_vs_baseline: float | None = None  # share of estimated cycles saved
+    gain_vs_release: float | None = None
+    skipped: str | None = None  # why nothing was measured
 
 
 class FileDigest(Record):
@@ -265,6 +282,7 @@ class BuildManifest(Record):
     # Everything the build read or checked, hashed (plan/serialize.py: action_key): a
     # release does not build the target again while its key is unchanged.
     action_key: str | None = None
+    gate: GateInfo | None = None  # the speed gate's counts and decision
 
 
 # -- variants.json and profile records (cache) -----------------------------------------

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from orchestrator.model.records import JsonDict, Record
+from orchestrator.model.records import BuildManifest, JsonDict, Record
 
 
 class TargetSummary(Record):
@@ -37,6 +37,16 @@ class TargetSummary(Record):
     oldest_distribution: str | None = Field(
         None, description="the oldest Debian release it loaded and validated on"
     )
+    shipped_variant: str | None = Field(
+        None, description="what the speed gate shipped: release, pgo, pgo-bolt (null: unmeasured)"
+    )
+    cycles_saved_vs_baseline: float | None = Field(
+        None, description="share of callgrind's estimated cycles saved vs cargo build --release"
+    )
+    cycles_saved_vs_release: float | None = Field(
+        None, description="the same against the release profile alone"
+    )
+    bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
 
 
 def _release_v1_to_v2(document: JsonDict) -> JsonDict:
@@ -57,3 +67,21 @@ class ReleaseSummary(Record):
     name: str
     version: str
     artifacts: list[TargetSummary]
+
+
+def bolt_summary(manifest: BuildManifest) -> str | None:
+    """'instrument, 42/619 functions profiled, not shipped' and the like; None without BOLT."""
+    bolt = manifest.bolt
+    if bolt is None:
+        return None
+    if not bolt.applied:
+        return f"failed, not shipped: {bolt.fallback_reason or 'see build.json'}"
+    coverage = bolt.coverage or {}
+    text = (
+        f"{bolt.mode}, {coverage.get('profiled_functions', '?')}/"
+        f"{coverage.get('total_functions', '?')} functions profiled"
+    )
+    gate = manifest.gate
+    if gate is not None and gate.shipped is not None and "bolt" not in gate.shipped:
+        text += ", not shipped (speed gate)"
+    return text

@@ -140,6 +140,30 @@ class BenchVariant(Record):
     times_s: list[float]
 
 
+class CountedRun(Record):
+    """One command counted under callgrind (bench --metric callgrind)."""
+
+    label: str  # "bench" or "workload <index>"
+    command: list[str]
+    instructions: int
+    l1_misses: int
+    ll_misses: int
+    branches: int
+    mispredicts: int
+    estimated_cycles: int
+
+
+class CountedVariant(Record):
+    name: str
+    label: str
+    size_bytes: int
+    cycles_vs_baseline: float = Field(
+        description="geometric mean over the runs of estimated cycles / the baseline's"
+    )
+    instructions_vs_baseline: float
+    runs: list[CountedRun]
+
+
 class BenchReport(Record):
     """bench.json, which `orchestrator bench --json` also prints: every variant measured."""
 
@@ -155,7 +179,10 @@ class BenchReport(Record):
     runs: int
     warmup: int
     order: Literal["interleaved"]
-    variants: list[BenchVariant]
+    variants: list[BenchVariant]  # wall time; empty under --metric callgrind
+    metric: str = "wall"  # wall | callgrind | all
+    counts: list[CountedVariant] = Field(default_factory=list)  # callgrind, when asked for
+    counts_formula: str | None = None
 
 
 # -- orchestrator release --dry-run --json ----------------------------------------------

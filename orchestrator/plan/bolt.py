@@ -18,6 +18,9 @@ class BoltPlan:
     instrument_args: tuple[str, ...]  # e.g. the runtime library for a cross target
     work_dir: str
     tools: Mapping[str, str]
+    max_growth: float = 1.5  # the BOLTed binary's size / the input binary's, at most
+    min_samples: int = 20000  # fewer in a sampled profile: auto mode instruments instead
+    sample_repeat: int = 1  # how many times the workloads run under perf
 
 
 def bolt_mode(options: Options, flavor: Flavor) -> str:

@@ -18,6 +18,7 @@ from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
+from orchestrator.plan.gate import GatePlan, gate_plan
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
 from orchestrator.plan.portable import (
     DistroPlan,
@@ -107,6 +108,8 @@ class BuildPlan:
     run: RunPlan
     pgo: PgoPlan | None
     bolt: BoltPlan | None
+    gate: GatePlan | None  # the speed gate, after validation
+    gate_skipped: str  # why the gate does not run; "" when it does
     workloads: tuple[Run, ...]
     validate_command: tuple[str, ...]  # runs the main binary
     validate_runs: tuple[Run, ...]  # more validation runs, e.g. of the other binaries
@@ -345,11 +348,13 @@ def make_plan(
                 "perf2bolt": toolchain.tool("perf2bolt"),
                 "merge_fdata": toolchain.tool("merge_fdata"),
             },
+            max_growth=options.bolt_max_growth,
+            min_samples=options.bolt_min_samples,
+            sample_repeat=options.bolt_sample_repeat,
         )
     if options.pgo or options.bolt:
         variants.append(variant("optimized", optimized_flags))
-    final = variants[-1]
-    test = command("test", f"{PATHS.target}/{final.name}", optimized_flags, profile=True)
+    test = command("test", f"{PATHS.target}/{variants[-1].name}", optimized_flags, profile=True)
     # Last: a "--" among them passes what follows to the test binaries.
     test = CargoCommand((*test.argv, *options.test_args), test.environment)
     fetch = CargoCommand(
@@ -367,6 +372,7 @@ def make_plan(
     )
 
     device_code = flavor.device_code(options)
+    gate, gate_skipped = gate_plan(options, flavor)
     steps = steps_of(
         options,
         base_reference=base_image.reference,
@@ -375,7 +381,8 @@ def make_plan(
         device_code=device_code,
         pgo=pgo is not None,
         bolt=(bolt.mode, bolt.flags) if bolt else None,
-        optimized=final.name == "optimized",
+        optimized=variants[-1].name == "optimized",
+        gate=gate,
         distros=tuple(d.title for d in distros) if options.distro_check != "off" else (),
         glibc_view=sysroot.glibc if sysroot and sysroot.view_dir else "",
     )
@@ -401,6 +408,8 @@ def make_plan(
         run=runs,
         pgo=pgo,
         bolt=bolt,
+        gate=gate,
+        gate_skipped=gate_skipped,
         workloads=options.workloads,
         validate_command=options.validate_command,
         validate_runs=options.validate_runs,

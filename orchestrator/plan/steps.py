@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from orchestrator.config.options import Options
 from orchestrator.flavors import DeviceCode
+from orchestrator.plan.gate import GatePlan
 
 
 class StepName(StrEnum):
@@ -32,6 +33,7 @@ class StepName(StrEnum):
     BOLT_OPTIMIZE = "bolt-optimize"
     DEVICE_CODE = "device-code"
     VALIDATE = "validate"
+    SPEED_GATE = "speed-gate"
     PORTABILITY = "portability"
     DISTROS = "distros"
     SBOM = "sbom"
@@ -61,6 +63,7 @@ def steps_of(
     pgo: bool,
     bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
     optimized: bool,
+    gate: GatePlan | None = None,
     distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
     glibc_view: str = "",  # the sysroot's glibc, when the floor is older and needs a view
 ) -> tuple[Step, ...]:
@@ -116,6 +119,16 @@ def steps_of(
         steps.append(Step(StepName.DEVICE_CODE, f"the binary embeds device code for {targets}"))
     steps += [
         Step(StepName.VALIDATE, "outputs of the shipped binary equal the baseline's"),
+    ]
+    if gate:
+        steps.append(
+            Step(
+                StepName.SPEED_GATE,
+                f"count {len(gate.workloads)} workloads of each variant under callgrind; "
+                f"ship the best (policy {gate.policy}, min_gain {gate.min_gain:.1%})",
+            )
+        )
+    steps += [
         Step(
             StepName.PORTABILITY,
             f"glibc symbol versions (floor {options.glibc_floor}), shared libraries, CPU features",

@@ -27,7 +27,7 @@ from orchestrator.flavors import get_flavor
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
+from orchestrator.model.release_summary import ReleaseSummary, TargetSummary, bolt_summary
 from orchestrator.model.reports import (
     CacheState,
     PlannedTargetEntry,
@@ -79,6 +79,10 @@ class TargetResult:
     speedup_note: str = ""  # why there is no speedup figure
     glibc: str | None = None  # the newest glibc symbol version the binary needs
     oldest_distribution: str | None = None  # the oldest Debian release it ran on
+    shipped_variant: str | None = None  # what the speed gate shipped
+    cycles_saved_vs_baseline: float | None = None  # callgrind's estimated cycles
+    cycles_saved_vs_release: float | None = None
+    bolt: str | None = None  # BOLT's mode and coverage, or why not
     error: str = ""  # the first line of the error's message
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
@@ -101,7 +105,23 @@ class TargetResult:
             speedup_note=self.speedup_note or None,
             glibc=self.glibc,
             oldest_distribution=self.oldest_distribution,
+            shipped_variant=self.shipped_variant,
+            cycles_saved_vs_baseline=self.cycles_saved_vs_baseline,
+            cycles_saved_vs_release=self.cycles_saved_vs_release,
+            bolt=self.bolt,
         )
+
+    def take_build_facts(self, manifest: BuildManifest) -> None:
+        """What the published build.json says: glibc, oldest distro, the gate's choice, BOLT."""
+        if manifest.portability is not None:
+            self.glibc = manifest.portability.glibc_max
+            self.oldest_distribution = manifest.portability.oldest_distribution
+        gate = manifest.gate
+        if gate is not None and gate.shipped:
+            self.shipped_variant = gate.shipped
+            self.cycles_saved_vs_baseline = gate.gain_vs_baseline
+            self.cycles_saved_vs_release = gate.gain_vs_release
+        self.bolt = bolt_summary(manifest)
 
     def as_dict(self) -> dict[str, object]:
         return self.summary().dump()
@@ -243,13 +263,10 @@ def run_release(
         result.status = "ok"
         result.size = outcome.binary.stat().st_size
         result.sha256 = sha256_file(outcome.binary)
+        result.take_build_facts(outcome.manifest)
         tests = outcome.manifest.tests or {}
         if tests.get("ran") is False:
             result.warnings.append(f"cargo test not run: {tests.get('reason')}")
-        portability = outcome.manifest.portability
-        if portability is not None:
-            result.glibc = portability.glibc_max
-            result.oldest_distribution = portability.oldest_distribution
         result.speedup_note = no_speedup_reason(target, bench_runs)
         if not result.speedup_note:
             _measure_speedup(result, engine, bench_runs, announce, marks.warning)
@@ -295,9 +312,7 @@ def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary |
     release that built it measured."""
     result.status = "cached"
     result.size, result.sha256 = manifest.artifact.size, manifest.artifact.sha256
-    if manifest.portability is not None:
-        result.glibc = manifest.portability.glibc_max
-        result.oldest_distribution = manifest.portability.oldest_distribution
+    result.take_build_facts(manifest)
     if entry is not None:
         result.speedup = entry.speedup_vs_baseline
         result.speedup_note = entry.speedup_note or ""

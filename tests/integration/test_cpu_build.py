@@ -43,6 +43,7 @@ STEPS = [
     "bolt-profile",
     "bolt-optimize",
     "validate",
+    "speed-gate",
     "portability",
     "distros",
     "sbom",
@@ -171,8 +172,14 @@ def test_second_run_rebuilds_no_image(release: Release, docker_client: docker.Do
     assert manifest["pgo"]["profile"]["sha256"] == release.manifest["pgo"]["profile"]["sha256"]
     assert manifest["images"]["toolchain"]["built_this_run"] is False
     assert manifest["images"]["toolchain"]["id"] == release.manifest["images"]["toolchain"]["id"]
-    # Same inputs, fresh containers: the same bytes.
+    # Same inputs, fresh containers: the same bytes, and callgrind the same counts.
     assert manifest["artifact"]["sha256"] == release.manifest["artifact"]["sha256"]
+    gate, first = manifest["gate"], release.manifest["gate"]
+    assert gate["shipped"] == first["shipped"]
+    for name, counts in gate["variants"].items():
+        # tinyllm's rayon hand-off may spin a few instructions more or less (2 in 40 M).
+        expected = first["variants"][name]["estimated_cycles"]
+        assert abs(counts["estimated_cycles"] - expected) <= expected * 1e-6, name
 
 
 def test_failing_cargo_test_publishes_nothing(

@@ -188,6 +188,35 @@ def test_the_workspace_release_reproduces_bit_for_bit(
     assert (tmp_path / "rebuild" / "src" / "HomebrewFormula").is_symlink()
 
 
+def test_the_speed_gate_ships_the_release_profile_when_no_optimization_pays(
+    workspace_release: WorkspaceRelease, tmp_path: Path
+) -> None:
+    """An unreachable margin (95% of estimated cycles): neither PGO nor BOLT earns its
+    place, so the release profile ships, validated, and build.json says why."""
+    run = orchestrator(
+        [
+            "build",
+            "--config",
+            str(workspace_release.project / "orchestrator.toml"),
+            "--artifacts-dir",
+            str(tmp_path),
+        ],
+        env={"ORCHESTRATOR_GATE_MIN_GAIN": "0.95"},
+    )
+    assert run.returncode == 0, run.output
+    manifest = json.loads((tmp_path / RELEASE / ARTIFACT / "build.json").read_text())
+    gate = manifest["gate"]
+    assert gate["shipped"] == "release" and gate["min_gain"] == 0.95
+    assert [r.split(":")[0] for r in gate["reasons"]] == ["pgo", "pgo-bolt"]
+    assert all("short of gate.min_gain 95.0%: keeps release" in r for r in gate["reasons"])
+    assert manifest["artifact"]["optimizations"] == ["lto-fat"]
+    assert manifest["variants"]["release"]["sha256"] == manifest["artifact"]["sha256"]
+    assert manifest["bolt"]["applied"] is True  # BOLT ran; the gate did not ship it
+    # The child process of the `--spawn` workload was counted too (a second process).
+    assert all(v["instructions"] > 0 for v in gate["variants"].values())
+    assert "speed gate ships release, not pgo-bolt" in run.output
+
+
 def test_a_second_release_with_nothing_changed_builds_nothing(
     workspace_release: WorkspaceRelease, docker_client: docker.DockerClient
 ) -> None:

@@ -36,9 +36,17 @@ def ready_to_publish(options: Options, stack: ExitStack, tmp_path: Path, signer:
         {"release": "1.96.0"}, "cargo 1.96.0", "LLVM 22", "BOLT 22", 22
     )
     state.vendor = vendor
-    state.unbolted, state.shipped = f"{BIN_DIR}/optimized", f"{BIN_DIR}/optimized.bolt"
+    state.unbolted = f"{BIN_DIR}/optimized"
+    state.shipped = state.bolted = f"{BIN_DIR}/optimized.bolt"
     state.pgo = ProfileRecord(profile, sha256_bytes(b"pgo profile"), 11, False, {"functions": 3})
-    state.bolt_report = {"policy": "fallback", "flags": [], "mode": "lbr", "applied": True}
+    state.bolt_report = {  # every key the BOLT steps write must fit build.json's record
+        "policy": "fallback",
+        "flags": [],
+        "mode": "lbr",
+        "applied": True,
+        "sample_gate": {"samples": 4391, "min_samples": 20000},
+        "size": {"before": 100, "after": 90, "growth": 0.9},
+    }
     state.crates = [Crate("either", "1.15.0", "MIT", EITHER_SUM, CRATES_IO)]
     state.packages = [DebPackage("gcc", "4:14.2.0-1", "amd64", "45" * 32)]
     return rig

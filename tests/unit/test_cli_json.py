@@ -223,7 +223,11 @@ def _stand_in_build(options: Any, plan: Any, *_args: Any, **_kwargs: Any) -> Bui
     folder.mkdir(parents=True, exist_ok=True)
     binary = folder / plan.binary
     binary.write_bytes(plan.artifact_dir.encode())
-    return BuildOutcome(folder, binary, cast(Any, SimpleNamespace(portability=None, tests=None)))
+    return BuildOutcome(
+        folder,
+        binary,
+        cast(Any, SimpleNamespace(portability=None, tests=None, gate=None, bolt=None)),
+    )
 
 
 @pytest.fixture

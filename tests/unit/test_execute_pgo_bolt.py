@@ -201,6 +201,8 @@ def _bolt_rig(
     """A BOLT plan whose optimized binary is built; the list records perf probes."""
     probes: list[str] = []
     capabilities = changes.pop("perf", PerfCapabilities(lbr=False, sampling=False, grant="none"))
+    sizes = changes.pop("sizes", ["1000000", "1100000"])  # `stat -c %s` before, after BOLT
+    assert isinstance(sizes, list)
 
     def access(engine: object, image: str, *, allowed: bool, **_cache: object) -> PerfAccess:
         probes.append(image)
@@ -212,6 +214,7 @@ def _bolt_rig(
         responder=answers(
             ("sha256sum", 0, [f"{BINARY_SHA}  {BIN_DIR}/optimized"]),
             ("-o /build/out/bin/bolt/demo", 0, ["BOLT-INFO: first line", BOLT_INFO]),
+            ("stat -c %s", 0, sizes),
             ("--version", 0, ["demo 1.2.3"]),
         ),
         missing=lambda path: b"fdata profile",
@@ -265,6 +268,7 @@ def test_instrument_mode_instruments_runs_the_workloads_and_merges(
     tools, raw = plan.bolt.tools, "/build/out/bolt/raw"
     assert probes == []  # instrumentation needs no perf access
     assert rig.box.argvs[1:] == [
+        ("rm", "-rf", raw),
         ("mkdir", "-p", raw),
         (
             tools["llvm_bolt"],
@@ -320,7 +324,9 @@ def test_auto_mode_samples_with_perf_and_converts_with_perf2bolt(
     events: tuple[str, ...],
     no_lbr: tuple[str, ...],
 ) -> None:
-    rig, probes = _bolt_rig(project, stack, tmp_path, monkeypatch, perf=capabilities)
+    rig, probes = _bolt_rig(
+        project, stack, tmp_path, monkeypatch, perf=capabilities, bolt_min_samples=0
+    )
     bolt.profile(rig.pipeline, rig.log)
     plan = rig.pipeline.plan
     assert plan.bolt is not None and plan.bolt.mode == "auto"
@@ -336,7 +342,7 @@ def test_auto_mode_samples_with_perf_and_converts_with_perf2bolt(
             "-F",
             "10000",
             "-o",
-            f"{raw}/perf-0.data",
+            f"{raw}/perf-0-0.data",
             "--",
             binary,
             "--help",
@@ -346,9 +352,9 @@ def test_auto_mode_samples_with_perf_and_converts_with_perf2bolt(
         plan.bolt.tools["perf2bolt"],
         *no_lbr,
         "-p",
-        f"{raw}/perf-0.data",
+        f"{raw}/perf-0-0.data",
         "-o",
-        f"{raw}/perf-0.fdata",
+        f"{raw}/perf-0-0.fdata",
         binary,
     )
     assert perf2bolt in rig.box.argvs
@@ -362,7 +368,8 @@ def test_auto_mode_reuses_the_profile_stored_for_the_chosen_mode(
 ) -> None:
     sample = PerfCapabilities(False, True, "cap-add PERFMON")
     rig, probes = _bolt_rig(project, stack, tmp_path, monkeypatch, perf=sample)
-    _store(tmp_path, _bolt_cache(rig, "sample"), b"stored fdata", {"mode": "sample"})
+    stored = b"no_lbr\n1 main 4a 15000\n1 main 7c 9000\n"  # 24000 samples: enough
+    _store(tmp_path, _bolt_cache(rig, "sample"), stored, {"mode": "sample"})
     bolt.profile(rig.pipeline, rig.log)
     assert len(probes) == 1 and rig.pipeline.profiler_started
     assert rig.engine.containers[-1].argvs == []  # no workload ran
@@ -372,6 +379,51 @@ def test_auto_mode_reuses_the_profile_stored_for_the_chosen_mode(
         rig.pipeline.state.bolt_profile.sha256
         == read_record(_bolt_cache(rig, "sample").with_suffix(".json"), ProfileSidecar).sha256
     )
+
+
+def test_too_few_samples_make_auto_mode_instrument_and_say_why(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """831 samples (a real CLI's profile) say little: auto mode instruments instead."""
+    sample = PerfCapabilities(False, True, "cap-add PERFMON")
+    rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, perf=sample, bolt_sample_repeat=2)
+    rig.engine.missing = lambda path: b"no_lbr\n1 main 4a 800\n1 main 7c 31\n"
+    bolt.profile(rig.pipeline, rig.log)
+    report = rig.pipeline.state.bolt_report
+    assert report is not None
+    assert report["sample_gate"] == {"samples": 831, "min_samples": 20000}
+    assert report["mode"] == "instrument"
+    assert "831 samples in sample mode, fewer than bolt.min_samples 20000" in str(
+        report["mode_reason"]
+    )
+    ran = [argv[:2] for argv in rig.engine.containers[-1].argvs]
+    # Sampled twice (bolt.sample_repeat = 2), then the instrumented binary ran.
+    assert ran == [
+        ("perf", "record"),
+        ("perf", "record"),
+        ("/build/out/bolt/instrumented", "--help"),
+    ]
+    box = rig.box.argvs
+    instrumented = next(i for i, argv in enumerate(box) if "-instrument" in argv)
+    # The sampled .fdata files are gone before the instrumented profile is merged.
+    assert box[instrumented - 2 : instrumented] == [
+        ("rm", "-rf", "/build/out/bolt/raw"),
+        ("mkdir", "-p", "/build/out/bolt/raw"),
+    ]
+    assert _bolt_cache(rig, "instrument").is_file() and _bolt_cache(rig, "sample").is_file()
+
+
+def test_a_forced_sample_mode_keeps_its_profile_and_records_the_count(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sample = PerfCapabilities(False, True, "cap-add PERFMON")
+    rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, perf=sample, bolt_mode="sample")
+    rig.engine.missing = lambda path: b"no_lbr\n1 main 4a 12\n"
+    bolt.profile(rig.pipeline, rig.log)
+    report = rig.pipeline.state.bolt_report
+    assert report is not None and report["mode"] == "sample"
+    assert report["sample_gate"] == {"samples": 12, "min_samples": 20000}
+    assert bolt.profile_samples("1 a 1 1 b 2 0 7\n1 a 3 1 b 4 1 5\n") == 12  # LBR lines
 
 
 def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
@@ -394,6 +446,7 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
             "-o",
             bolted,
         ),
+        ("stat", "-c", "%s", f"{BIN_DIR}/optimized", bolted),
         ("mkdir", "-p", "/build/out/validate"),
         (
             *CAPTURE,
@@ -421,11 +474,26 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
     assert rig.log.detail == "950/1000 functions with profile (95.0%)"
 
 
+def test_a_bolted_binary_past_max_growth_is_a_bolt_failure(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tinyllm grew 7x with BOLT's huge-page segment: past bolt.max_growth, BOLT failed."""
+    rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, sizes=["877416", "6444784"])
+    state = rig.pipeline.state
+    state.unbolted, state.bolt_report = f"{BIN_DIR}/optimized", {"policy": "fallback"}
+    with pytest.raises(BoltError, match=r"7\.35x larger \(877,416 -> 6,444,784 bytes\)"):
+        bolt.optimize(rig.pipeline, rig.log)
+    assert state.bolt_report["size"] == {"before": 877416, "after": 6444784, "growth": 7.345}
+    assert not state.bolted and "applied" not in state.bolt_report
+
+
 def test_optimize_refuses_a_bolted_binary_that_prints_something_else(
     project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, validate_command=("--version",))
-    rig.engine.responder = answers(("-o /build/out/bin/bolt/demo", 0, [BOLT_INFO]))
+    rig.engine.responder = answers(
+        ("-o /build/out/bin/bolt/demo", 0, [BOLT_INFO]), ("stat -c %s", 0, ["10", "11"])
+    )
     # What the two validate runs wrote to their stdout files.
     rig.engine.missing = lambda path: b"demo 1.2.3\n" if "baseline" in path else b"demo 1.2.4\n"
     state = rig.pipeline.state

@@ -126,7 +126,8 @@ def test_keep_variants_stores_every_variant_under_the_shipped_binarys_hash(
     engine = FakeEngine(missing=lambda path: f"binary {path}".encode())
     rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
     state = rig.pipeline.state
-    state.unbolted, state.shipped = f"{BIN_DIR}/optimized", f"{BIN_DIR}/optimized.bolt"
+    state.unbolted = f"{BIN_DIR}/optimized"
+    state.shipped = state.bolted = f"{BIN_DIR}/optimized.bolt"
     artifact = tmp_path / "artifact"
     artifact.mkdir()
     (artifact / rig.pipeline.plan.binary).write_bytes(b"shipped")

@@ -46,7 +46,9 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "demo").write_bytes(options.target_cpu.encode())
         return BuildOutcome(
-            folder, folder / "demo", cast(Any, SimpleNamespace(portability=None, tests=None))
+            folder,
+            folder / "demo",
+            cast(Any, SimpleNamespace(portability=None, tests=None, gate=None, bolt=None)),
         )
 
     return run_build

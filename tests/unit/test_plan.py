@@ -47,6 +47,7 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "bolt-profile",
         "bolt-optimize",
         "validate",
+        "speed-gate",
         "portability",
         "distros",
         "sbom",

@@ -1,0 +1,114 @@
+"""The speed gate (`speed-gate`): count each variant's workloads under callgrind, then ship
+the best validated variant (model/gate.py decides).
+
+It runs in the build container (no network, no capabilities), after validation: the
+variant it picks is validated against the baseline before it replaces the shipped one.
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import SpeedGateError, StepFailedError
+from orchestrator.execute.pipeline import Pipeline, run, variant_binary
+from orchestrator.execute.validate import validate_binaries
+from orchestrator.model.callgrind import Counts, parse_totals
+from orchestrator.model.gate import BASELINE, decide, gain
+from orchestrator.model.records import GateInfo
+from orchestrator.plan.gate import callgrind_argv
+from orchestrator.plan.steps import StepName
+from orchestrator.progress import StepLog
+
+
+def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
+    """The variants that may ship, least optimized first: name -> {binary: path}, main
+    binary first. The other binaries of PGO and BOLT variants are those of the optimized
+    build (BOLT rewrites only the main one)."""
+    plan, state = pipeline.plan, pipeline.state
+    main = plan.binary
+    found = {"release": {name: variant_binary("release", name) for name in plan.binaries}}
+    if plan.pgo is not None and state.unbolted:
+        found["pgo"] = {main: state.unbolted, **state.others}
+    elif state.unbolted and not state.bolted:
+        # No PGO and BOLT failed: the release profile with relocations is what ships now.
+        found["optimized"] = {main: state.unbolted, **state.others}
+    if state.bolted:
+        found["pgo-bolt" if plan.pgo is not None else "bolt"] = {main: state.bolted, **state.others}
+    return found
+
+
+def _count(
+    pipeline: Pipeline, variant: str, binaries: dict[str, str], log: StepLog
+) -> list[Counts]:
+    gate, plan = pipeline.plan.gate, pipeline.plan
+    if gate is None:
+        raise StepFailedError("internal: the speed gate runs without a gate plan")
+    counts: list[Counts] = []
+    for index, workload in enumerate(gate.workloads):
+        binary = binaries[workload.binary_or(plan.binary)]
+        argv = callgrind_argv(
+            f"{gate.work_dir}/{variant}-{index}", plan.run.stdin, [binary, *workload.args]
+        )
+        output = run(
+            pipeline.box,
+            argv,
+            log,
+            StepName.SPEED_GATE,
+            environment=plan.run.environment,
+            keep_output=True,
+            workdir=plan.run.workdir,
+        )
+        counts.append(parse_totals(output.splitlines()))
+    return counts
+
+
+def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
+    plan, state = pipeline.plan, pipeline.state
+    gate = plan.gate
+    if gate is None:
+        raise StepFailedError("internal: the speed gate runs without a gate plan")
+    choices = candidates(pipeline)
+    shipped_now = next(
+        name for name, paths in choices.items() if paths[plan.binary] == state.shipped
+    )
+    measured = {
+        BASELINE: {name: variant_binary("baseline", name) for name in plan.binaries},
+        **choices,
+    }
+    counts: dict[str, list[Counts]] = {}
+    for name, binaries in measured.items():
+        log.line(f"counting {name}: {len(gate.workloads)} workloads under callgrind")
+        counts[name] = _count(pipeline, name, binaries, log)
+    decision = decide(counts, list(choices), policy=gate.policy, min_gain=gate.min_gain)
+    for reason in decision.reasons:
+        log.line(f"gate: {reason}")
+    state.gate = GateInfo(
+        policy=gate.policy,
+        min_gain=gate.min_gain,
+        metric=gate.metric,
+        workloads=len(gate.workloads),
+        variants={
+            name: {
+                **sum(runs, Counts()).as_dict(),
+                "per_workload": [c.estimated_cycles for c in runs],
+                "gain_vs_baseline": gain(counts, name, BASELINE),
+            }
+            for name, runs in counts.items()
+        },
+        shipped=decision.shipped,
+        reasons=list(decision.reasons),
+        gain_vs_baseline=gain(counts, decision.shipped, BASELINE),
+        gain_vs_release=gain(counts, decision.shipped, "release"),
+    )
+    if decision.failure:
+        raise SpeedGateError(f"speed gate (require-all): {decision.failure}")
+    if decision.shipped != shipped_now:
+        picked = choices[decision.shipped]
+        validate_binaries(
+            pipeline, picked, log, what=f"the {decision.shipped} binary", label=decision.shipped
+        )
+        pipeline.reporter.warn(
+            f"speed gate ships {decision.shipped}, not {shipped_now}: " + decision.reasons[-1]
+        )
+        state.shipped = picked[plan.binary]
+        state.others = {name: path for name, path in picked.items() if name != plan.binary}
+    saved = state.gate.gain_vs_baseline or 0.0
+    log.detail = f"ships {decision.shipped}: {saved:.1%} fewer estimated cycles than cargo build"

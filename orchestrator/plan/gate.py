@@ -1,0 +1,72 @@
+"""The speed gate's part of the plan: whether it runs, on what, and the command it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.config.kinds import Run
+from orchestrator.config.options import Options
+from orchestrator.flavors import Flavor
+from orchestrator.model.callgrind import CALLGRIND_ARGS, FORMULA
+from orchestrator.model.layout import PATHS
+
+# Runs one workload under callgrind, pinned to the first CPU the container may use (so
+# a program sizing its thread pool by the CPUs it sees always sees one: the counts do
+# not depend on the machine), stdin from a file or /dev/null, the program's own output
+# discarded. Prints the `events:` and `summary:` lines of every process's output file.
+# $1: output folder, $2: stdin file ("" for none), then the command.
+COUNT_SCRIPT = (
+    'd=$1; i=${2:-/dev/null}; shift 2; rm -rf "$d"; mkdir -p "$d"; '
+    "cpu=$(taskset -pc $$ 2>/dev/null | sed 's/.*: //; s/[-,].*//'); "
+    'pin=""; [ -n "$cpu" ] && pin="taskset -c $cpu"; '
+    '$pin valgrind "$@" < "$i" > /dev/null 2> "$d/stderr"; c=$?; '
+    'if [ "$c" != 0 ]; then tail -n 20 "$d/stderr"; exit "$c"; fi; '
+    "grep -h -E '^(events|summary):' \"$d\"/callgrind.*"
+)
+
+
+def callgrind_argv(out_dir: str, stdin: str, command: list[str]) -> list[str]:
+    """The whole command that counts one run of `command` (writes into out_dir)."""
+    return [
+        "/bin/sh",
+        "-c",
+        COUNT_SCRIPT,
+        "sh",
+        out_dir,
+        stdin,
+        *CALLGRIND_ARGS,
+        f"--callgrind-out-file={out_dir}/callgrind.%p",
+        *command,
+    ]
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    policy: str  # best | require-all
+    min_gain: float
+    workloads: tuple[Run, ...]  # what is counted, each once per variant
+    work_dir: str
+    metric: str = FORMULA
+
+
+def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
+    """The gate's plan, or None and why it does not run."""
+    if options.gate_policy == "off":
+        return None, "gate.policy is off: the most optimized variant ships unmeasured"
+    if flavor.runner:
+        return None, (
+            f"the {flavor.name} binaries run under {flavor.runner[0]} here, where callgrind "
+            "cannot count them: the most optimized variant ships unmeasured"
+        )
+    if not (options.pgo or options.bolt):
+        return None, "one candidate (no PGO, no BOLT): nothing to choose between"
+    workloads = options.gate_workloads or options.workloads
+    if not workloads:
+        return None, "no workloads to count ([gate] workloads and [train] workloads are empty)"
+    plan = GatePlan(
+        policy=options.gate_policy,
+        min_gain=options.gate_min_gain,
+        workloads=workloads,
+        work_dir=f"{PATHS.out}/gate",
+    )
+    return plan, ""
