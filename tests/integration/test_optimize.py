@@ -202,9 +202,11 @@ def test_callgrind_counts_of_every_variant_repeat_on_a_second_run(release: Relea
         assert len(one["runs"]) == 3  # the bench command and [gate] workloads
         for a, b in zip(one["runs"], other["runs"], strict=True):
             # tinyllm hands matmul rows to a rayon worker thread: the hand-off may spin a
-            # few instructions more or less (2 in 40 million seen), never more than that.
+            # few instructions more or less (2 instructions and 1 mispredict in 40 million
+            # seen), never more than that. Single-threaded minilang is exact
+            # (test_showcase.py).
             for key in ("instructions", "l1_misses", "ll_misses", "mispredicts"):
-                assert abs(a[key] - b[key]) <= max(a[key], 1) * 1e-6, (key, a, b)
+                assert abs(a[key] - b[key]) <= max(16, a[key] * 1e-6), (key, a, b)
         assert one["cycles_vs_baseline"] == pytest.approx(other["cycles_vs_baseline"], abs=1e-4)
     pgo = next(v for v in first["counts"] if v["name"] == "pgo")
     assert pgo["cycles_vs_baseline"] < 1.0  # PGO saves estimated cycles on tinyllm
