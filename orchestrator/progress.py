@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.status import Status
@@ -160,16 +160,25 @@ class Reporter:
         verbose: bool = False,
         env: Mapping[str, str] | None = None,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        prefix: str = "",
     ) -> None:
         self.console = console
+        # Targets built side by side share the console: each line says whose it is, and
+        # no spinner runs (one live display at a time); a heartbeat says what still runs.
+        self.prefix = prefix
         self.log_dir = log_dir
         self.verbose = verbose
         self.results: list[StepResult] = []
-        self.ci = in_ci(console, env)
+        self.ci = in_ci(console, env) or bool(prefix)
         self.github = on_github_actions(env)
         self.marks = marks_for(console, env)
         self.heartbeat_seconds = heartbeat_seconds
         log_dir.mkdir(parents=True, exist_ok=True)
+
+    def _print(self, text: Text, **options: Any) -> None:  # noqa: ANN401 - rich's options
+        if self.prefix:
+            text = Text.assemble((f"[{self.prefix}] ", "dim"), text)
+        self.console.print(text, **options)
 
     @property
     def interactive(self) -> bool:
@@ -184,24 +193,24 @@ class Reporter:
         last = next((line.strip() for line in reversed(sink.tail) if line.strip()), "")
         shown = (last[:117] + "...") if len(last) > 120 else last
         elapsed = duration_text(time.monotonic() - started)
-        self.console.print(
+        self._print(
             Text(f"still running: {name} ({elapsed}, last output: {shown or 'none yet'})"),
             highlight=False,
             soft_wrap=True,
         )
 
     def info(self, message: str) -> None:
-        self.console.print(Text(message), highlight=False)  # Text: no markup in paths
+        self._print(Text(message), highlight=False)  # Text: no markup in paths
 
     def warn(self, message: str) -> None:
-        self.console.print(Text.assemble(("warning:", "bold yellow"), f" {message}"))
+        self._print(Text.assemble(("warning:", "bold yellow"), f" {message}"))
 
     @contextmanager
     def step(self, name: str, title: str) -> Iterator[StepLog]:
         index = len(self.results) + 1
         log_path = self.log_dir / f"{index:02d}-{name}.log"
         started = time.monotonic()
-        self.console.print(
+        self._print(
             Text.assemble((f"{self.marks.start} {name}", "bold"), f": {title}"),
             highlight=False,
             soft_wrap=True,
@@ -213,7 +222,7 @@ class Reporter:
                 status = self.console.status(Text(f"{name}: {title}"), spinner=spinner)
                 status.start()
             if self.github:  # GitHub folds what follows until ::endgroup::
-                self.console.print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
+                self._print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
             sink = StepLog(handle, status, self.console if self.echoes else None, name)
             heartbeat: Heartbeat | None = None
             if self.ci:
@@ -242,7 +251,7 @@ class Reporter:
                 if status is not None:
                     status.stop()
                 if self.github:
-                    self.console.print(Text("::endgroup::"), highlight=False)
+                    self._print(Text("::endgroup::"), highlight=False)
                 result.seconds = time.monotonic() - started
                 self._finish(result, sink)
 
@@ -252,19 +261,15 @@ class Reporter:
             ok = result.status == "ok"
             mark = (self.marks.ok, "green") if ok else (self.marks.cached, "cyan")
             extra = f" ({result.detail})" if result.detail else ""
-            self.console.print(
-                Text.assemble(mark, f" {result.name} {seconds}{extra}"), highlight=False
-            )
+            self._print(Text.assemble(mark, f" {result.name} {seconds}{extra}"), highlight=False)
             return
-        self.console.print(
+        self._print(
             Text.assemble(
                 (f"{self.marks.failed} {result.name}", "red"), f" {result.status} after {seconds}"
             ),
             highlight=False,
         )
         if sink.tail and not self.verbose:
-            self.console.print(
-                Text(f"  last lines of {self.log_dir / result.log}:"), highlight=False
-            )
+            self._print(Text(f"  last lines of {self.log_dir / result.log}:"), highlight=False)
             for line in sink.tail[-20:]:
-                self.console.print(Text("  | " + line), highlight=False, soft_wrap=True)
+                self._print(Text("  | " + line), highlight=False, soft_wrap=True)

@@ -19,6 +19,7 @@ from orchestrator.cli.app import (
     console,
     err_console,
     resolve_options,
+    setting_option,
     signer_for,
     styled,
 )
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from orchestrator.model.reports import ReleaseRunReport
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.release.run import Target, TargetResult
+    from orchestrator.runtime.engine import Engine
 
 
 @app.command()
@@ -55,6 +57,7 @@ def release(
     ] = None,
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
+    engines: Annotated[str | None, setting_option("engines.contexts")] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -118,12 +121,16 @@ def release(
         run_report,
         targets,
     )
-    from orchestrator.runtime.engine import Engine
 
     started = time.monotonic()
     out = text_console(json_output)
     options = resolve_options(
-        config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
+        config,
+        {
+            "build.artifacts_dir": artifacts_dir,
+            "build.cache_dir": cache_dir,
+            "engines.contexts": engines,
+        },
     )
     names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
     chosen = targets(options, names)
@@ -140,11 +147,10 @@ def release(
     plans = _read_inputs(chosen, release_dir)
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)
-    engine = Engine.connect()
     results = run_release(
         options,
         plans,
-        engine,
+        connect_engines(options.engine_contexts),
         out,
         signer,
         retrain=retrain,
@@ -157,8 +163,10 @@ def release(
         lock = record_release(options, chosen, release_dir, vault_for(options))
         update_release_index(release_dir, signer)  # SHA256SUMS now covers the lock
         out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
+    several = len({result.engine for result in results if result.engine}) > 1
     table = Table(
         "target",
+        *(["engine"] if several else []),
         "status",
         "time",
         "size",
@@ -173,6 +181,7 @@ def release(
         status = Text(result.status, style="red" if result.status == "failed" else "green")
         table.add_row(
             result.artifact,
+            *([result.engine or "-"] if several else []),
             status,
             f"{result.seconds:.0f}s",
             f"{result.size / 1e6:.2f} MB" if result.size else "-",
@@ -197,6 +206,17 @@ def release(
         raise ReleaseIncompleteError(
             f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
         )
+
+
+def connect_engines(contexts: Sequence[str]) -> list[Engine]:
+    """The engines a release builds on: each named Docker context, else the current one.
+    Every one must answer before anything is built."""
+    from orchestrator.runtime.contexts import resolve_contexts
+    from orchestrator.runtime.engine import Engine
+
+    if not contexts:
+        return [Engine.connect()]
+    return [Engine.connect(endpoint) for endpoint in resolve_contexts(contexts)]
 
 
 def shipped_text(result: TargetResult) -> str:

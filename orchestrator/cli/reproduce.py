@@ -145,6 +145,16 @@ def reproduce(
             help="Rebuild a lockfile that no signature covers (a signed one must still match).",
         ),
     ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Rebuild on the Docker Engine of this Docker context (default: the current "
+            "one); the lock says which engine built each artifact, so this proves the bytes "
+            "do not depend on it.",
+            metavar="CONTEXT",
+        ),
+    ] = None,
 ) -> None:
     """Rebuild every artifact of a release from its lockfile alone, offline; compare bytes.
 
@@ -163,6 +173,7 @@ def reproduce(
       orchestrator reproduce artifacts/tinyllm-0.1.0
       orchestrator reproduce artifacts/tinyllm-0.1.0 --key publisher.pub
       orchestrator reproduce artifacts/tinyllm-0.1.0/release.lock --reuse-images
+      orchestrator reproduce artifacts/tinyllm-0.1.0 --engine build-box-2
     """
     from orchestrator.errors import SourceError
     from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
@@ -170,10 +181,12 @@ def reproduce(
     from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.reproduce import ReproduceMismatchError, read_locked
     from orchestrator.release.reproduce import reproduce as run_reproduce
+    from orchestrator.runtime.contexts import resolve_contexts
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer
     from orchestrator.supply.verify import authenticate_lock
 
+    endpoint = resolve_contexts([engine])[0] if engine else None
     release = release.resolve()
     if source is not None and not (source / "Cargo.toml").is_file():
         raise SourceError(
@@ -200,7 +213,7 @@ def reproduce(
     results = run_reproduce(
         document,
         folder,
-        connect=Engine.connect,
+        connect=lambda: Engine.connect(endpoint),
         vault=vault,
         console=console,
         signer=signer,

@@ -14,6 +14,7 @@ from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENGINE_REQUIREMENT = re.compile(r"[a-z0-9]+:[A-Za-z0-9._/-]+=[^\s]*")
 _GLIBC_FLOOR = re.compile(r"2\.[0-9]{1,2}")
 # A training input's name: the last part of its path, which names it at /build/inputs.
 _INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
@@ -49,8 +50,9 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
     for key, attr in (
         ("bolt.min_samples", "bolt_min_samples"),
         ("bolt.sample_repeat", "bolt_sample_repeat"),
+        ("engines.jobs", "engine_jobs"),
     ):
-        least = 1 if attr == "bolt_sample_repeat" else 0
+        least = 0 if attr == "bolt_min_samples" else 1
         if values.get(attr, least) < least:
             raise ConfigError(f"{path}: {key} must be at least {least}, got {values[attr]}")
     min_gain = values.get("gate_min_gain", 0.0)
@@ -60,6 +62,13 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
             f"including) 1; got {min_gain}",
             hint="0.01 asks each optimization to save at least 1% of estimated cycles.",
         )
+    for requirement in values.get("engine_require", ()):
+        if not _ENGINE_REQUIREMENT.fullmatch(requirement):
+            raise ConfigError(
+                f"{path}: engines.require: {requirement!r} is not FLAVOR:KEY=VALUE",
+                hint='e.g. require = ["cuda:gpu=nvidia"]: cuda builds only on engines '
+                "started with `dockerd --label gpu=nvidia`.",
+            )
     if not values.get("test_enabled", True) and not values.get("test_reason", "").strip():
         raise ConfigError(
             f"{path}: test.enabled = false needs a reason",

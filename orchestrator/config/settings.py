@@ -322,6 +322,30 @@ SETTINGS: tuple[Setting, ...] = (
         attr="gate_workloads",
     ),
     Setting(
+        "engines.contexts",
+        "list[str]",
+        (),
+        "Docker contexts whose Engines `release` spreads targets over (empty: the engine "
+        "DOCKER_HOST or the current context names)",
+        attr="engine_contexts",
+        flag="--engines",
+    ),
+    Setting(
+        "engines.jobs",
+        "int",
+        1,
+        "how many targets one engine builds at a time",
+        attr="engine_jobs",
+    ),
+    Setting(
+        "engines.require",
+        "list[str]",
+        (),
+        "engine labels a flavor needs, as FLAVOR:KEY=VALUE (cuda:gpu=nvidia: only engines "
+        "started with `dockerd --label gpu=nvidia` build cuda)",
+        attr="engine_require",
+    ),
+    Setting(
         "profiling.privileges",
         "bool",
         True,

@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ from orchestrator.model.records import (
     CrateDependency,
     DebDependency,
     Dependencies,
+    EngineRecord,
     FileDigest,
     FlagsInfo,
     GateInfo,
@@ -46,11 +48,16 @@ from orchestrator.model.records import (
 from orchestrator.plan.build_plan import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress import StepLog
+from orchestrator.runtime.engine import Engine, engine_record
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import Signer, artifact_comment, write_release_index
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
 T = TypeVar("T")
+
+# Targets built side by side (several engines) publish one at a time: each publication
+# rewrites the release index from what the release folder holds.
+_PUBLISHING = threading.Lock()
 
 
 def _need(value: T | None) -> T:
@@ -126,17 +133,18 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     # artifact, everything is flushed to disk, and only then renamed into place together.
     index = pipeline.staging / ".release-index"
     index.mkdir()
-    written = write_release_index(
-        release_dir, pipeline.signer, index, incoming=(plan.artifact_dir, artifact)
-    )
-    fsync_tree(artifact)
-    fsync_tree(index)
-    commit(
-        release_dir,
-        index=index,
-        backup=pipeline.staging / ".previous",
-        artifact=(artifact, plan.artifact_dir),
-    )
+    with _PUBLISHING:
+        written = write_release_index(
+            release_dir, pipeline.signer, index, incoming=(plan.artifact_dir, artifact)
+        )
+        fsync_tree(artifact)
+        fsync_tree(index)
+        commit(
+            release_dir,
+            index=index,
+            backup=pipeline.staging / ".previous",
+            artifact=(artifact, plan.artifact_dir),
+        )
     for path in written:
         log.line(f"release index: wrote {path.name}")
     state.manifest, state.published = manifest, destination
@@ -276,7 +284,13 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         run=plan.run.as_dict(),
         action_key=action_key(plan, options),
         gate=gate,
+        engine=_engine(pipeline),
     )
+
+
+def _engine(pipeline: Pipeline) -> EngineRecord | None:
+    engine: Engine | None = pipeline.engine  # None: unit tests that publish without one
+    return engine_record(engine) if engine is not None else None
 
 
 def _run_shape(run: Run) -> RunShape:

@@ -24,7 +24,14 @@ from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.records import FileName, JsonDict, Record, RunShape, record_text
+from orchestrator.model.records import (
+    EngineRecord,
+    FileName,
+    JsonDict,
+    Record,
+    RunShape,
+    record_text,
+)
 
 LOCK_FILE = "release.lock"
 SCHEMA = "orchestrator/lock"
@@ -232,6 +239,7 @@ class LockedTarget(Record):
     output: LockOutput
     # package.binaries after the main one
     other_outputs: list[LockOutput] = Field(default_factory=list)
+    built_on: EngineRecord | None = None  # the Docker Engine that built it (informative)
 
 
 class LockDocument(Record):

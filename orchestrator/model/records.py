@@ -109,6 +109,19 @@ class ImageRecord(Record):
     labels: dict[str, str]
 
 
+class EngineRecord(Record):
+    """The Docker Engine that built an artifact (`docker info` / `docker version`)."""
+
+    context: str  # the Docker context it was reached by; "current": DOCKER_HOST
+    name: str
+    version: str
+    api_version: str
+    os: str
+    kernel: str
+    architecture: str
+    storage_driver: str
+
+
 class ImagesInfo(Record):
     base: ImageRecord
     toolchain: ImageRecord
@@ -283,6 +296,7 @@ class BuildManifest(Record):
     # release does not build the target again while its key is unchanged.
     action_key: str | None = None
     gate: GateInfo | None = None  # the speed gate's counts and decision
+    engine: EngineRecord | None = None  # where it was built
 
 
 # -- variants.json and profile records (cache) -----------------------------------------

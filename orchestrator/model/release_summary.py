@@ -47,6 +47,13 @@ class TargetSummary(Record):
         None, description="the same against the release profile alone"
     )
     bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
+    engine: str | None = Field(
+        None, description="the Docker context of the engine that built it (null: cached)"
+    )
+    moved_from: list[str] = Field(
+        default_factory=list,
+        description="engines that stopped answering while building it: 'context: why'",
+    )
 
 
 def _release_v1_to_v2(document: JsonDict) -> JsonDict:

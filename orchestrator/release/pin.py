@@ -131,6 +131,7 @@ def _locked_target(
         resolved=resolved,
         output=output,
         other_outputs=others,
+        built_on=manifest.engine,
     )
 
 

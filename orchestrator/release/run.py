@@ -19,7 +19,7 @@ from typing import Literal
 from rich.console import Console
 
 from orchestrator.config.options import Options
-from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
 from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, locate, measure
 from orchestrator.execute.build import prepare_plan, run_build
 from orchestrator.execute.publish import update_release_index
@@ -39,6 +39,7 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress import Reporter, marks_for
 from orchestrator.release.action_cache import look_up
+from orchestrator.release.farm import FarmReport, Work, build_on_engines
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
 from orchestrator.supply.minisign import PublicKey, VerificationError
@@ -83,6 +84,8 @@ class TargetResult:
     cycles_saved_vs_baseline: float | None = None  # callgrind's estimated cycles
     cycles_saved_vs_release: float | None = None
     bolt: str | None = None  # BOLT's mode and coverage, or why not
+    engine: str | None = None  # the Docker context of the engine that built it
+    moves: list[str] = field(default_factory=list)  # engines it left: "ctx: why"
     error: str = ""  # the first line of the error's message
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
@@ -109,6 +112,8 @@ class TargetResult:
             cycles_saved_vs_baseline=self.cycles_saved_vs_baseline,
             cycles_saved_vs_release=self.cycles_saved_vs_release,
             bolt=self.bolt,
+            engine=self.engine,
+            moved_from=list(self.moves),
         )
 
     def take_build_facts(self, manifest: BuildManifest) -> None:
@@ -215,7 +220,7 @@ def plan_targets(chosen: Sequence[Target]) -> list[tuple[Target, BuildPlan]]:
 def run_release(
     options: Options,
     planned: Sequence[tuple[Target, BuildPlan]],
-    engine: Engine,
+    engines: Engine | Sequence[Engine],
     console: Console,
     signer: Signer,
     *,
@@ -224,14 +229,19 @@ def run_release(
     announce: Callable[[str], None],
     force: bool = False,
 ) -> list[TargetResult]:
-    """Build each planned target, one after another; a target whose published artifact is
-    current (release/action_cache.py) is `cached` instead, unless `force` or `retrain`."""
+    """Build each planned target; a target whose published artifact is current
+    (release/action_cache.py) is `cached` instead, unless `force` or `retrain`. On one
+    engine (engines.jobs 1) targets are built one after another, in order; over several,
+    side by side (release/farm.py)."""
+    pool = list(engines) if isinstance(engines, Sequence) else [engines]
+    side_by_side = len(pool) > 1 or options.engine_jobs > 1
+    engine = pool[0]
+    waiting: list[tuple[TargetResult, BuildPlan]] = []
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     earlier = _earlier_entries(release_dir)
     marks = marks_for(console)
     for index, (target, plan) in enumerate(planned, start=1):
-        started = time.monotonic()
         result = TargetResult(target, plan.artifact_dir)
         results.append(result)
         announce(f"[{index}/{len(planned)}] {plan.artifact_dir} (target-cpu {target.level})")
@@ -243,40 +253,120 @@ def run_release(
                 announce(f"{marks.cached} {plan.artifact_dir}: cached, {lookup.reason}")
                 continue
             announce(f"  building: {lookup.reason}")
-        reporter = Reporter(
-            console, options.cache_dir / "runs" / engine.session / plan.artifact_dir
-        )
-        try:
-            outcome = run_build(
-                target.options, plan, engine, reporter, signer=signer, retrain=retrain
-            )
-        except OrchestratorError as error:
-            result.status, result.exception = "failed", error
-            result.error = (error.message.splitlines() or [""])[0]
-            announce(
-                f"{marks.failed} {plan.artifact_dir} failed: {type(error).__name__} (exit "
-                f"{error.exit_code}): {result.error} (logs: {reporter.log_dir})"
-            )
+        if side_by_side:
+            waiting.append((result, plan))
             continue
-        finally:
-            result.seconds = time.monotonic() - started
-        result.status = "ok"
-        result.size = outcome.binary.stat().st_size
-        result.sha256 = sha256_file(outcome.binary)
-        result.take_build_facts(outcome.manifest)
-        tests = outcome.manifest.tests or {}
-        if tests.get("ran") is False:
-            result.warnings.append(f"cargo test not run: {tests.get('reason')}")
-        result.speedup_note = no_speedup_reason(target, bench_runs)
+        failure = build_target(
+            result, plan, engine, console, signer, retrain=retrain, bench_runs=bench_runs
+        )
+        if failure is not None:
+            announce(failure)
+            continue
         if not result.speedup_note:
-            _measure_speedup(result, engine, bench_runs, announce, marks.warning)
+            measure_speedup(result, engine, bench_runs, announce, marks.warning)
+    if waiting:
+
+        def build(item: tuple[TargetResult, BuildPlan], on: Engine, prefix: str) -> bool:
+            result, plan = item
+            result.status, result.exception, result.error = "planned", None, ""
+            failure = build_target(
+                result,
+                plan,
+                on,
+                console,
+                signer,
+                retrain=retrain,
+                bench_runs=bench_runs,
+                prefix=prefix,
+            )
+            if failure is not None:
+                announce(failure)
+                return True
+            if not result.speedup_note:
+                measure_speedup(result, on, bench_runs, announce, marks.warning)
+            return False
+
+        work = [
+            Work(
+                (result, plan),
+                plan.artifact_dir,
+                result.target.flavor,
+                (plan.image.reference, plan.base_image.reference),
+            )
+            for result, plan in waiting
+        ]
+        farm = build_on_engines(
+            work,
+            pool,
+            build,
+            per_engine=options.engine_jobs,
+            requirements=options.engine_require,
+            announce=announce,
+        )
+        _take_farm_report(farm, [result for result, _ in waiting])
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():
         update_release_index(release_dir, signer)
     return results
 
 
-def _measure_speedup(
+def _take_farm_report(farm: FarmReport, results: Sequence[TargetResult]) -> None:
+    """Where each target was built, which engines it left, and why one was not built."""
+    for result in results:
+        result.moves = farm.moves.get(result.artifact, [])
+        reason = farm.stranded.get(result.artifact)
+        if reason is not None:
+            error = DockerUnavailableError(reason)
+            result.status, result.exception, result.error = "failed", error, reason
+        elif result.moves:
+            result.warnings.append(
+                f"built on {result.engine} after leaving " + "; ".join(result.moves)
+            )
+
+
+def build_target(
+    result: TargetResult,
+    plan: BuildPlan,
+    engine: Engine,
+    console: Console,
+    signer: Signer,
+    *,
+    retrain: bool,
+    bench_runs: int,
+    prefix: str = "",
+) -> str | None:
+    """Build one target on `engine` and fill `result`; the failure line to announce when
+    it failed (result.exception holds the error), None when it was built."""
+    target = result.target
+    started = time.monotonic()
+    reporter = Reporter(
+        console,
+        target.options.cache_dir / "runs" / engine.session / plan.artifact_dir,
+        prefix=prefix,
+    )
+    try:
+        outcome = run_build(target.options, plan, engine, reporter, signer=signer, retrain=retrain)
+    except OrchestratorError as error:
+        result.status, result.exception = "failed", error
+        result.error = (error.message.splitlines() or [""])[0]
+        return (
+            f"{marks_for(console).failed} {plan.artifact_dir} failed: {type(error).__name__} "
+            f"(exit {error.exit_code}): {result.error} (logs: {reporter.log_dir})"
+        )
+    finally:
+        result.seconds += time.monotonic() - started
+    result.status, result.engine = "ok", engine.name
+    result.size = outcome.binary.stat().st_size
+    result.sha256 = sha256_file(outcome.binary)
+    result.take_build_facts(outcome.manifest)
+    tests = outcome.manifest.tests or {}
+    if tests.get("ran") is False:
+        result.warnings.append(f"cargo test not run: {tests.get('reason')}")
+    result.speedup_note = no_speedup_reason(target, bench_runs)
+    return None
+
+
+def measure_speedup(
     result: TargetResult,
     engine: Engine,
     runs: int,

@@ -35,6 +35,16 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class EngineFacts:
+    """What scheduling knows of one engine (`Engine.facts`)."""
+
+    name: str  # its Docker context
+    architecture: str  # as the Engine reports it: x86_64, aarch64
+    labels: Mapping[str, str]  # the engine's own labels (dockerd --label gpu=nvidia)
+    images: frozenset[str]  # tags of the managed images it already holds
+
+
+@dataclass(frozen=True)
 class Privileges:
     """Extra rights for a container; the default is none at all."""
 
@@ -110,6 +120,7 @@ class EngineApi(Protocol):
     """Everything the rest of the code uses of `Engine` (connect aside)."""
 
     session: str
+    name: str  # the Docker context it was reached by
 
     def version(self) -> dict[str, Any]: ...
 

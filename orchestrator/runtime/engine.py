@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 import docker.constants
 import docker.errors
+import docker.tls
 import requests
 from docker.models.containers import Container as SdkContainer
 from docker.models.images import Image as SdkImage
@@ -28,6 +29,7 @@ from orchestrator.errors import (
     OrchestratorError,
 )
 from orchestrator.host.system import process_alive
+from orchestrator.model.records import EngineRecord
 from orchestrator.runtime.api import (
     BUILD_ID_ARG,
     LABEL_BUILD_ID,
@@ -41,12 +43,14 @@ from orchestrator.runtime.api import (
     ContainerApi,
     ContainerSpec,
     EngineApi,
+    EngineFacts,
     ImageInfo,
     LabelledContainer,
     OutputSink,
     Privileges,
     is_leftover,
 )
+from orchestrator.runtime.contexts import EngineEndpoint
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
 # timeout would abort them. It bounds every call once the Engine has answered; image
@@ -119,24 +123,72 @@ class Container:
 
 
 class Engine:
-    def __init__(self, client: docker.DockerClient) -> None:
+    def __init__(self, client: docker.DockerClient, *, name: str = "current") -> None:
         self._client = client
+        self.name = name  # the Docker context it was reached by ("current": DOCKER_HOST)
         self.session = uuid.uuid4().hex[:12]
 
     @classmethod
-    def connect(cls, *, timeout_s: int = CONNECT_TIMEOUT_S) -> Engine:
-        """The Engine DOCKER_HOST names (else the default socket), or DockerUnavailableError
-        naming it, within `timeout_s` seconds."""
-        endpoint = _endpoint(os.environ)
+    def connect(
+        cls, endpoint: EngineEndpoint | None = None, *, timeout_s: int = CONNECT_TIMEOUT_S
+    ) -> Engine:
+        """The Engine `endpoint` (a Docker context) names, else the one DOCKER_HOST names
+        (else the default socket), or DockerUnavailableError naming it, within `timeout_s`."""
+        where = _endpoint(os.environ) if endpoint is None else _context_text(endpoint)
         try:
-            client = docker.from_env(timeout=timeout_s)  # asks for the API version already
+            if endpoint is None:
+                client = docker.from_env(timeout=timeout_s)  # asks for the API version already
+            else:
+                client = docker.DockerClient(
+                    base_url=endpoint.host,
+                    tls=_tls(endpoint),
+                    timeout=timeout_s,
+                    use_ssh_client=endpoint.host.startswith("ssh://"),
+                )
             client.ping()
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise DockerUnavailableError(
-                f"cannot reach the Docker Engine at {endpoint}: {_reason(exc, timeout_s)}"
+                f"cannot reach the Docker Engine at {where}: {_reason(exc, timeout_s)}"
             ) from exc
         client.api.timeout = API_TIMEOUT_S  # it answers: long calls may now take their time
-        return cls(client)
+        return cls(client, name=endpoint.label if endpoint else "current")
+
+    def alive(self) -> bool:
+        """Whether the Engine still answers (a failed target: its build, or its engine?)."""
+        try:
+            self._client.api.timeout = CONNECT_TIMEOUT_S
+            return bool(self._client.ping())
+        except (docker.errors.DockerException, requests.RequestException):
+            return False
+        finally:
+            self._client.api.timeout = API_TIMEOUT_S
+
+    def record(self) -> EngineRecord:
+        return engine_record(self)
+
+    def facts(self) -> EngineFacts:
+        """What scheduling needs: architecture, labels and the images it holds."""
+        info = self.info()
+        labels = {}
+        for label in info.get("Labels") or []:
+            key, _, value = str(label).partition("=")
+            labels[key] = value
+        images = frozenset(tag for image in self.managed_images() for tag in image.tags)
+        return EngineFacts(
+            name=self.name,
+            architecture=str(info.get("Architecture", "")),
+            labels=labels,
+            images=images,
+        )
+
+    def remove_session_containers(self) -> int:
+        """Stop and remove this run's own containers (an interrupted parallel release)."""
+        removed = 0
+        for sdk in self.managed_containers():
+            if sdk.labels.get(LABEL_SESSION) == self.session:
+                self._force_remove(sdk)
+                removed += 1
+        return removed
 
     # -- facts ------------------------------------------------------------------
     def version(self) -> dict[str, Any]:
@@ -366,6 +418,37 @@ class Engine:
         except OrchestratorError as exc:
             return -1, str(exc)
         return code, "\n".join(output)
+
+
+def engine_record(engine: EngineApi) -> EngineRecord:
+    """Which engine built an artifact: build.json, the lock and provenance say it."""
+    info, version = engine.info(), engine.version()
+    return EngineRecord(
+        context=engine.name,
+        name=str(info.get("Name", "")),
+        version=str(version.get("Version", "")),
+        api_version=str(version.get("ApiVersion", "")),
+        os=str(info.get("OperatingSystem", "")),
+        kernel=str(info.get("KernelVersion", "")),
+        architecture=str(info.get("Architecture", "")),
+        storage_driver=str(info.get("Driver", "")),
+    )
+
+
+def _context_text(endpoint: EngineEndpoint) -> str:
+    return f"{endpoint.host} (Docker context {endpoint.context})"
+
+
+def _tls(endpoint: EngineEndpoint) -> docker.tls.TLSConfig | bool:
+    """The context's TLS files for a tcp:// engine; False where it has none."""
+    directory = endpoint.tls_dir
+    if directory is None:
+        return False
+    return docker.tls.TLSConfig(
+        client_cert=(str(directory / "cert.pem"), str(directory / "key.pem")),
+        ca_cert=None if endpoint.skip_tls_verify else str(directory / "ca.pem"),
+        verify=not endpoint.skip_tls_verify,
+    )
 
 
 def _endpoint(env: Mapping[str, str]) -> str:

@@ -116,7 +116,11 @@ def statement(
                     {
                         "name": f"{folder}/build.json",
                         "uri": f"file:{folder}/build.json",
-                        "annotations": {"steps": manifest.steps},
+                        "annotations": {
+                            "steps": manifest.steps,
+                            # the Docker Engine that built it (several may share a release)
+                            "engine": manifest.engine.dump() if manifest.engine else None,
+                        },
                     }
                     for folder, manifest in artifacts
                 ],

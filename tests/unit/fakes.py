@@ -150,6 +150,7 @@ class FakeEngine:
         archives: Mapping[str, bytes] | None = None,
     ) -> None:
         self.session = session
+        self.name = "fake"
         # Tars every container started from now on serves at these paths (get_archive).
         self.archives: dict[str, bytes] = dict(archives or {})
         self.responder = responder

@@ -103,7 +103,14 @@ def test_dumps_keeps_the_on_disk_layout_byte_for_byte(plan: BuildPlan, raw: dict
     assert raw["schema"] == "orchestrator/lock"
     assert raw["schema_version"] == SCHEMA_VERSION
     assert raw["targets"][0]["inputs"] == plan_inputs(plan)
-    assert set(raw["targets"][0]) == {"level", "inputs", "resolved", "output", "other_outputs"}
+    assert set(raw["targets"][0]) == {
+        "level",
+        "inputs",
+        "resolved",
+        "output",
+        "other_outputs",
+        "built_on",
+    }
     assert raw["targets"][0]["other_outputs"] == []  # one binary: nothing beside it
     assert set(raw["targets"][0]["resolved"]) == {
         "packages",

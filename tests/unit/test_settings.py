@@ -41,6 +41,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "test.enabled": ("off", False),
         "package.package": ("demo", "demo"),  # the crate's own package, named
         "release.glibc_floor": ("2.31", "2.31"),
+        "engines.require": ("cuda:gpu=nvidia, rocm:gpu=amd", ("cuda:gpu=nvidia", "rocm:gpu=amd")),
     }
     if spec.key in checked:
         return checked[spec.key]

@@ -1,0 +1,176 @@
+"""Several engines: which engine takes which target (release/schedule.py), and targets
+moving off an engine that stops answering (release/farm.py), with fake engines."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from orchestrator.config.options import resolve
+from orchestrator.errors import ConfigError
+from orchestrator.release.farm import Work, build_on_engines
+from orchestrator.release.schedule import Job, Needs, Schedule, needs_by_flavor
+from orchestrator.runtime.api import EngineFacts
+from orchestrator.runtime.engine import Engine
+
+CPU = ("orchestrator/cpu:1", "orchestrator/base:1")
+ARM = ("orchestrator/aarch64:1", "orchestrator/base:1")
+
+
+def facts(name: str, *images: str, labels: dict[str, str] | None = None) -> EngineFacts:
+    return EngineFacts(name, "x86_64", labels or {}, frozenset(images))
+
+
+def test_an_engine_that_holds_the_toolchain_image_takes_its_target_first() -> None:
+    jobs = [Job(0, "arm", Needs(), ARM), Job(1, "cpu", Needs(), CPU)]
+    schedule = Schedule([facts("a", CPU[0]), facts("b", ARM[0])], jobs, per_engine=1)
+    first = schedule.take("a")
+    assert first is not None and first.artifact == "cpu" and first.engine == "a"
+    second = schedule.take("b")
+    assert second is not None and second.artifact == "arm"
+
+
+def test_jobs_per_engine_bound_what_one_engine_takes() -> None:
+    jobs = [Job(i, f"t{i}", Needs(), CPU) for i in range(3)]
+    schedule = Schedule([facts("a", CPU[0]), facts("b")], jobs, per_engine=1)
+    taken = schedule.take("a")
+    assert taken is not None
+    # a is full and holds the image; b is idle: it takes the next one rather than wait
+    other = schedule.take("b")
+    assert other is not None and other.artifact == "t1"
+
+
+def test_a_target_whose_label_no_engine_has_is_stranded_with_the_reason() -> None:
+    needs = needs_by_flavor(["cuda:gpu=nvidia"])
+    jobs = [Job(0, "cuda", needs["cuda"], CPU)]
+    schedule = Schedule([facts("a"), facts("b", labels={"gpu": "amd"})], jobs, per_engine=1)
+    assert schedule.take("a") is None and schedule.take("b") is None
+    [(job, reason)] = schedule.stranded()
+    assert job.artifact == "cuda"
+    assert "a lacks the label gpu=nvidia" in reason and "b lacks the label gpu=nvidia" in reason
+
+
+def test_a_labelled_engine_takes_the_target_that_needs_its_label() -> None:
+    needs = needs_by_flavor(["cuda:gpu=nvidia"])
+    jobs = [Job(0, "cuda", needs["cuda"], CPU)]
+    schedule = Schedule([facts("a"), facts("gpu-box", labels={"gpu": "nvidia"})], jobs, 1)
+    assert schedule.take("a") is None
+    job = schedule.take("gpu-box")
+    assert job is not None and job.engine == "gpu-box"
+
+
+def test_another_architecture_does_not_fit() -> None:
+    arm_engine = EngineFacts("pi", "aarch64", {}, frozenset())
+    assert Needs().unmet(arm_engine) == "pi is aarch64, not x86_64"
+
+
+def test_a_lost_engine_gives_its_target_back_and_takes_nothing_more() -> None:
+    jobs = [Job(0, "t0", Needs(), CPU), Job(1, "t1", Needs(), CPU)]
+    schedule = Schedule([facts("a"), facts("b")], jobs, per_engine=1)
+    on_b = schedule.take("b")
+    assert on_b is not None and on_b.artifact == "t0"
+    schedule.engine_lost(on_b, "the engine stopped answering")
+    assert schedule.take("b") is None
+    assert schedule.lost == {"b": "the engine stopped answering"}
+    again = schedule.take("a")
+    assert again is not None and again.artifact == "t0"
+    assert again.moves == ["b: the engine stopped answering"]
+
+
+def test_engines_jobs_below_one_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        Schedule([facts("a")], [], per_engine=0)
+
+
+class FakeFarmEngine:
+    """What the farm asks of an engine: its facts, whether it answers, its containers."""
+
+    def __init__(self, name: str, *, dies: bool = False) -> None:
+        self.name = name
+        self.answering = True
+        self.dies = dies
+        self.built: list[str] = []
+        self.removed = 0
+
+    def facts(self) -> EngineFacts:
+        return facts(self.name, CPU[0])
+
+    def alive(self) -> bool:
+        return self.answering
+
+    def remove_session_containers(self) -> int:
+        self.removed += 1
+        return 0
+
+
+def test_targets_of_an_engine_that_dies_finish_on_the_other_and_the_report_says_so() -> None:
+    host, second = FakeFarmEngine("host"), FakeFarmEngine("second", dies=True)
+    lock = threading.Lock()
+    second_started = threading.Event()
+    outcome: dict[str, str] = {}
+
+    def build(item: str, engine: Any, prefix: str) -> bool:
+        fake = cast(FakeFarmEngine, engine)
+        assert prefix == f"{item}@{fake.name}"
+        if fake.dies:
+            second_started.set()
+            fake.answering = False  # it stops answering in the middle of a build
+            return True
+        second_started.wait(timeout=10)  # the host stays busy until the second has a target
+        with lock:
+            fake.built.append(item)
+            outcome[item] = fake.name
+        return False
+
+    lines: list[str] = []
+    work = [Work(f"t{i}", f"t{i}", "cpu", CPU) for i in range(3)]
+    report = build_on_engines(
+        work,
+        cast(list[Engine], [host, second]),
+        build,
+        per_engine=1,
+        requirements=(),
+        announce=lines.append,
+    )
+    assert sorted(outcome) == ["t0", "t1", "t2"] and set(outcome.values()) == {"host"}
+    assert report.lost == {"second": "the engine stopped answering"}
+    assert report.stranded == {}
+    [(moved, moves)] = report.moves.items()
+    assert report.engine_of[moved] == "host"
+    assert moves == ["second: the engine stopped answering"]
+    assert any("second: the engine stopped answering" in line for line in lines)
+
+
+def test_a_failed_build_on_an_answering_engine_stays_failed() -> None:
+    host = FakeFarmEngine("host")
+    calls: list[str] = []
+
+    def build(item: str, engine: Any, prefix: str) -> bool:
+        calls.append(item)
+        return True  # the build failed; the engine still answers
+
+    report = build_on_engines(
+        [Work("t0", "t0", "cpu", CPU)],
+        cast(list[Engine], [host, FakeFarmEngine("other")]),
+        build,
+        per_engine=1,
+        requirements=(),
+        announce=lambda _: None,
+    )
+    assert calls == ["t0"]  # built once, not moved
+    assert report.moves == {} and report.lost == {}
+
+
+def test_engines_require_must_name_flavor_key_and_value(tmp_path: Path) -> None:
+    (tmp_path / "crate").mkdir()
+    (tmp_path / "crate" / "Cargo.toml").write_text('[package]\nname = "demo"\nversion = "0.1.0"\n')
+    config = tmp_path / "orchestrator.toml"
+    config.write_text('[package]\ncrate = "crate"\n[engines]\nrequire = ["gpu=nvidia"]\n')
+    with pytest.raises(ConfigError, match="FLAVOR:KEY=VALUE"):
+        resolve(config, env={})
+    config.write_text('[package]\ncrate = "crate"\n[engines]\njobs = 0\n')
+    with pytest.raises(ConfigError, match=r"engines\.jobs must be at least 1"):
+        resolve(config, env={})
