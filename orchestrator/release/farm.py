@@ -74,15 +74,21 @@ def build_on_engines(
         f"({', '.join(e.name for e in engines)}), at most {per_engine} at a time on each"
     )
 
+    crashes: list[BaseException] = []
+
     def worker(engine: Engine) -> None:
         while (job := schedule.take(engine.name)) is not None:
             unit = by_index[job.index]
             announce(f"→ {job.artifact} on {engine.name}")
             try:
                 failed = build(unit.item, engine, f"{job.artifact}@{engine.name}")
-            except BaseException:  # an interrupt in this thread: stop taking work
-                schedule.cancel()
-                raise
+            except Exception as error:  # the SDK's own errors when an engine vanishes
+                if engine.alive():  # not the engine: a bug, raised once all are back
+                    crashes.append(error)
+                    schedule.done(job)
+                    schedule.cancel()
+                    return
+                failed = True
             if failed and not engine.alive():
                 reason = "the engine stopped answering"
                 announce(f"engine {engine.name}: {reason}; {job.artifact} goes to another")
@@ -109,6 +115,8 @@ def build_on_engines(
         for thread in threads:
             thread.join(timeout=STOP_GRACE_S)
         raise
+    if crashes:
+        raise crashes[0]
     report = FarmReport(lost=dict(schedule.lost))
     for job in jobs:
         if job.engine:

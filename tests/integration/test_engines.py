@@ -1,0 +1,185 @@
+"""A release spread over two real Docker Engines: the host's and a second dockerd started
+for these tests (second_engine.py), reached by its own Docker context.
+
+A three-target release (the mixed-language crate at three CPU levels) over both engines
+gives the same bytes as the same release where one engine built everything, `reproduce
+--engine` on the second engine rebuilds a target the host built, bit for bit, and when the
+second engine dies mid-release its target finishes on the host and the summary says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from tests.integration.conftest import REPO, STARTED_PIDS, Run, managed_containers, orchestrator
+from tests.integration.second_engine import SecondEngine, second_engine
+
+pytestmark = pytest.mark.integration
+
+CONTEXT = "orchestrator-test-second"
+FIXTURE = REPO / "tests" / "fixtures" / "mixed-language"
+RELEASE = "mixed-language-0.1.0"
+LEVELS = ("x86-64", "x86-64-v2", "x86-64-v3")
+# build.target_cpu (x86-64-v2) names the plain artifact; other levels add a suffix
+ARTIFACTS = [f"{RELEASE}-linux-x86_64-cpu{suffix}" for suffix in ("-x86-64", "", "-v3")]
+# Just what these tests are about: the same bytes wherever a target is built.
+CONFIG = f"""
+[package]
+crate = "."
+
+[build]
+source_date_epoch = 1700000000
+
+[flavors.cpu]
+levels = {json.dumps(list(LEVELS))}
+
+[pgo]
+enabled = false
+
+[bolt]
+enabled = false
+
+[gate]
+policy = "off"
+
+[test]
+enabled = false
+reason = "the engines tests are about where a target is built"
+
+[release]
+distro_check = "off"
+
+[validate]
+command = ["3000"]
+
+[engines]
+contexts = ["default", "{CONTEXT}"]
+"""
+
+
+@pytest.fixture(scope="module")
+def second() -> Iterator[SecondEngine]:
+    with second_engine(CONTEXT) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = tmp_path_factory.mktemp("engines") / "mixed-language"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
+    (project / "orchestrator.toml").write_text(CONFIG)
+    return project
+
+
+def release(project: Path, artifacts: Path, *extra: str) -> Run:
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    return orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty", *extra])
+
+
+def summary(artifacts: Path) -> dict[str, dict[str, Any]]:
+    document = json.loads((artifacts / RELEASE / "release.json").read_text())
+    return {entry["artifact"]: entry for entry in document["artifacts"]}
+
+
+def binaries(artifacts: Path) -> dict[str, str]:
+    return {name: entry["sha256"] for name, entry in summary(artifacts).items()}
+
+
+@pytest.fixture(scope="module")
+def spread(project: Path, second: SecondEngine, docker_client: docker.DockerClient) -> Path:
+    """The release over both engines; the second one starts with no image at all."""
+    artifacts = project.parent / "spread"
+    run = release(project, artifacts)
+    assert run.returncode == 0, run.output
+    assert managed_containers(docker_client) == []
+    assert [c.id for c in second.client().containers.list(all=True)] == []
+    return artifacts
+
+
+def test_both_engines_build_and_every_record_says_which(spread: Path) -> None:
+    entries = summary(spread)
+    assert sorted(entries) == sorted(ARTIFACTS)
+    assert {entry["status"] for entry in entries.values()} == {"ok"}
+    engines = {entry["engine"] for entry in entries.values()}
+    assert engines == {"default", CONTEXT}  # each engine built at least one target
+    lock = json.loads((spread / RELEASE / "release.lock").read_text())
+    for target in lock["targets"]:
+        built_on = target["built_on"]
+        assert built_on["context"] in engines
+        assert built_on["storage_driver"] and built_on["kernel"] and built_on["version"]
+    for name, entry in entries.items():
+        manifest = json.loads((spread / RELEASE / name / "build.json").read_text())
+        assert manifest["engine"]["context"] == entry["engine"]
+    envelope = json.loads((spread / RELEASE / "provenance.intoto.jsonl").read_text())
+    provenance = json.loads(base64.b64decode(envelope["payload"]))
+    recorded = {
+        item["name"].split("/")[0]: item["annotations"]["engine"]["context"]
+        for item in provenance["predicate"]["runDetails"]["byproducts"]
+    }
+    assert recorded == {name: entry["engine"] for name, entry in entries.items()}
+
+
+def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path) -> None:
+    """A target the host built, rebuilt from the lock on the second engine."""
+    on_host = next(n for n, e in summary(spread).items() if e["engine"] == "default")
+    run = orchestrator(
+        [
+            "reproduce",
+            str(spread / RELEASE),
+            "--engine",
+            CONTEXT,
+            "--artifact",
+            on_host,
+            "--reuse-images",
+            "--workdir",
+            str(spread.parent / "reproduced"),
+        ]
+    )
+    assert run.returncode == 0, run.output
+    assert "bit-identical" in run.output
+
+
+def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(
+    project: Path, spread: Path, second: SecondEngine, docker_client: docker.DockerClient
+) -> None:
+    artifacts = project.parent / "killed"
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "release", *config, "--bench-runs", "0"]
+        + ["--allow-dirty"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    STARTED_PIDS.add(process.pid)
+    client = second.client()
+    deadline = time.monotonic() + 600
+    while not client.containers.list(filters={"label": "org.orchestrator.managed=1"}):
+        assert process.poll() is None and time.monotonic() < deadline, "no build reached it"
+        time.sleep(0.2)
+    second.kill()  # in the middle of a build
+    output, _ = process.communicate(timeout=1800)
+    sys.stdout.write(output)
+    assert process.returncode == 0, output
+    entries = summary(artifacts)
+    assert {entry["status"] for entry in entries.values()} == {"ok"}
+    assert {entry["engine"] for entry in entries.values()} == {"default"}
+    moved = [entry for entry in entries.values() if entry["moved_from"]]
+    assert len(moved) == 1
+    assert moved[0]["moved_from"][0].startswith(f"{CONTEXT}: ")
+    assert f"engine {CONTEXT}: the engine stopped answering" in output
+    # nothing lost, nothing different: the bytes of the release spread over both engines
+    assert binaries(artifacts) == binaries(spread)
+    assert managed_containers(docker_client) == []
