@@ -155,9 +155,9 @@ def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(
 ) -> None:
     artifacts = project.parent / "killed"
     config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    argv = ["release", *config, "--bench-runs", "0", "--allow-dirty"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "release", *config, "--bench-runs", "0"]
-        + ["--allow-dirty"],
+        [sys.executable, "-m", "orchestrator", *argv],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
