@@ -130,8 +130,9 @@ def test_both_engines_build_and_every_record_says_which(spread: Path) -> None:
     assert recorded == {name: entry["engine"] for name, entry in entries.items()}
 
 
-def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path) -> None:
-    """A target the host built, rebuilt from the lock on the second engine."""
+def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path, project: Path) -> None:
+    """A target the host built, rebuilt from the lock on the second engine (the project is
+    outside git: its sources come from --source)."""
     on_host = next(n for n, e in summary(spread).items() if e["engine"] == "default")
     run = orchestrator(
         [
@@ -142,6 +143,8 @@ def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path) -> Non
             "--artifact",
             on_host,
             "--reuse-images",
+            "--source",
+            str(project),
             "--workdir",
             str(spread.parent / "reproduced"),
         ]
