@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from orchestrator.model.reports import ReleaseRunReport
     from orchestrator.plan.build_plan import BuildPlan
-    from orchestrator.release.run import Target, TargetResult
+    from orchestrator.release.target import Target, TargetResult
     from orchestrator.runtime.engine import Engine
 
 
@@ -119,8 +119,8 @@ def release(
         ReleaseIncompleteError,
         run_release,
         run_report,
-        targets,
     )
+    from orchestrator.release.target import targets
 
     started = time.monotonic()
     out = text_console(json_output)
@@ -357,7 +357,7 @@ def lock(
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.release.reproduce import check_lock, record_release, vault_for
-    from orchestrator.release.run import targets
+    from orchestrator.release.target import targets
 
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}

@@ -48,7 +48,8 @@ from orchestrator.model.records import (
 from orchestrator.plan.build_plan import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress import StepLog
-from orchestrator.runtime.engine import Engine, engine_record
+from orchestrator.runtime.api import engine_record
+from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import Signer, artifact_comment, write_release_index
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom

@@ -43,7 +43,7 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.run import Target
+from orchestrator.release.target import Target
 from orchestrator.runtime.images import package_set_dir
 
 

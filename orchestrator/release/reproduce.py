@@ -48,7 +48,7 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.progress import Reporter
 from orchestrator.release.pin import check_lock, record_release, vault_for
-from orchestrator.release.run import Target, targets
+from orchestrator.release.target import Target, targets
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer

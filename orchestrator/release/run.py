@@ -10,24 +10,20 @@ release.json lists the targets in the order they were built, each with its tripl
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Console
 
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
-from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, locate, measure
-from orchestrator.execute.build import prepare_plan, run_build
+from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
-from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetSummary, bolt_summary
+from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
 from orchestrator.model.reports import (
     CacheState,
     PlannedTargetEntry,
@@ -37,9 +33,10 @@ from orchestrator.model.reports import (
 )
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.progress import Reporter, marks_for
+from orchestrator.progress import marks_for
 from orchestrator.release.action_cache import look_up
 from orchestrator.release.farm import FarmReport, Work, build_on_engines
+from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
 from orchestrator.supply.minisign import PublicKey, VerificationError
@@ -55,97 +52,6 @@ class ReleaseIncompleteError(OrchestratorError):
         "`exit_code`"
     )
     default_hint = "The summary above says which targets failed and why; their logs are kept."
-
-
-@dataclass(frozen=True)
-class Target:
-    flavor: str
-    level: str
-    options: Options
-
-    @property
-    def rust_target(self) -> str:
-        return get_flavor(self.flavor).rust_target
-
-
-@dataclass
-class TargetResult:
-    target: Target
-    artifact: str
-    status: Literal["planned", "ok", "cached", "failed"] = "planned"
-    seconds: float = 0.0
-    size: int = 0
-    sha256: str = ""
-    speedup: float | None = None
-    speedup_note: str = ""  # why there is no speedup figure
-    glibc: str | None = None  # the newest glibc symbol version the binary needs
-    oldest_distribution: str | None = None  # the oldest Debian release it ran on
-    shipped_variant: str | None = None  # what the speed gate shipped
-    cycles_saved_vs_baseline: float | None = None  # callgrind's estimated cycles
-    cycles_saved_vs_release: float | None = None
-    bolt: str | None = None  # BOLT's mode and coverage, or why not
-    engine: str | None = None  # the Docker context of the engine that built it
-    moves: list[str] = field(default_factory=list)  # engines it left: "ctx: why"
-    error: str = ""  # the first line of the error's message
-    warnings: list[str] = field(default_factory=list)
-    exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
-
-    def summary(self) -> TargetSummary:
-        return TargetSummary(
-            flavor=self.target.flavor,
-            level=self.target.level,
-            artifact=self.artifact,
-            status=self.status,
-            seconds=round(self.seconds, 1),
-            size=self.size,
-            sha256=self.sha256 or None,
-            speedup_vs_baseline=self.speedup,
-            error=self.error or None,
-            error_class=type(self.exception).__name__ if self.exception else None,
-            exit_code=self.exception.exit_code if self.exception else None,
-            warnings=list(self.warnings),
-            rust_target=self.target.rust_target,
-            speedup_note=self.speedup_note or None,
-            glibc=self.glibc,
-            oldest_distribution=self.oldest_distribution,
-            shipped_variant=self.shipped_variant,
-            cycles_saved_vs_baseline=self.cycles_saved_vs_baseline,
-            cycles_saved_vs_release=self.cycles_saved_vs_release,
-            bolt=self.bolt,
-            engine=self.engine,
-            moved_from=list(self.moves),
-        )
-
-    def take_build_facts(self, manifest: BuildManifest) -> None:
-        """What the published build.json says: glibc, oldest distro, the gate's choice, BOLT."""
-        if manifest.portability is not None:
-            self.glibc = manifest.portability.glibc_max
-            self.oldest_distribution = manifest.portability.oldest_distribution
-        gate = manifest.gate
-        if gate is not None and gate.shipped:
-            self.shipped_variant = gate.shipped
-            self.cycles_saved_vs_baseline = gate.gain_vs_baseline
-            self.cycles_saved_vs_release = gate.gain_vs_release
-        self.bolt = bolt_summary(manifest)
-
-    def as_dict(self) -> dict[str, object]:
-        return self.summary().dump()
-
-
-def targets(options: Options, flavors: Sequence[str]) -> list[Target]:
-    found = []
-    for name in flavors:
-        flavor = get_flavor(name)
-        for level in flavor.levels(options):
-            if level == "native":
-                raise ConfigError(
-                    f"flavor {name}: target-cpu 'native' is refused for releases: the binary "
-                    "would only run on CPUs like this build machine's",
-                    hint="Use x86-64-v2/v3/v4 or a named CPU; `orchestrator build "
-                    "--target-cpu native` is fine for local use.",
-                )
-            found.append(Target(name, level, replace(options, target_cpu=level)))
-    return found
 
 
 @dataclass(frozen=True)
@@ -324,71 +230,6 @@ def _take_farm_report(farm: FarmReport, results: Sequence[TargetResult]) -> None
             )
 
 
-def build_target(
-    result: TargetResult,
-    plan: BuildPlan,
-    engine: Engine,
-    console: Console,
-    signer: Signer,
-    *,
-    retrain: bool,
-    bench_runs: int,
-    prefix: str = "",
-) -> str | None:
-    """Build one target on `engine` and fill `result`; the failure line to announce when
-    it failed (result.exception holds the error), None when it was built."""
-    target = result.target
-    started = time.monotonic()
-    reporter = Reporter(
-        console,
-        target.options.cache_dir / "runs" / engine.session / plan.artifact_dir,
-        prefix=prefix,
-    )
-    try:
-        outcome = run_build(target.options, plan, engine, reporter, signer=signer, retrain=retrain)
-    except OrchestratorError as error:
-        result.status, result.exception = "failed", error
-        result.error = (error.message.splitlines() or [""])[0]
-        return (
-            f"{marks_for(console).failed} {plan.artifact_dir} failed: {type(error).__name__} "
-            f"(exit {error.exit_code}): {result.error} (logs: {reporter.log_dir})"
-        )
-    finally:
-        result.seconds += time.monotonic() - started
-    result.status, result.engine = "ok", engine.name
-    result.size = outcome.binary.stat().st_size
-    result.sha256 = sha256_file(outcome.binary)
-    result.take_build_facts(outcome.manifest)
-    tests = outcome.manifest.tests or {}
-    if tests.get("ran") is False:
-        result.warnings.append(f"cargo test not run: {tests.get('reason')}")
-    result.speedup_note = no_speedup_reason(target, bench_runs)
-    return None
-
-
-def measure_speedup(
-    result: TargetResult,
-    engine: Engine,
-    runs: int,
-    announce: Callable[[str], None],
-    warning_mark: str,
-) -> None:
-    """The quick bench of a built target: a ratio where it is measurable, else why not.
-    A failed bench is a warning: the binary is built and published, and stays."""
-    try:
-        shipped = _quick_bench(result.target, engine, runs)
-    except OrchestratorError as error:
-        reason = (error.message.splitlines() or [""])[0]
-        result.warnings.append(f"bench failed ({type(error).__name__}): {reason}")
-        result.speedup_note = "bench failed (see warnings)"
-        announce(f"{warning_mark} {result.artifact}: bench failed, no speedup: {reason}")
-        return
-    if shipped.verdict == NO_DIFFERENCE:  # its interval holds 1.0: a ratio would be noise
-        result.speedup_note = f"{shipped.speedup_text()}, {runs} runs"
-    else:
-        result.speedup = round(shipped.speedup, 3)
-
-
 def _earlier_entries(release_dir: Path) -> dict[str, TargetSummary]:
     """release.json's entries by artifact, as the last release left them."""
     path = release_dir / RELEASE_JSON
@@ -407,29 +248,6 @@ def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary |
         result.speedup = entry.speedup_vs_baseline
         result.speedup_note = entry.speedup_note or ""
         result.warnings = list(entry.warnings)
-
-
-def no_speedup_reason(target: Target, bench_runs: int) -> str:
-    """Why a built target gets no speed figure; "" when it gets one."""
-    runner = get_flavor(target.flavor).runner
-    if runner:  # timing an emulator says nothing about the binary
-        return f"n/a: emulated ({Path(runner[0]).name})"
-    if bench_runs == 0:
-        return "skipped: --bench-runs 0"
-    if not target.options.bench_command:
-        return "skipped: no bench.command"
-    return ""
-
-
-def _quick_bench(target: Target, engine: Engine, runs: int) -> VariantStats:
-    """The shipped binary against plain `cargo build --release`, interleaved, same run."""
-    options = target.options
-    setup = locate(options, target.flavor)
-    cpu = bench_cpu(engine)
-    stats = measure(
-        engine, setup, options.bench_command, runs=runs, warmup=1, cpu=cpu, progress=lambda _: None
-    )
-    return stats[-1]
 
 
 def write_release_json(

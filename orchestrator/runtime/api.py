@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.host.system import process_alive
+from orchestrator.model.records import EngineRecord
 
 LABEL_MANAGED = "org.orchestrator.managed"
 LABEL_SESSION = "org.orchestrator.session"
@@ -168,3 +169,18 @@ class EngineApi(Protocol):
         privileges: Privileges = Privileges(),
         user: str | None = None,
     ) -> tuple[int, str]: ...
+
+
+def engine_record(engine: EngineApi) -> EngineRecord:
+    """Which engine built an artifact: build.json, the lock and provenance say it."""
+    info, version = engine.info(), engine.version()
+    return EngineRecord(
+        context=engine.name,
+        name=str(info.get("Name", "")),
+        version=str(version.get("Version", "")),
+        api_version=str(version.get("ApiVersion", "")),
+        os=str(info.get("OperatingSystem", "")),
+        kernel=str(info.get("KernelVersion", "")),
+        architecture=str(info.get("Architecture", "")),
+        storage_driver=str(info.get("Driver", "")),
+    )

@@ -24,12 +24,10 @@ from docker.models.images import Image as SdkImage
 
 from orchestrator.errors import (
     ContainerError,
-    DockerUnavailableError,
     ImageBuildError,
     OrchestratorError,
 )
 from orchestrator.host.system import process_alive
-from orchestrator.model.records import EngineRecord
 from orchestrator.runtime.api import (
     BUILD_ID_ARG,
     LABEL_BUILD_ID,
@@ -51,6 +49,7 @@ from orchestrator.runtime.api import (
     is_leftover,
 )
 from orchestrator.runtime.contexts import EngineEndpoint
+from orchestrator.runtime.reach import open_client
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
 # timeout would abort them. It bounds every call once the Engine has answered; image
@@ -134,22 +133,7 @@ class Engine:
     ) -> Engine:
         """The Engine `endpoint` (a Docker context) names, else the one DOCKER_HOST names
         (else the default socket), or DockerUnavailableError naming it, within `timeout_s`."""
-        where = _endpoint(os.environ) if endpoint is None else _context_text(endpoint)
-        try:
-            if endpoint is None:
-                client = docker.from_env(timeout=timeout_s)  # asks for the API version already
-            else:
-                client = docker.DockerClient(
-                    base_url=endpoint.host,
-                    tls=_tls(endpoint),
-                    timeout=timeout_s,
-                    use_ssh_client=endpoint.host.startswith("ssh://"),
-                )
-            client.ping()
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise DockerUnavailableError(
-                f"cannot reach the Docker Engine at {where}: {_reason(exc, timeout_s)}"
-            ) from exc
+        client = open_client(endpoint, timeout_s=timeout_s)
         client.api.timeout = API_TIMEOUT_S  # it answers: long calls may now take their time
         return cls(client, name=endpoint.label if endpoint else "current")
 
@@ -161,9 +145,6 @@ class Engine:
         except (docker.errors.DockerException, requests.RequestException):
             return False
         return bool(response.status_code == requests.codes.ok)
-
-    def record(self) -> EngineRecord:
-        return engine_record(self)
 
     def facts(self) -> EngineFacts:
         """What scheduling needs: architecture, labels and the images it holds."""
@@ -417,75 +398,6 @@ class Engine:
         except OrchestratorError as exc:
             return -1, str(exc)
         return code, "\n".join(output)
-
-
-def engine_record(engine: EngineApi) -> EngineRecord:
-    """Which engine built an artifact: build.json, the lock and provenance say it."""
-    info, version = engine.info(), engine.version()
-    return EngineRecord(
-        context=engine.name,
-        name=str(info.get("Name", "")),
-        version=str(version.get("Version", "")),
-        api_version=str(version.get("ApiVersion", "")),
-        os=str(info.get("OperatingSystem", "")),
-        kernel=str(info.get("KernelVersion", "")),
-        architecture=str(info.get("Architecture", "")),
-        storage_driver=str(info.get("Driver", "")),
-    )
-
-
-def _context_text(endpoint: EngineEndpoint) -> str:
-    return f"{endpoint.host} (Docker context {endpoint.context})"
-
-
-def _tls(endpoint: EngineEndpoint) -> docker.tls.TLSConfig | bool:
-    """The context's TLS files for a tcp:// engine; False where it has none."""
-    directory = endpoint.tls_dir
-    if directory is None:
-        return False
-    return docker.tls.TLSConfig(
-        client_cert=(str(directory / "cert.pem"), str(directory / "key.pem")),
-        ca_cert=None if endpoint.skip_tls_verify else str(directory / "ca.pem"),
-        verify=not endpoint.skip_tls_verify,
-    )
-
-
-def _endpoint(env: Mapping[str, str]) -> str:
-    """Where `docker.from_env` looks for the Engine, as a person would write it."""
-    host = env.get("DOCKER_HOST")
-    if host:
-        return f"{host} (DOCKER_HOST)"
-    default = docker.constants.DEFAULT_UNIX_SOCKET.replace("http+unix://", "unix://")
-    return f"{default} (the default socket; DOCKER_HOST is not set)"
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    """`error` and everything it wraps: causes, contexts and exceptions in its args
-    (urllib3 keeps the socket's own error there)."""
-    seen: set[int] = set()
-    pending = [error]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        wrapped = [current.__cause__, current.__context__, *current.args]
-        pending += [e for e in wrapped if isinstance(e, BaseException)]
-
-
-def _reason(error: BaseException, timeout_s: int) -> str:
-    """Why the Engine could not be reached, in words; the SDK's text when none fits."""
-    for cause in _causes(error):
-        if isinstance(cause, FileNotFoundError):
-            return "no such socket"
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused (nothing listens there)"
-        if isinstance(cause, PermissionError):
-            return "permission denied (is this user in the docker group?)"
-        if isinstance(cause, TimeoutError | requests.Timeout):
-            return f"no answer within {timeout_s} s"
-    return str(error)
 
 
 def _image_info(image: SdkImage) -> ImageInfo:

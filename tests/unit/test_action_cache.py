@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
+import orchestrator.release.target as release_target
 from orchestrator.cli.release import _closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
@@ -22,7 +23,8 @@ from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up
-from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, run_report, targets
+from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, run_report
+from orchestrator.release.target import targets
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 
@@ -123,7 +125,7 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
         built.append("built")
         raise ConfigError("stop here")
 
-    monkeypatch.setattr(release_run, "run_build", run_build)
+    monkeypatch.setattr(release_target, "run_build", run_build)
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)  # the stand-in sources
     lines: list[str] = []

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 import orchestrator.release.reproduce as release_reproduce
-import orchestrator.release.run as release_run
+import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import resolve
 from orchestrator.errors import StepFailedError
@@ -234,7 +234,7 @@ def _stand_in_build(options: Any, plan: Any, *_args: Any, **_kwargs: Any) -> Bui
 def stand_in_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """Everything of `release` but the container builds and the lockfile."""
     use_engine(monkeypatch, FakeEngine())
-    monkeypatch.setattr(release_run, "run_build", _stand_in_build)
+    monkeypatch.setattr(release_target, "run_build", _stand_in_build)
 
     def record_release(_options: Any, _chosen: Any, release_dir: Path, _vault: Any) -> Path:
         return release_dir / "release.lock"
@@ -288,7 +288,7 @@ def test_release_json_with_a_failed_target_still_prints_its_document(
             raise StepFailedError("cargo test failed under qemu")
         return _stand_in_build(options, plan, *args, **kwargs)
 
-    monkeypatch.setattr(release_run, "run_build", build_or_fail)
+    monkeypatch.setattr(release_target, "run_build", build_or_fail)
     argv = ["release", "--json", "--flavors", "cpu,aarch64", "-c", str(configure(project))]
     result = runner.invoke(app, argv)
     assert result.exit_code == 49, result.output

@@ -40,7 +40,8 @@ from orchestrator.model.records import (
     read_record,
 )
 from orchestrator.model.release_summary import ReleaseSummary
-from orchestrator.runtime.engine import API_TIMEOUT_S, Engine, _endpoint
+from orchestrator.runtime.engine import API_TIMEOUT_S, Engine
+from orchestrator.runtime.reach import _endpoint
 from orchestrator.supply.minisign import PublicKey, SecretKey, SigningError, VerificationError
 
 from .execute_rig import answers, make_options, make_rig

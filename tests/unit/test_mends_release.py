@@ -13,12 +13,14 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
+import orchestrator.release.target as release_target
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.vault import VaultError
-from orchestrator.release.run import run_release, targets
+from orchestrator.release.run import run_release
+from orchestrator.release.target import targets
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 from tests.unit.conftest import plan_for
@@ -57,10 +59,10 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
 def _patch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **fail: OrchestratorError) -> None:
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
-    monkeypatch.setattr(release_run, "run_build", _fake_build(tmp_path, fail))
+    monkeypatch.setattr(release_target, "run_build", _fake_build(tmp_path, fail))
 
 
-def _run(options: Options) -> list[release_run.TargetResult]:
+def _run(options: Options) -> list[release_target.TargetResult]:
     return run_release(
         options,
         release_run.plan_targets(targets(options, ["cpu"])),
@@ -86,8 +88,8 @@ def test_failing_bench_is_a_warning_and_the_release_goes_on(
         return opts.target_cpu
 
     measured = VariantStats("pgo", (0.4,), 1, 1, 0.4, 0.4, 0.4, 0.0, 1.25, (1.2, 1.3))
-    monkeypatch.setattr(release_run, "locate", locate)
-    monkeypatch.setattr(release_run, "measure", lambda *_a, **_k: [measured])
+    monkeypatch.setattr(release_target, "locate", locate)
+    monkeypatch.setattr(release_target, "measure", lambda *_a, **_k: [measured])
     results = _run(options)
     assert [r.status for r in results] == ["ok", "ok"]
     assert calls == ["x86-64-v2", "x86-64-v3"]

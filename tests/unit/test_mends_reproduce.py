@@ -18,7 +18,7 @@ from orchestrator.config.options import resolve
 from orchestrator.host.cachedir import WORKDIR_MARKER
 from orchestrator.host.vault import Vault, VaultError
 from orchestrator.release.reproduce import Reproduced, ReproduceRun, diffoscope_report
-from orchestrator.release.run import Target
+from orchestrator.release.target import Target
 from orchestrator.runtime.engine import Engine
 from tests.unit.conftest import plan_for
 from tests.unit.fakes import FakeEngine

@@ -15,17 +15,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import orchestrator.release.run as release_run
+import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.model.records import read_record
 from orchestrator.model.release_summary import ReleaseSummary
-from orchestrator.release.run import (
-    RELEASE_JSON,
-    no_speedup_reason,
-    public_key_for,
-    run_release,
-    targets,
-)
+from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
+from orchestrator.release.target import no_speedup_reason, targets
 from orchestrator.supply.attest import Signer, resolve_signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 
@@ -107,7 +103,7 @@ def test_release_json_lists_targets_in_build_order_with_triples(
 ) -> None:
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
-    monkeypatch.setattr(release_run, "run_build", _stand_in_build)
+    monkeypatch.setattr(release_target, "run_build", _stand_in_build)
     _release(options, ["cpu", "aarch64"])
     path = tmp_path / "artifacts" / "demo-1.2.3" / RELEASE_JSON
     first = read_record(path, ReleaseSummary).artifacts

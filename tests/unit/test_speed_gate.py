@@ -223,7 +223,7 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
     from orchestrator.cli.release import shipped_text  # noqa: PLC0415
     from orchestrator.model.records import BoltInfo, GateInfo  # noqa: PLC0415
     from orchestrator.model.release_summary import bolt_summary  # noqa: PLC0415
-    from orchestrator.release.run import Target, TargetResult  # noqa: PLC0415
+    from orchestrator.release.target import Target, TargetResult  # noqa: PLC0415
 
     gate = GateInfo(
         policy="best",
