@@ -5,69 +5,29 @@ layers and `describe()`, the CLI's flags and the README's table all derive from 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.config.kinds import Kind, Value, parse_text
+from orchestrator.config.kinds import Kind, parse_text
+from orchestrator.config.optimization_settings import DEFAULT_BOLT_FLAGS, OPTIMIZATION_SETTINGS
+from orchestrator.config.setting import FlavorKey, Setting
 from orchestrator.errors import ConfigError
 
-ENV_PREFIX = "ORCHESTRATOR_"
+# Declared in their own modules; taken from here by the rest of the code.
+__all__ = [
+    "DEFAULT_BOLT_FLAGS",
+    "FLAVOR_KEYS",
+    "FLAVOR_SETTINGS",
+    "SECTIONS",
+    "SETTINGS",
+    "SETTINGS_BY_KEY",
+    "FlavorKey",
+    "Setting",
+    "check_choice",
+    "default_of",
+    "flavor_default_of",
+    "parse_setting_text",
+]
 
-
-@dataclass(frozen=True)
-class Setting:
-    """One key of orchestrator.toml and everything derived from it."""
-
-    key: str  # dotted: "build.target_cpu"
-    kind: Kind
-    default: Value | None  # None: computed at resolve time (see `computed`) or unset
-    help: str
-    attr: str  # the `Options` attribute it fills
-    flag: str | None = None  # "--target-cpu"; bools: "--pgo/--no-pgo"
-    choices: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = ()  # older environment variables, still accepted
-    computed: str = ""  # what a None default means: "the package name"
-
-    @property
-    def section(self) -> str:
-        return self.key.split(".", 1)[0]
-
-    @property
-    def name(self) -> str:
-        return self.key.split(".", 1)[1]
-
-    @property
-    def env(self) -> str:
-        """The canonical environment variable: ORCHESTRATOR_<SECTION>_<KEY>."""
-        return ENV_PREFIX + self.key.replace(".", "_").upper()
-
-    @property
-    def env_names(self) -> tuple[str, ...]:
-        """Every variable read, the canonical one first (it wins when several are set)."""
-        return (self.env, *self.aliases)
-
-    @property
-    def flag_names(self) -> tuple[str, ...]:
-        """("--target-cpu",) or ("--pgo", "--no-pgo"); () when the setting has no flag."""
-        return tuple(self.flag.split("/")) if self.flag else ()
-
-
-# The seeds' BOLT recipe, spelled for LLVM 19-22.
-DEFAULT_BOLT_FLAGS = (
-    "-reorder-blocks=ext-tsp",
-    "-reorder-functions=cdsort",
-    "-split-functions",
-    "-split-all-cold",
-    "-icf=1",
-    # Without these two, BOLT puts the new code in a 2 MiB-aligned segment for huge
-    # pages: tinyllm grew from 0.88 MB to 6.4 MB. With them it stays 0.69 MB (the old
-    # .text is reused where the new code fits), with the same output and counts.
-    "-no-huge-pages",
-    "-use-old-text",
-    "-dyno-stats",
-)
-
-# The fixed part of the schema. `flavors.<name>` tables are declared by FLAVOR_SETTINGS.
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "package.crate",
@@ -224,103 +184,7 @@ SETTINGS: tuple[Setting, ...] = (
         'extra `cargo test` arguments, e.g. ["--workspace", "--", "--skip", "slow_case"]',
         attr="test_args",
     ),
-    Setting(
-        "pgo.enabled",
-        "bool",
-        True,
-        "profile-guided optimization",
-        attr="pgo",
-        flag="--pgo/--no-pgo",
-    ),
-    Setting(
-        "pgo.max_missing_ratio",
-        "float",
-        0.1,
-        "fail when rustc's missing-profile warnings exceed this share of profiled functions",
-        attr="pgo_max_missing_ratio",
-    ),
-    Setting(
-        "bolt.enabled",
-        "bool",
-        True,
-        "BOLT post-link optimization",
-        attr="bolt",
-        flag="--bolt/--no-bolt",
-    ),
-    Setting(
-        "bolt.mode",
-        "str",
-        "auto",
-        "how to profile for BOLT: auto (best available), lbr, sample, instrument",
-        attr="bolt_mode",
-        flag="--bolt-mode",
-        choices=("auto", "lbr", "sample", "instrument"),
-    ),
-    Setting(
-        "bolt.policy",
-        "str",
-        "fallback",
-        "when BOLT fails: fallback (ship the PGO binary, loudly) or require (fail)",
-        attr="bolt_policy",
-        flag="--bolt-policy",
-        choices=("fallback", "require"),
-    ),
-    Setting(
-        "bolt.flags",
-        "list[str]",
-        DEFAULT_BOLT_FLAGS,
-        "llvm-bolt optimization flags",
-        attr="bolt_flags",
-    ),
-    Setting(
-        "bolt.max_growth",
-        "float",
-        1.5,
-        "the BOLTed binary may be at most this many times the size of the binary it "
-        "rewrote; a larger one counts as a BOLT failure (bolt.policy decides)",
-        attr="bolt_max_growth",
-    ),
-    Setting(
-        "bolt.min_samples",
-        "int",
-        20000,
-        "a sampled BOLT profile (perf) with fewer samples is not trusted: mode auto "
-        "instruments instead, which counts exactly",
-        attr="bolt_min_samples",
-    ),
-    Setting(
-        "bolt.sample_repeat",
-        "int",
-        1,
-        "how many times the training workloads run under perf when BOLT samples",
-        attr="bolt_sample_repeat",
-    ),
-    Setting(
-        "gate.policy",
-        "str",
-        "best",
-        "which validated variant ships, by callgrind's estimated cycles: best (each of "
-        "PGO, BOLT must earn its place by gate.min_gain), require-all (ship every "
-        "optimization, fail if one is slower than cargo build --release), off (not measured)",
-        attr="gate_policy",
-        flag="--gate",
-        choices=("best", "require-all", "off"),
-    ),
-    Setting(
-        "gate.min_gain",
-        "float",
-        0.01,
-        "the share of estimated cycles an optimization must save to ship (0.01: 1%)",
-        attr="gate_min_gain",
-    ),
-    Setting(
-        "gate.workloads",
-        "list[run]",
-        (),
-        "what the gate counts under callgrind, each run once per variant (empty: "
-        "[train] workloads); keep them short: callgrind runs ~50x slower",
-        attr="gate_workloads",
-    ),
+    *OPTIMIZATION_SETTINGS,
     Setting(
         "engines.contexts",
         "list[str]",
@@ -431,16 +295,6 @@ SETTINGS: tuple[Setting, ...] = (
 )
 SETTINGS_BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(s.section for s in SETTINGS))
-
-
-@dataclass(frozen=True)
-class FlavorKey:
-    """One key of a `[flavors.<name>]` table (no environment variable, no flag)."""
-
-    name: str
-    kind: Kind
-    default: Value
-    help: str
 
 
 FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
