@@ -141,12 +141,27 @@ def run_release(
     side by side (release/farm.py)."""
     pool = list(engines) if isinstance(engines, Sequence) else [engines]
     side_by_side = len(pool) > 1 or options.engine_jobs > 1
-    engine = pool[0]
     waiting: list[tuple[TargetResult, BuildPlan]] = []
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     earlier = _earlier_entries(release_dir)
     marks = marks_for(console)
+
+    def build(item: tuple[TargetResult, BuildPlan], on: Engine, prefix: str) -> bool:
+        """Build one target on `on`, then its quick bench; whether the build failed. A
+        target moved off a dead engine starts again from a clean result."""
+        result, plan = item
+        result.status, result.exception, result.error = "planned", None, ""
+        failure = build_target(
+            result, plan, on, console, signer, retrain=retrain, bench_runs=bench_runs, prefix=prefix
+        )
+        if failure is not None:
+            announce(failure)
+            return True
+        if not result.speedup_note:
+            measure_speedup(result, on, bench_runs, announce, marks.warning)
+        return False
+
     for index, (target, plan) in enumerate(planned, start=1):
         result = TargetResult(target, plan.artifact_dir)
         results.append(result)
@@ -161,37 +176,9 @@ def run_release(
             announce(f"  building: {lookup.reason}")
         if side_by_side:
             waiting.append((result, plan))
-            continue
-        failure = build_target(
-            result, plan, engine, console, signer, retrain=retrain, bench_runs=bench_runs
-        )
-        if failure is not None:
-            announce(failure)
-            continue
-        if not result.speedup_note:
-            measure_speedup(result, engine, bench_runs, announce, marks.warning)
+        else:
+            build((result, plan), pool[0], "")
     if waiting:
-
-        def build(item: tuple[TargetResult, BuildPlan], on: Engine, prefix: str) -> bool:
-            result, plan = item
-            result.status, result.exception, result.error = "planned", None, ""
-            failure = build_target(
-                result,
-                plan,
-                on,
-                console,
-                signer,
-                retrain=retrain,
-                bench_runs=bench_runs,
-                prefix=prefix,
-            )
-            if failure is not None:
-                announce(failure)
-                return True
-            if not result.speedup_note:
-                measure_speedup(result, on, bench_runs, announce, marks.warning)
-            return False
-
         work = [
             Work(
                 (result, plan),
