@@ -80,7 +80,7 @@ def build(
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.plan.serialize import plan_summary
-    from orchestrator.progress import Reporter
+    from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
 
     options = resolve_options(

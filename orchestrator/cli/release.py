@@ -235,7 +235,7 @@ def shipped_text(result: TargetResult) -> str:
 def _closing_lines(report: ReleaseRunReport, out: Console) -> None:
     """Where the release is, how long it took, what to run next; the key warning last,
     where it is read."""
-    from orchestrator.progress import duration_text
+    from orchestrator.progress.reporter import duration_text
 
     ok = len(report.targets) - len(report.failed)
     cached = sum(target.status == "cached" for target in report.targets)

@@ -126,6 +126,8 @@ class Options:
     crate_cargo: CrateCargoConfig = field(default_factory=CrateCargoConfig)
     # reproduce: every input must come from the cache/vault; nothing may be downloaded
     offline: bool = False
+    # reproduce: the variant the release's speed gate shipped (its lock says); "" decides
+    gate_pinned: str = ""
 
     def settings_for(self, flavor: str) -> FlavorSettings:
         return self.flavor_settings.get(flavor, FlavorSettings())

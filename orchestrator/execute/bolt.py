@@ -25,7 +25,7 @@ from orchestrator.execute.validate import validate_binaries
 from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 PERF_FREQUENCY = "10000"  # samples/s: the default 4000 leaves BOLT asking for more
 

@@ -45,7 +45,7 @@ from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.steps import BOLT_STEPS, StepName
-from orchestrator.progress import Reporter, StepLog
+from orchestrator.progress.reporter import Reporter, StepLog
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 

@@ -21,7 +21,7 @@ from orchestrator.host.source import LockedCrate, other_sources, registry_crates
 from orchestrator.host.vault import VaultError
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import ContainerSpec
 
 HOST_CA_PATH = f"{PATHS.root}/host-ca.crt"

@@ -27,7 +27,7 @@ from orchestrator.flavors.gpu import (
     runtime_compiler_use,
 )
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 
 def check_gpu_targets(pipeline: Pipeline, device: DeviceCode, log: StepLog) -> dict[str, object]:

@@ -12,10 +12,11 @@ from orchestrator.execute.pipeline import Pipeline, run, variant_binary
 from orchestrator.execute.validate import validate_binaries
 from orchestrator.model.callgrind import Counts, parse_totals
 from orchestrator.model.gate import BASELINE, decide, gain
+from orchestrator.model.lockfile import LockDriftError
 from orchestrator.model.records import GateInfo
-from orchestrator.plan.gate import callgrind_argv
+from orchestrator.plan.gate import GatePlan, callgrind_argv
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 
 def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
@@ -69,6 +70,9 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
     shipped_now = next(
         name for name, paths in choices.items() if paths[plan.binary] == state.shipped
     )
+    if gate.pinned:
+        _ship_pinned(pipeline, gate, choices, shipped_now, log)
+        return
     measured = {
         BASELINE: {name: variant_binary("baseline", name) for name in plan.binaries},
         **choices,
@@ -101,14 +105,48 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
     if decision.failure:
         raise SpeedGateError(f"speed gate (require-all): {decision.failure}")
     if decision.shipped != shipped_now:
-        picked = choices[decision.shipped]
-        validate_binaries(
-            pipeline, picked, log, what=f"the {decision.shipped} binary", label=decision.shipped
-        )
+        _switch(pipeline, choices[decision.shipped], decision.shipped, log)
         pipeline.reporter.warn(
             f"speed gate ships {decision.shipped}, not {shipped_now}: " + decision.reasons[-1]
         )
-        state.shipped = picked[plan.binary]
-        state.others = {name: path for name, path in picked.items() if name != plan.binary}
     saved = state.gate.gain_vs_baseline or 0.0
     log.detail = f"ships {decision.shipped}: {saved:.1%} fewer estimated cycles than cargo build"
+
+
+def _switch(pipeline: Pipeline, picked: dict[str, str], variant: str, log: StepLog) -> None:
+    """Ship `picked` (binary name -> path) instead: validated first, like every variant."""
+    validate_binaries(pipeline, picked, log, what=f"the {variant} binary", label=variant)
+    pipeline.state.shipped = picked[pipeline.plan.binary]
+    pipeline.state.others = {
+        name: path for name, path in picked.items() if name != pipeline.plan.binary
+    }
+
+
+def _ship_pinned(
+    pipeline: Pipeline,
+    gate: GatePlan,
+    choices: dict[str, dict[str, str]],
+    shipped_now: str,
+    log: StepLog,
+) -> None:
+    """A reproduction ships the variant its lock names, without counting anything."""
+    if gate.pinned not in choices:
+        raise LockDriftError(
+            f"the lock says the speed gate shipped {gate.pinned}, but this build made only "
+            f"{', '.join(choices)}",
+            hint="The locked config no longer builds that variant: reproduce with the "
+            "orchestrator version (and config) that made the release.",
+        )
+    reason = f"pinned by the lock: the release shipped {gate.pinned}; nothing was counted"
+    log.line(f"gate: {reason}")
+    pipeline.state.gate = GateInfo(
+        policy=gate.policy,
+        min_gain=gate.min_gain,
+        metric=gate.metric,
+        shipped=gate.pinned,
+        reasons=[reason],
+        skipped=reason,
+    )
+    if gate.pinned != shipped_now:
+        _switch(pipeline, choices[gate.pinned], gate.pinned, log)
+    log.detail = f"ships {gate.pinned} (pinned by the lock)"

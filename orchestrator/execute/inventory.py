@@ -9,7 +9,7 @@ from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.host.bootstrap import deb_identity, read_manifest
 from orchestrator.host.source import registry_crates
 from orchestrator.model.layout import PATHS
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.images import (
     package_set_dir,
 )

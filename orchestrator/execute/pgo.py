@@ -20,7 +20,7 @@ from orchestrator.execute.profiles import ProfileRecord, load_profile, store_pro
 from orchestrator.model.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 
 def _pgo(pipeline: Pipeline) -> PgoPlan:

@@ -26,7 +26,7 @@ from orchestrator.model.records import BuildManifest, DistroRun, FileDigest, Gat
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import Reporter, StepLog
+from orchestrator.progress.reporter import Reporter, StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.runtime.perf import NO_ACCESS, PerfAccess, find_perf_access

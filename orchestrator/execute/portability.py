@@ -21,7 +21,7 @@ from orchestrator.model.portability import from_loader_needs
 from orchestrator.model.records import DistroRun
 from orchestrator.plan.portable import DistroPlan, SysrootPlan
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec
 from orchestrator.runtime.images import ensure_base_image
 

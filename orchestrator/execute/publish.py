@@ -47,7 +47,7 @@ from orchestrator.model.records import (
 )
 from orchestrator.plan.build_plan import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome

@@ -15,7 +15,7 @@ from orchestrator.host.archive import single_file_tar
 from orchestrator.model.elf import ElfReadError, hide_versions_above
 from orchestrator.plan.portable import GLIBC_LIBRARIES, SysrootPlan
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 
 def linker_script(soname: str, sysroot: SysrootPlan) -> str:

@@ -13,7 +13,7 @@ from orchestrator.execute.pipeline import Pipeline, run
 from orchestrator.flavors import get_flavor
 from orchestrator.host.cachedir import write_cache_json
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.images import ensure_base_image, ensure_toolchain_image
 
 # <cache>/target-cpus/<image id>-<target>.json: what `rustc --print target-cpus` listed.

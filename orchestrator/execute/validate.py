@@ -10,7 +10,7 @@ from orchestrator.execute.pipeline import Pipeline, fetch_file, run, variant_bin
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured, compare_captured, render_diff
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Container
 
 VALIDATE_DIR = f"{PATHS.out}/validate"

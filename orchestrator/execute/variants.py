@@ -19,7 +19,7 @@ from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
 from orchestrator.model.records import FileDigest, VariantsRecord, write_record
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 
 def build_baseline(pipeline: Pipeline, log: StepLog) -> None:

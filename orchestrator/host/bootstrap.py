@@ -21,7 +21,7 @@ from urllib.parse import unquote
 from orchestrator.config.toolchains import AptSources, BaseSpec
 from orchestrator.errors import BootstrapError, CacheCorruptError
 from orchestrator.model.hashing import sha256_file
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 MANIFEST = "manifest.json"
 

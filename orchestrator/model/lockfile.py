@@ -213,6 +213,11 @@ class LockedBolt(Record):
     applied: bool | None
 
 
+class LockedGate(Record):
+    shipped: str  # the variant the speed gate shipped (release, pgo, pgo-bolt, ...)
+    policy: str
+
+
 class LockResolved(Record):
     """What the build resolved: the .debs, the tools' own version reports, profiles."""
 
@@ -222,6 +227,7 @@ class LockResolved(Record):
     gpu_compiler: str | None
     profiles: dict[str, LockedProfile]
     bolt: LockedBolt | None
+    gate: LockedGate | None = None  # None: no gate ran (or a lock from before gates)
 
 
 class LockOutput(Record):

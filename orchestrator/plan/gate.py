@@ -47,6 +47,7 @@ class GatePlan:
     workloads: tuple[Run, ...]  # what is counted, each once per variant
     work_dir: str
     metric: str = FORMULA
+    pinned: str = ""  # reproduce: ship this variant, as the release did; nothing is counted
 
 
 def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
@@ -68,5 +69,6 @@ def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
         min_gain=options.gate_min_gain,
         workloads=workloads,
         work_dir=f"{PATHS.out}/gate",
+        pinned=options.gate_pinned,
     )
     return plan, ""

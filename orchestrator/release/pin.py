@@ -29,6 +29,7 @@ from orchestrator.model.lockfile import (
     LOCK_FILE,
     LockDocument,
     LockedBolt,
+    LockedGate,
     LockedPackage,
     LockedProfile,
     LockedTarget,
@@ -117,6 +118,7 @@ def _locked_target(
         gpu_compiler=(manifest.device_code or {}).get("compiler"),
         profiles=profiles,
         bolt=LockedBolt(mode=bolt.mode, applied=bolt.applied) if bolt else None,
+        gate=_locked_gate(manifest),
     )
     output = LockOutput(
         file=manifest.artifact.file, sha256=manifest.artifact.sha256, size=manifest.artifact.size
@@ -247,3 +249,11 @@ def check_lock(options: Options, document: LockDocument, chosen: Sequence[Target
     if document.config.sha256 != sha256_file(options.config_path):
         changes.insert(0, f"{options.config_path.name} changed since the lock was written")
     return changes
+
+
+def _locked_gate(manifest: BuildManifest) -> LockedGate | None:
+    """The variant the speed gate shipped: a reproduction ships the same one, uncounted."""
+    gate = manifest.gate
+    if gate is None or gate.shipped is None:
+        return None
+    return LockedGate(shipped=gate.shipped, policy=gate.policy)

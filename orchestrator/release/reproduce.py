@@ -46,7 +46,7 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.records import ProfileSidecar
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.progress import Reporter
+from orchestrator.progress.reporter import Reporter
 from orchestrator.release.pin import check_lock, record_release, vault_for
 from orchestrator.release.target import Target, targets
 from orchestrator.runtime.engine import Engine
@@ -334,6 +334,12 @@ def _reproduce_one(
         # `auto` picks a BOLT mode from what perf can do on this machine; the release's
         # choice is a resolved input, and its profile is keyed by it.
         target = replace(target, options=replace(target.options, bolt_mode=locked_mode))
+        plan = prepare_plan(target.options, target.flavor)
+    locked_gate = entry.resolved.gate
+    if plan.gate is not None and locked_gate is not None:
+        # The gate's pick is a resolved input: counting again on another machine could
+        # land on the other side of min_gain and ship different bytes.
+        target = replace(target, options=replace(target.options, gate_pinned=locked_gate.shipped))
         plan = prepare_plan(target.options, target.flavor)
     seed_cache(run.document, plan, entry, run.cache, run.vault)
     if run.fresh_images:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +34,10 @@ from orchestrator.model.reports import (
 )
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.progress import marks_for
+from orchestrator.progress.board import TargetBoard
+from orchestrator.progress.reporter import in_ci, marks_for
 from orchestrator.release.action_cache import look_up
-from orchestrator.release.farm import FarmReport, Work, build_on_engines
+from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
@@ -146,20 +148,38 @@ def run_release(
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     earlier = _earlier_entries(release_dir)
     marks = marks_for(console)
+    # One live line per target, redrawn in place, when they build side by side on a terminal
+    board = TargetBoard(console) if side_by_side and not in_ci(console) else None
 
     def build(item: tuple[TargetResult, BuildPlan], on: Engine, prefix: str) -> bool:
         """Build one target on `on`, then its quick bench; whether the build failed. A
         target moved off a dead engine starts again from a clean result."""
         result, plan = item
         result.status, result.exception, result.error = "planned", None, ""
+        live = None
+        if board is not None:
+            board.took(result.artifact, on.name)
+            live = board.line_of(result.artifact)
         failure = build_target(
-            result, plan, on, console, signer, retrain=retrain, bench_runs=bench_runs, prefix=prefix
+            result,
+            plan,
+            on,
+            console,
+            signer,
+            retrain=retrain,
+            bench_runs=bench_runs,
+            prefix=prefix,
+            live=live,
         )
+        if failure is None and not result.speedup_note:
+            if live is not None:
+                live.step("quick bench")
+            measure_speedup(result, on, bench_runs, announce, marks.warning)
+        if board is not None:
+            board.ended(result.artifact, failed=failure is not None)
         if failure is not None:
             announce(failure)
             return True
-        if not result.speedup_note:
-            measure_speedup(result, on, bench_runs, announce, marks.warning)
         return False
 
     for index, (target, plan) in enumerate(planned, start=1):
@@ -176,31 +196,45 @@ def run_release(
             announce(f"  building: {lookup.reason}")
         if side_by_side:
             waiting.append((result, plan))
+            if board is not None:
+                board.add(plan.artifact_dir)
         else:
             build((result, plan), pool[0], "")
     if waiting:
-        work = [
-            Work(
-                (result, plan),
-                plan.artifact_dir,
-                result.target.flavor,
-                (plan.image.reference, plan.base_image.reference),
-            )
-            for result, plan in waiting
-        ]
-        farm = build_on_engines(
-            work,
-            pool,
-            build,
-            per_engine=options.engine_jobs,
-            requirements=options.engine_require,
-            announce=announce,
-        )
-        _take_farm_report(farm, [result for result, _ in waiting])
+        with board.shown() if board is not None else nullcontext():
+            _build_side_by_side(waiting, pool, build, options, announce)
     write_release_json(release_dir, options, results)
     if release_dir.is_dir():
         update_release_index(release_dir, signer)
     return results
+
+
+def _build_side_by_side(
+    waiting: Sequence[tuple[TargetResult, BuildPlan]],
+    pool: Sequence[Engine],
+    build: Build[tuple[TargetResult, BuildPlan]],
+    options: Options,
+    announce: Callable[[str], None],
+) -> None:
+    """Build the targets over the engines (release/farm.py); record where each went."""
+    work = [
+        Work(
+            (result, plan),
+            plan.artifact_dir,
+            result.target.flavor,
+            (plan.image.reference, plan.base_image.reference),
+        )
+        for result, plan in waiting
+    ]
+    farm = build_on_engines(
+        work,
+        pool,
+        build,
+        per_engine=options.engine_jobs,
+        requirements=options.engine_require,
+        announce=announce,
+    )
+    _take_farm_report(farm, [result for result, _ in waiting])
 
 
 def _take_farm_report(farm: FarmReport, results: Sequence[TargetResult]) -> None:

@@ -21,7 +21,7 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import BuildManifest
 from orchestrator.model.release_summary import TargetSummary, bolt_summary
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.progress import Reporter, marks_for
+from orchestrator.progress.reporter import LiveLine, Reporter, marks_for
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 
@@ -127,6 +127,7 @@ def build_target(
     retrain: bool,
     bench_runs: int,
     prefix: str = "",
+    live: LiveLine | None = None,
 ) -> str | None:
     """Build one target on `engine` and fill `result`; the failure line to announce when
     it failed (result.exception holds the error), None when it was built."""
@@ -136,6 +137,7 @@ def build_target(
         console,
         target.options.cache_dir / "runs" / engine.session / plan.artifact_dir,
         prefix=prefix,
+        live=live,
     )
     try:
         outcome = run_build(target.options, plan, engine, reporter, signer=signer, retrain=retrain)

@@ -24,7 +24,7 @@ from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.vault import VaultError
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.plan.images import ImagePlan
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import LABEL_INPUT_HASH, Engine
 
 LABEL_ROOTFS_SHA = "org.orchestrator.rootfs-sha256"

@@ -186,6 +186,13 @@ def test_the_workspace_release_reproduces_bit_for_bit(
     assert "the artifact is bit-identical" in run.output
     # The symlink came along as a symlink: the source tree hashed the same.
     assert (tmp_path / "rebuild" / "src" / "HomebrewFormula").is_symlink()
+    # The gate's pick is pinned by the lock: the rebuild ships it without counting again.
+    [locked] = json.loads((workspace_release.directory / "release.lock").read_text())["targets"]
+    shipped = json.loads((workspace_release.artifact / "build.json").read_text())["gate"]
+    assert locked["resolved"]["gate"] == {"shipped": shipped["shipped"], "policy": "best"}
+    rebuilt = json.loads(next((tmp_path / "rebuild").rglob(f"{ARTIFACT}/build.json")).read_text())
+    assert rebuilt["gate"]["shipped"] == shipped["shipped"]
+    assert "pinned by the lock" in rebuilt["gate"]["skipped"] and not rebuilt["gate"]["variants"]
 
 
 def test_the_speed_gate_ships_the_release_profile_when_no_optimization_pays(

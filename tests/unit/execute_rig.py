@@ -19,7 +19,7 @@ from orchestrator.config.options import Options, resolve
 from orchestrator.execute.pipeline import Pipeline
 from orchestrator.host.source import CRATES_IO
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.progress import Reporter, StepLog
+from orchestrator.progress.reporter import Reporter, StepLog
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import Signer
 

@@ -16,7 +16,7 @@ from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.publish import _manifest
 from orchestrator.model.records import BuildManifest, FileDigest
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.progress import Reporter
+from orchestrator.progress.reporter import Reporter
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.sbom import Crate, DebPackage
 

@@ -30,7 +30,7 @@ from orchestrator.config.toolchains import available_toolchains
 from orchestrator.execute import bench as bench_module
 from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.publish import update_release_index
-from orchestrator.progress import Reporter
+from orchestrator.progress.reporter import Reporter
 from orchestrator.runtime import doctor
 from orchestrator.runtime.doctor import Check
 from orchestrator.runtime.engine import Engine

@@ -19,7 +19,7 @@ from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import FLAVORS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.steps import StepName
-from orchestrator.progress import Reporter, StepLog
+from orchestrator.progress.reporter import Reporter, StepLog
 
 from .conftest import plan_for
 

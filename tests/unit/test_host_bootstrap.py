@@ -33,7 +33,7 @@ from orchestrator.host.bootstrap import (
     recipe_file,
     rootfs_recipe,
 )
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 
 FAKE_MMDEBSTRAP = """\
 import json, os, sys

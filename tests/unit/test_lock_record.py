@@ -119,6 +119,7 @@ def test_dumps_keeps_the_on_disk_layout_byte_for_byte(plan: BuildPlan, raw: dict
         "gpu_compiler",
         "profiles",
         "bolt",
+        "gate",
     }
 
 

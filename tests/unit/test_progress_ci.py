@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.progress import (
+from orchestrator.progress.reporter import (
     ASCII_MARKS,
     UNICODE_MARKS,
     Reporter,

@@ -14,7 +14,7 @@ from orchestrator.errors import ImageBuildError
 from orchestrator.host.bootstrap import MANIFEST, PackageFile, PackageSet
 from orchestrator.host.vault import VaultError
 from orchestrator.plan.images import ImagePlan, base_image_plan
-from orchestrator.progress import StepLog
+from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime import images
 from orchestrator.runtime.engine import LABEL_INPUT_HASH, OutputSink
 from orchestrator.runtime.images import (

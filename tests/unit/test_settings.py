@@ -23,6 +23,7 @@ from tests.unit.conftest import write_config
 # Options fields that are not settings of orchestrator.toml.
 NOT_SETTINGS = {"config_path", "project_dir", "package_name", "flavor_settings", "sources"}
 NOT_SETTINGS |= {"offline", "crate_cargo"}  # crate_cargo: read from the crate's .cargo/
+NOT_SETTINGS |= {"gate_pinned"}  # reproduce: the lock's gate pick, never configured
 
 
 def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:

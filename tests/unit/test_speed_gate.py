@@ -17,6 +17,7 @@ from orchestrator.execute import gate as gate_step
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.model.callgrind import Counts, cycles_ratio, geometric_mean, parse_totals
 from orchestrator.model.gate import decide, gain
+from orchestrator.model.lockfile import LockDriftError
 
 from .conftest import plan_for, write_config
 from .execute_rig import Rig, make_options, make_rig
@@ -268,3 +269,26 @@ def test_without_pgo_a_failed_bolt_leaves_the_relocated_build_as_a_candidate(
     gate_step.speed_gate(rig.pipeline, rig.log)
     assert state.gate is not None and state.gate.shipped == "release"
     assert state.shipped == f"{BIN_DIR}/release/demo"
+
+
+def test_a_gate_pinned_by_the_lock_ships_that_variant_without_counting(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    # The counts would pick pgo-bolt; the lock says the release shipped pgo.
+    cycles = {"baseline": 1000, "release": 900, "pgo": 800, "pgo-bolt": 700}
+    rig = _gate_rig(project, stack, tmp_path, cycles, gate_pinned="pgo")
+    assert rig.pipeline.plan.gate is not None and rig.pipeline.plan.gate.pinned == "pgo"
+    gate_step.speed_gate(rig.pipeline, rig.log)
+    state = rig.pipeline.state
+    assert state.shipped == f"{BIN_DIR}/optimized/demo"
+    assert state.gate is not None and state.gate.shipped == "pgo"
+    assert state.gate.variants == {} and "pinned by the lock" in (state.gate.skipped or "")
+    assert not [argv for argv in rig.box.argvs if "--tool=callgrind" in " ".join(argv)]
+
+
+def test_a_pinned_variant_this_build_cannot_make_is_lock_drift(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _gate_rig(project, stack, tmp_path, {}, gate_pinned="bolt")
+    with pytest.raises(LockDriftError, match="shipped bolt, but this build made only release"):
+        gate_step.speed_gate(rig.pipeline, rig.log)

@@ -1,6 +1,7 @@
 """Progress for people and logs for later: one line per step start/end, full output in files.
 
-On a terminal a rich spinner shows the running step and its latest output line. In CI
+On a terminal a rich spinner shows the running step and its latest output line; when
+targets build side by side, their live lines (board.py) show it instead. In CI
 (stdout not a terminal, or CI / GITHUB_ACTIONS set) plain lines are printed, a long step
 prints a heartbeat line every minute, and on GitHub Actions each step's log is echoed
 inside a folded `::group::`. Every external command is written to the step's log as
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from rich.console import Console
 from rich.status import Status
@@ -100,6 +101,14 @@ class Heartbeat:
             self._thread.join()
 
 
+class LiveLine(Protocol):
+    """A line kept on screen that shows the running step and its latest output."""
+
+    def step(self, name: str) -> None: ...
+
+    def output(self, line: str) -> None: ...
+
+
 @dataclass
 class StepResult:
     name: str
@@ -122,12 +131,18 @@ class StepLog:
     """The sink a running step writes to: its log file, and the live status line."""
 
     def __init__(
-        self, handle: IO[str], status: Status | None, echo: Console | None, name: str
+        self,
+        handle: IO[str],
+        status: Status | None,
+        echo: Console | None,
+        name: str,
+        live: LiveLine | None = None,
     ) -> None:
         self._handle = handle
         self._status_prefix = Text(f"{name}: ")
         self._status = status
         self._echo = echo
+        self._live = live
         self.cached = False
         self.detail = ""
         self.tail: list[str] = []
@@ -144,6 +159,8 @@ class StepLog:
             self._echo.print(Text(text), soft_wrap=True, highlight=False)
         elif self._status is not None and text.strip():
             self._status.update(self._status_prefix + Text(text.strip()[:100], style="dim"))
+        elif self._live is not None:
+            self._live.output(text)
 
     def mark_cached(self, detail: str) -> None:
         self.cached = True
@@ -161,15 +178,19 @@ class Reporter:
         env: Mapping[str, str] | None = None,
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         prefix: str = "",
+        live: LiveLine | None = None,
     ) -> None:
         self.console = console
         # Targets built side by side share the console: each line says whose it is, and
-        # no spinner runs (one live display at a time); a heartbeat says what still runs.
+        # no spinner runs (one live display at a time). On a terminal their live lines
+        # show the running step; elsewhere a heartbeat says what still runs.
         self.prefix = prefix
         self.log_dir = log_dir
         self.verbose = verbose
         self.results: list[StepResult] = []
-        self.ci = in_ci(console, env) or bool(prefix)
+        self.ci = in_ci(console, env)
+        self.live = None if self.ci or verbose else live
+        self.spinner = not self.ci and not verbose and not prefix
         self.github = on_github_actions(env)
         self.marks = marks_for(console, env)
         self.heartbeat_seconds = heartbeat_seconds
@@ -179,10 +200,6 @@ class Reporter:
         if self.prefix:
             text = Text.assemble((f"[{self.prefix}] ", "dim"), text)
         self.console.print(text, **options)
-
-    @property
-    def interactive(self) -> bool:
-        return not self.ci
 
     @property
     def echoes(self) -> bool:
@@ -210,22 +227,26 @@ class Reporter:
         index = len(self.results) + 1
         log_path = self.log_dir / f"{index:02d}-{name}.log"
         started = time.monotonic()
-        self._print(
-            Text.assemble((f"{self.marks.start} {name}", "bold"), f": {title}"),
-            highlight=False,
-            soft_wrap=True,
-        )
+        if self.live is not None:  # its live line shows the step while it runs
+            self.live.step(name)
+        else:
+            self._print(
+                Text.assemble((f"{self.marks.start} {name}", "bold"), f": {title}"),
+                highlight=False,
+                soft_wrap=True,
+            )
         with log_path.open("w") as handle:
             status: Status | None = None
-            if self.interactive and not self.verbose:
+            if self.spinner:
                 spinner = "dots" if self.marks is UNICODE_MARKS else "line"
                 status = self.console.status(Text(f"{name}: {title}"), spinner=spinner)
                 status.start()
             if self.github:  # GitHub folds what follows until ::endgroup::
                 self._print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
-            sink = StepLog(handle, status, self.console if self.echoes else None, name)
+            echo = self.console if self.echoes else None
+            sink = StepLog(handle, status, echo, name, self.live)
             heartbeat: Heartbeat | None = None
-            if self.ci:
+            if self.ci or (self.prefix and self.live is None):
                 heartbeat = Heartbeat(
                     self.heartbeat_seconds,
                     lambda: self._heartbeat(name, started, sink),
