@@ -41,8 +41,8 @@ release: host-deps $(STAMP)
 	$(BIN)/orchestrator release --config examples/minilang/orchestrator.toml
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator tests
-	$(BIN)/ruff format --check orchestrator tests
+	$(BIN)/ruff check orchestrator tests bench
+	$(BIN)/ruff format --check orchestrator tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m orchestrator.tools.layers
 	$(BIN)/orchestrator render --check

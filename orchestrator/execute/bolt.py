@@ -28,6 +28,7 @@ from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
 PERF_FREQUENCY = "10000"  # samples/s: the default 4000 leaves BOLT asking for more
+DEBUG_FLAG = "-update-debug-sections"  # rewrite DWARF for the new layout instead of dropping it
 
 
 def _bolt(pipeline: Pipeline) -> BoltPlan:
@@ -127,6 +128,9 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     main = pipeline.plan.binary
     output = variant_binary("bolt", main)
     run(pipeline.box, ["mkdir", "-p", str(PurePosixPath(output).parent)], log, "bolt-optimize")
+    # Debug info the crate asked for must describe the rewritten code, not the old layout.
+    asked_for_debug_info = _has_debug_info(pipeline, state.unbolted, log)
+    keep_debug = [DEBUG_FLAG] if asked_for_debug_info and DEBUG_FLAG not in bolt.flags else []
     text = run(
         pipeline.box,
         [
@@ -134,6 +138,7 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
             state.unbolted,
             f"-data={_profile_path(bolt)}",
             *bolt.flags,
+            *keep_debug,
             "-o",
             output,
         ],
@@ -143,6 +148,7 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     coverage = parse_report(text)
     report["coverage"] = coverage.as_dict()
+    report["debug_info"] = _debug_info_verdict(pipeline, asked_for_debug_info, output, log)
     _check_growth(pipeline, state.unbolted, output, report, log)
     validate_binaries(
         pipeline, {main: output}, log, what="the BOLT-optimized binary", label="bolted"
@@ -153,6 +159,37 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     report["applied"] = True
     state.shipped = state.bolted = output
+
+
+def _has_debug_info(pipeline: Pipeline, binary: str, log: StepLog) -> bool:
+    """Whether `binary` carries DWARF (.debug_info), as the crate's profile asked."""
+    sections = run(
+        pipeline.box,
+        ["readelf", "--section-headers", "--wide", binary],
+        log,
+        "bolt-optimize",
+        keep_output=True,
+    )
+    return any(field == ".debug_info" for line in sections.splitlines() for field in line.split())
+
+
+def _debug_info_verdict(
+    pipeline: Pipeline, asked: bool, output: str, log: StepLog
+) -> dict[str, object]:
+    """What became of the debug info: kept (rewritten for the new layout), none asked for,
+    or dropped, which is said loudly: a crash report would then name no function."""
+    if not asked:
+        return {"asked": False, "kept": False, "note": "the binary BOLT read had none"}
+    if _has_debug_info(pipeline, output, log):
+        return {"asked": True, "kept": True, "note": f"rewritten by llvm-bolt {DEBUG_FLAG}"}
+    note = "llvm-bolt dropped the debug info the crate's profile asked for"
+    loud = (
+        f"{note.upper()}: the BOLT binary has no .debug_info, the binary it rewrote had. "
+        "Set bolt.enabled = false to keep it, or accept symbols only."
+    )
+    log.line(f"warning: {loud}")
+    pipeline.reporter.warn(loud)
+    return {"asked": True, "kept": False, "note": note}
 
 
 def _check_growth(

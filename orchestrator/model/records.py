@@ -165,6 +165,7 @@ class BoltInfo(Record):
     fallback_reason: str | None = None
     size: JsonDict | None = None  # bytes before and after BOLT, and their ratio
     sample_gate: JsonDict | None = None  # a sampled profile's count and the threshold
+    debug_info: JsonDict | None = None  # asked for (its input had DWARF), kept, why
 
 
 class GateInfo(Record):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from orchestrator.config.options import resolve
 from tests.integration.conftest import ARTIFACT, REPO, Release, managed_containers, orchestrator
@@ -217,12 +218,25 @@ def test_callgrind_counts_of_every_variant_repeat_on_a_second_run(release: Relea
 def test_mixed_language_crate_builds_with_pgo_and_bolt(
     release: Release, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
-    """C compiled by a build script (cc crate) must not pick up rustc's profile flags."""
-    config = REPO / "tests" / "fixtures" / "mixed-language" / "orchestrator.toml"
-    run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(tmp_path)])
+    """C compiled by a build script (cc crate) must not pick up rustc's profile flags. The
+    crate asks for debug info: BOLT rewrites it for the new layout instead of dropping it."""
+    crate = tmp_path / "mixed-language"
+    shutil.copytree(REPO / "tests" / "fixtures" / "mixed-language", crate)
+    with (crate / "Cargo.toml").open("a") as cargo_toml:
+        cargo_toml.write('\n[profile.release]\ndebug = "limited"\n')
+    config = crate / "orchestrator.toml"
+    artifacts = tmp_path / "artifacts"
+    run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(artifacts)])
     assert run.returncode == 0, run.output
-    directory = tmp_path / "mixed-language-0.1.0" / "mixed-language-0.1.0-linux-x86_64-cpu"
+    directory = artifacts / "mixed-language-0.1.0" / "mixed-language-0.1.0-linux-x86_64-cpu"
     manifest = json.loads((directory / "build.json").read_text())
+    assert manifest["bolt"]["applied"] is True, manifest["bolt"]
+    assert manifest["bolt"]["debug_info"]["asked"] is True
+    assert manifest["bolt"]["debug_info"]["kept"] is True, manifest["bolt"]["debug_info"]
+    assert "-update-debug-sections" in _bolt_command(directory)
+    with (directory / "mixed-language").open("rb") as shipped_binary:
+        sections = {section.name for section in ELFFile(shipped_binary).iter_sections()}
+    assert {".debug_info", ".debug_line"} <= sections
     assert manifest["flags"]["environment"]["CC"] == "gcc"
     assert manifest["pgo"]["profile"]["functions"] > 0
     assert manifest["validation"]["identical"] is True
@@ -236,3 +250,9 @@ def test_mixed_language_crate_builds_with_pgo_and_bolt(
     assert ("pgo" in optimizations) == shipped.startswith("pgo")
     assert ("bolt" in optimizations) == shipped.endswith("bolt")
     assert managed_containers(docker_client) == []
+
+
+def _bolt_command(artifact: Path) -> str:
+    """The llvm-bolt command line of the build's bolt-optimize log (`+ argv` lines)."""
+    [log] = (artifact / "logs").glob("*-bolt-optimize.log")
+    return next(line for line in log.read_text().splitlines() if "-data=" in line)

@@ -191,6 +191,13 @@ def test_pgo_steps_in_a_plan_without_pgo_are_an_internal_error(
 
 
 # -- BOLT --------------------------------------------------------------------------------
+READELF = "readelf --section-headers --wide"
+DEBUG_SECTIONS = [
+    "  [28] .debug_info       PROGBITS        0000000000000000 0f1a2c 02b3f1 00      0   0  1",
+    "  [29] .debug_line       PROGBITS        0000000000000000 11d01d 00a001 00      0   0  1",
+]
+
+
 def _bolt_rig(
     project: Path,
     stack: ExitStack,
@@ -203,6 +210,9 @@ def _bolt_rig(
     capabilities = changes.pop("perf", PerfCapabilities(lbr=False, sampling=False, grant="none"))
     sizes = changes.pop("sizes", ["1000000", "1100000"])  # `stat -c %s` before, after BOLT
     assert isinstance(sizes, list)
+    # `readelf --section-headers` of the binary BOLT reads and of what it writes
+    sections = changes.pop("sections", ([], []))
+    assert isinstance(sections, tuple)
 
     def access(engine: object, image: str, *, allowed: bool, **_cache: object) -> PerfAccess:
         probes.append(image)
@@ -212,6 +222,8 @@ def _bolt_rig(
     monkeypatch.setattr(pipeline_module, "find_perf_access", access)
     engine = FakeEngine(
         responder=answers(
+            (f"{READELF} {BIN_DIR}/optimized", 0, sections[0]),
+            (f"{READELF} {BIN_DIR}/bolt/demo", 0, sections[1]),
             ("sha256sum", 0, [f"{BINARY_SHA}  {BIN_DIR}/optimized"]),
             ("-o /build/out/bin/bolt/demo", 0, ["BOLT-INFO: first line", BOLT_INFO]),
             ("stat -c %s", 0, sizes),
@@ -438,6 +450,7 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
     bolted = f"{BIN_DIR}/bolt/demo"
     assert rig.box.argvs == [
         ("mkdir", "-p", f"{BIN_DIR}/bolt"),
+        (*READELF.split(), f"{BIN_DIR}/optimized"),
         (
             plan.bolt.tools["llvm_bolt"],
             f"{BIN_DIR}/optimized",
@@ -472,6 +485,36 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
         "percent": 95.0,
     }
     assert rig.log.detail == "950/1000 functions with profile (95.0%)"
+    assert state.bolt_report["debug_info"] == {  # none to keep: none asked
+        "asked": False,
+        "kept": False,
+        "note": "the binary BOLT read had none",
+    }
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_debug_info_the_crate_asked_for_is_rewritten_or_its_loss_said_loudly(
+    project: Path, stack: ExitStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    after = DEBUG_SECTIONS if kept else []
+    rig, _ = _bolt_rig(project, stack, tmp_path, monkeypatch, sections=(DEBUG_SECTIONS, after))
+    state = rig.pipeline.state
+    state.unbolted, state.bolt_report = f"{BIN_DIR}/optimized", {"policy": "fallback"}
+    bolt.optimize(rig.pipeline, rig.log)
+    [bolt_argv] = [argv for argv in rig.box.argvs if "-data=/build/out/bolt/profile.fdata" in argv]
+    assert bolt_argv[-3:] == ("-update-debug-sections", "-o", f"{BIN_DIR}/bolt/demo")
+    assert (f"{READELF} {BIN_DIR}/bolt/demo").split() == list(
+        next(
+            argv
+            for argv in rig.box.argvs
+            if argv[-1] == f"{BIN_DIR}/bolt/demo" and "readelf" in argv
+        )
+    )
+    verdict = state.bolt_report["debug_info"]
+    assert isinstance(verdict, dict)
+    assert verdict["asked"] is True and verdict["kept"] is kept
+    loud = "LLVM-BOLT DROPPED THE DEBUG INFO THE CRATE'S PROFILE ASKED FOR"
+    assert (loud in rig.text) is not kept
 
 
 def test_a_bolted_binary_past_max_growth_is_a_bolt_failure(

@@ -1,0 +1,88 @@
+"""One engine against two: the engines tests' three-target release (the mixed-language
+crate at three CPU levels), timed on the host's engine alone and over the host's engine
+plus a second dockerd started on this machine (tests/integration/second_engine.py).
+
+    .venv/bin/python bench/engines.py [--rounds 3]
+
+Rounds alternate one engine, two engines, so both see the same machine load. Every round
+rebuilds every target (--force). The second engine starts empty: its first round also
+imports the base rootfs and builds the toolchain image there, and is reported apart.
+Prints wall seconds per round, the medians and their ratio, and which engine built what.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.integration.second_engine import second_engine  # noqa: E402
+from tests.integration.test_engines import CONFIG, CONTEXT, FIXTURE, RELEASE  # noqa: E402
+
+
+def timed_release(project: Path, artifacts: Path, engines: str) -> tuple[float, dict[str, str]]:
+    """Wall seconds of one forced release on `engines`, and which engine built each target."""
+    argv = [
+        str(REPO / ".venv" / "bin" / "orchestrator"),
+        "release",
+        "--config",
+        str(project / "orchestrator.toml"),
+        "--artifacts-dir",
+        str(artifacts),
+        "--bench-runs",
+        "0",
+        "--allow-dirty",
+        "--force",
+        "--engines",
+        engines,
+    ]
+    started = time.monotonic()
+    run = subprocess.run(argv, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if run.returncode != 0:
+        sys.exit(f"release on {engines} failed ({run.returncode}):\n{run.stdout}{run.stderr}")
+    summary = json.loads((artifacts / RELEASE / "release.json").read_text())
+    return seconds, {entry["artifact"]: entry["engine"] for entry in summary["artifacts"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (3)")
+    rounds = parser.parse_args().rounds
+    with tempfile.TemporaryDirectory(prefix="orch-bench-engines-") as scratch:
+        project = Path(scratch) / "mixed-language"
+        shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
+        (project / "orchestrator.toml").write_text(CONFIG)
+        one: list[float] = []
+        two: list[float] = []
+        with second_engine(CONTEXT):
+            print("warming the host engine's images (not timed) ...", flush=True)
+            timed_release(project, Path(scratch) / "one", "default")
+            first, where = timed_release(project, Path(scratch) / "two", f"default,{CONTEXT}")
+            print(f"two engines, second engine cold: {first:.1f} s  {where}", flush=True)
+            for index in range(1, rounds + 1):
+                seconds, _ = timed_release(project, Path(scratch) / "one", "default")
+                one.append(seconds)
+                print(f"round {index}: one engine {seconds:.1f} s", flush=True)
+                seconds, where = timed_release(project, Path(scratch) / "two", f"default,{CONTEXT}")
+                two.append(seconds)
+                print(f"round {index}: two engines {seconds:.1f} s  {where}", flush=True)
+    median_one, median_two = statistics.median(one), statistics.median(two)
+    print(
+        f"median of {rounds}: one engine {median_one:.1f} s, two engines {median_two:.1f} s, "
+        f"two/one = {median_two / median_one:.2f} (range one {min(one):.1f}-{max(one):.1f}, "
+        f"two {min(two):.1f}-{max(two):.1f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
