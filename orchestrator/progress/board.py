@@ -1,10 +1,11 @@
 """One live line per target while targets build side by side on a terminal.
 
-The lines sit below everything printed and are redrawn in place, each with the target,
-the engine building it, its current step and how long that step and the target have run,
-and the step's latest output. Finished steps still print a line above them, so the
-scrollback keeps the whole story. In CI there is no board: each reporter prints prefixed
-step lines and a heartbeat instead (reporter.py).
+The lines sit below everything printed and are redrawn in place, each with the target (the
+part of its name that tells it apart: `linux-x86_64-cpu-v3`), the engine building it, its
+current step, how long that step and the target have run, and the step's latest output.
+Finished steps still print a line above them, so the scrollback keeps the whole story. In
+CI there is no board: each reporter prints prefixed step lines and a heartbeat instead
+(reporter.py).
 """
 
 from __future__ import annotations
@@ -102,18 +103,22 @@ class TargetBoard:
         with self._lock:
             rows = [TargetRow(**vars(row)) for row in self._rows.values()]
         now = self._clock()
-        name_width = max((len(row.artifact) for row in rows), default=0)
+        shared = _shared_prefix([row.artifact for row in rows])
+        name_width = max((len(row.artifact) - len(shared) for row in rows), default=0)
         engine_width = max((len(row.engine) for row in rows), default=0)
-        return [self._line(row, now, name_width, engine_width) for row in rows]
+        return [self._line(row, now, shared, name_width, engine_width) for row in rows]
 
-    def _line(self, row: TargetRow, now: float, name_width: int, engine_width: int) -> str:
+    def _line(
+        self, row: TargetRow, now: float, shared: str, name_width: int, engine_width: int
+    ) -> str:
         mark = {
             "waiting": " ",
             "building": self.marks.start,
             "built": self.marks.ok,
             "failed": self.marks.failed,
         }[row.state]
-        head = f"{mark} {row.artifact:<{name_width}}  {row.engine or '-':<{engine_width}}  "
+        name = row.artifact.removeprefix(shared)
+        head = f"{mark} {name:<{name_width}}  {row.engine or '-':<{engine_width}}  "
         if row.state == "waiting" or row.started is None:
             return head + "waiting for an engine"
         total = duration_text((row.finished or now) - row.started)
@@ -130,6 +135,19 @@ class TargetBoard:
 
     def render(self) -> Text:
         return Text("\n".join(self.lines()), no_wrap=True, overflow="ellipsis")
+
+
+def _shared_prefix(artifacts: Sequence[str]) -> str:
+    """What every artifact name starts with, up to a dash (`tinyllm-0.1.0-linux-`): the
+    lines show the rest, which tells them apart. Nothing for a single target."""
+    if len(artifacts) < 2:
+        return ""
+    first = artifacts[0]
+    length = min(len(name) for name in artifacts)
+    while length and any(not name.startswith(first[:length]) for name in artifacts):
+        length -= 1
+    common = first[:length]
+    return common[: common.rfind("-") + 1]
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ def build_on_engines(
         while (job := schedule.take(engine.name)) is not None:
             unit = by_index[job.index]
             announce(f"→ {job.artifact} on {engine.name}")
-            try:
-                failed = build(unit.item, engine, f"{job.artifact}@{engine.name}")
+            try:  # a session of its own: other builds may run on this engine meanwhile
+                failed = build(unit.item, engine.twin(), f"{job.artifact}@{engine.name}")
             except Exception as error:  # the SDK's own errors when an engine vanishes
                 if engine.alive():  # not the engine: a bug, raised once all are back
                     crashes.append(error)

@@ -126,6 +126,14 @@ class Engine:
         self._client = client
         self.name = name  # the Docker context it was reached by ("current": DOCKER_HOST)
         self.session = uuid.uuid4().hex[:12]
+        self._twins: list[str] = []  # the sessions of its twins (builds beside this one)
+
+    def twin(self) -> Engine:
+        """The same Engine under a session of its own, for one of several builds running
+        on it at once: volumes, staging folders and crate downloads are named by session."""
+        twin = Engine(self._client, name=self.name)
+        self._twins.append(twin.session)
+        return twin
 
     @classmethod
     def connect(
@@ -162,10 +170,12 @@ class Engine:
         )
 
     def remove_session_containers(self) -> int:
-        """Stop and remove this run's own containers (an interrupted parallel release)."""
+        """Stop and remove this run's own containers and its twins' (an interrupted
+        parallel release)."""
         removed = 0
+        sessions = {self.session, *self._twins}
         for sdk in self.managed_containers():
-            if sdk.labels.get(LABEL_SESSION) == self.session:
+            if sdk.labels.get(LABEL_SESSION) in sessions:
                 self._force_remove(sdk)
                 removed += 1
         return removed

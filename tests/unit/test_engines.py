@@ -7,13 +7,14 @@ import threading
 from pathlib import Path
 from typing import Any, cast
 
+import docker
 import pytest
 
 from orchestrator.config.options import resolve
 from orchestrator.errors import ConfigError
 from orchestrator.release.farm import Work, build_on_engines
 from orchestrator.release.schedule import Job, Needs, Schedule, needs_by_flavor
-from orchestrator.runtime.api import EngineFacts
+from orchestrator.runtime.api import LABEL_SESSION, EngineFacts
 from orchestrator.runtime.engine import Engine
 
 CPU = ("orchestrator/cpu:1", "orchestrator/base:1")
@@ -105,6 +106,9 @@ class FakeFarmEngine:
         self.removed += 1
         return 0
 
+    def twin(self) -> FakeFarmEngine:  # what each build gets; sessions: test_twins_...
+        return self
+
 
 def test_targets_of_an_engine_that_dies_finish_on_the_other_and_the_report_says_so() -> None:
     host, second = FakeFarmEngine("host"), FakeFarmEngine("second", dies=True)
@@ -174,3 +178,41 @@ def test_engines_require_must_name_flavor_key_and_value(tmp_path: Path) -> None:
     config.write_text('[package]\ncrate = "crate"\n[engines]\njobs = 0\n')
     with pytest.raises(ConfigError, match=r"engines\.jobs must be at least 1"):
         resolve(config, env={})
+
+
+class _Container:
+    def __init__(self, session: str) -> None:
+        self.labels = {LABEL_SESSION: session}
+        self.removed = False
+
+    def remove(self, *, force: bool) -> None:
+        self.removed = force
+
+
+class _Containers:
+    def __init__(self, containers: list[_Container]) -> None:
+        self.containers = containers
+
+    def list(self, **_filters: object) -> list[_Container]:
+        return self.containers
+
+
+class _Client:
+    def __init__(self, containers: list[_Container]) -> None:
+        self.containers = _Containers(containers)
+
+
+def test_twins_of_an_engine_have_sessions_of_their_own_and_are_cleaned_up_with_it() -> None:
+    """Two builds side by side on one engine (engines.jobs 2) must not share the session
+    that names their volumes, staging folders and crate downloads; Ctrl-C removes both."""
+    engine = Engine(cast(docker.DockerClient, _Client([])), name="host")
+    first, second = engine.twin(), engine.twin()
+    assert len({engine.session, first.session, second.session}) == 3
+    assert first.name == second.name == "host"
+    containers = [_Container(""), _Container(""), _Container("another run")]
+    engine = Engine(cast(docker.DockerClient, _Client(containers)), name="host")
+    mine = [engine.twin(), engine.twin()]
+    containers[0].labels[LABEL_SESSION] = mine[0].session
+    containers[1].labels[LABEL_SESSION] = mine[1].session
+    assert engine.remove_session_containers() == 2
+    assert [c.removed for c in containers] == [True, True, False]
