@@ -186,3 +186,33 @@ def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(
     # nothing lost, nothing different: the bytes of the release spread over both engines
     assert binaries(artifacts) == binaries(spread)
     assert managed_containers(docker_client) == []
+
+
+def test_several_builds_side_by_side_on_one_engine_give_the_same_bytes(
+    project: Path, spread: Path, docker_client: docker.DockerClient
+) -> None:
+    """engines.jobs 3 on the host's engine alone: the three builds run at once in one
+    process (each with a session of its own: staging, volumes, crate downloads) and give
+    the bytes of the release spread over two engines."""
+    artifacts = project.parent / "side-by-side"
+    run = orchestrator(
+        [
+            "release",
+            "--config",
+            str(project / "orchestrator.toml"),
+            "--artifacts-dir",
+            str(artifacts),
+            "--bench-runs",
+            "0",
+            "--allow-dirty",
+            "--engines",
+            "default",
+        ],
+        env={"ORCHESTRATOR_ENGINES_JOBS": "3"},
+    )
+    assert run.returncode == 0, run.output
+    assert "at most 3 at a time" in run.output
+    assert {entry["engine"] for entry in summary(artifacts).values()} == {"default"}
+    assert binaries(artifacts) == binaries(spread)
+    assert managed_containers(docker_client) == []
+    assert not (project.parent / ".side-by-side.staging").exists()
