@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
+from contextlib import suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -318,3 +319,5 @@ def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
         return [release_dir / path.name for path in written]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        with suppress(OSError):  # another build is staging too
+            root.rmdir()
