@@ -13,10 +13,10 @@ Prints wall seconds per round, the medians and their ratio, and which engine bui
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
+import io
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,32 +26,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.integration.second_engine import second_engine  # noqa: E402
-from tests.integration.test_engines import CONFIG, CONTEXT, FIXTURE, RELEASE  # noqa: E402
+from tests.integration.test_engines import CONFIG, CONTEXT, FIXTURE, release, summary  # noqa: E402
 
 
 def timed_release(project: Path, artifacts: Path, engines: str) -> tuple[float, dict[str, str]]:
     """Wall seconds of one forced release on `engines`, and which engine built each target."""
-    argv = [
-        str(REPO / ".venv" / "bin" / "orchestrator"),
-        "release",
-        "--config",
-        str(project / "orchestrator.toml"),
-        "--artifacts-dir",
-        str(artifacts),
-        "--bench-runs",
-        "0",
-        "--allow-dirty",
-        "--force",
-        "--engines",
-        engines,
-    ]
     started = time.monotonic()
-    run = subprocess.run(argv, capture_output=True, text=True, check=False)
+    with contextlib.redirect_stdout(io.StringIO()):  # the release's own output: on failure
+        run = release(project, artifacts, "--force", "--engines", engines)
     seconds = time.monotonic() - started
     if run.returncode != 0:
-        sys.exit(f"release on {engines} failed ({run.returncode}):\n{run.stdout}{run.stderr}")
-    summary = json.loads((artifacts / RELEASE / "release.json").read_text())
-    return seconds, {entry["artifact"]: entry["engine"] for entry in summary["artifacts"]}
+        sys.exit(f"release on {engines} failed ({run.returncode}):\n{run.output}")
+    return seconds, {name: entry["engine"] for name, entry in summary(artifacts).items()}
 
 
 def main() -> None:

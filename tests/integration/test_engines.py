@@ -82,9 +82,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return project
 
 
-def release(project: Path, artifacts: Path, *extra: str) -> Run:
+def release(project: Path, artifacts: Path, *extra: str, env: dict[str, str] | None = None) -> Run:
     config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
-    return orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty", *extra])
+    argv = ["release", *config, "--bench-runs", "0", "--allow-dirty", *extra]
+    return orchestrator(argv, env=env)
 
 
 def summary(artifacts: Path) -> dict[str, dict[str, Any]]:
@@ -195,20 +196,8 @@ def test_several_builds_side_by_side_on_one_engine_give_the_same_bytes(
     process (each with a session of its own: staging, volumes, crate downloads) and give
     the bytes of the release spread over two engines."""
     artifacts = project.parent / "side-by-side"
-    run = orchestrator(
-        [
-            "release",
-            "--config",
-            str(project / "orchestrator.toml"),
-            "--artifacts-dir",
-            str(artifacts),
-            "--bench-runs",
-            "0",
-            "--allow-dirty",
-            "--engines",
-            "default",
-        ],
-        env={"ORCHESTRATOR_ENGINES_JOBS": "3"},
+    run = release(
+        project, artifacts, "--engines", "default", env={"ORCHESTRATOR_ENGINES_JOBS": "3"}
     )
     assert run.returncode == 0, run.output
     assert "at most 3 at a time" in run.output
