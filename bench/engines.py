@@ -41,7 +41,9 @@ def timed_release(project: Path, artifacts: Path, engines: str) -> tuple[float, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (3)")
     rounds = parser.parse_args().rounds
     with tempfile.TemporaryDirectory(prefix="orch-bench-engines-") as scratch:
