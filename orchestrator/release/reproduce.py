@@ -329,18 +329,19 @@ def _reproduce_one(
     run: ReproduceRun, entry: LockedTarget, target: Target, plan: BuildPlan, result: Reproduced
 ) -> None:
     result.inputs_differing = differing_inputs(run.document, entry, plan)
+    options = target.options  # with what the release resolved on its machine
     locked_mode = entry.resolved.bolt.mode if entry.resolved.bolt else None
     if plan.bolt is not None and locked_mode and plan.bolt.mode != locked_mode:
         # `auto` picks a BOLT mode from what perf can do on this machine; the release's
         # choice is a resolved input, and its profile is keyed by it.
-        target = replace(target, options=replace(target.options, bolt_mode=locked_mode))
-        plan = prepare_plan(target.options, target.flavor)
-    locked_gate = entry.resolved.gate
-    if plan.gate is not None and locked_gate is not None:
+        options = replace(options, bolt_mode=locked_mode)
+    if plan.gate is not None and entry.resolved.gate is not None:
         # The gate's pick is a resolved input: counting again on another machine could
         # land on the other side of min_gain and ship different bytes.
-        target = replace(target, options=replace(target.options, gate_pinned=locked_gate.shipped))
-        plan = prepare_plan(target.options, target.flavor)
+        options = replace(options, gate_pinned=entry.resolved.gate.shipped)
+    if options is not target.options:  # planned once more, with both
+        target = replace(target, options=options)
+        plan = prepare_plan(options, target.flavor)
     seed_cache(run.document, plan, entry, run.cache, run.vault)
     if run.fresh_images:
         for reference in (plan.base_image.reference, plan.image.reference):
