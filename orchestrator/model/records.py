@@ -121,6 +121,16 @@ class EngineRecord(Record):
     architecture: str
     storage_driver: str
 
+    def described(self) -> str:
+        """`build-box (Docker 27.3.1, Debian GNU/Linux 12, kernel 6.1.0, overlay2)`."""
+        facts = [
+            f"Docker {self.version}" if self.version else "",
+            self.os,
+            f"kernel {self.kernel}" if self.kernel else "",
+            self.storage_driver,
+        ]
+        return f"{self.context} ({', '.join(fact for fact in facts if fact)})"
+
 
 class ImagesInfo(Record):
     base: ImageRecord

@@ -49,6 +49,7 @@ from orchestrator.plan.serialize import plan_inputs
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.pin import check_lock, record_release, vault_for
 from orchestrator.release.target import Target, targets
+from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
@@ -348,7 +349,9 @@ def _reproduce_one(
             if reference not in run.removed_images:
                 run.engine.remove_image(reference)
                 run.removed_images.add(reference)
-    run.announce(f"reproducing {result.artifact}")
+    here = engine_record(run.engine).described()
+    there = f"; the release built it on {entry.built_on.described()}" if entry.built_on else ""
+    run.announce(f"reproducing {result.artifact} on {here}{there}")
     reporter = Reporter(run.console, run.cache / "runs" / run.engine.session / result.artifact)
     started = time.monotonic()
     try:

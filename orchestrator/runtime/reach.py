@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import docker
 import docker.constants
@@ -15,6 +16,9 @@ import requests
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.runtime.contexts import EngineEndpoint
 
+if TYPE_CHECKING:  # the shapes requests-stubs gives Session.merge_environment_settings
+    from requests.sessions import _Cert, _Settings, _TextMapping, _Verify
+
 
 def open_client(endpoint: EngineEndpoint | None, *, timeout_s: int) -> docker.DockerClient:
     """A client whose Engine answered a ping within `timeout_s`, or DockerUnavailableError
@@ -24,7 +28,7 @@ def open_client(endpoint: EngineEndpoint | None, *, timeout_s: int) -> docker.Do
         if endpoint is None:
             client = docker.from_env(timeout=timeout_s)  # asks for the API version already
         else:
-            client = docker.DockerClient(
+            client = _ContextClient(
                 base_url=endpoint.host,
                 tls=_tls(endpoint),
                 timeout=timeout_s,
@@ -52,6 +56,33 @@ def _tls(endpoint: EngineEndpoint) -> docker.tls.TLSConfig | bool:
         ca_cert=None if endpoint.skip_tls_verify else str(directory / "ca.pem"),
         verify=not endpoint.skip_tls_verify,
     )
+
+
+class _ContextApi(docker.APIClient):
+    """requests lets REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE replace a session's own CA on every
+    request (docker/docker-py#2433), so an engine whose certificate the context's CA signed
+    fails to verify wherever a company bundle is set, though the Docker CLI reaches it. Each
+    request gets the session's CA; the environment still gives proxies."""
+
+    def merge_environment_settings(
+        self,
+        url: str | bytes | None,
+        proxies: _TextMapping | None,
+        stream: bool | None,
+        verify: _Verify | None,
+        cert: _Cert | None,
+    ) -> _Settings:
+        verify = self.verify if verify is None else verify
+        return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+
+class _ContextClient(docker.DockerClient):
+    def __init__(  # DockerClient's own only makes an APIClient
+        self, *, base_url: str, tls: docker.tls.TLSConfig | bool, timeout: int, use_ssh_client: bool
+    ) -> None:
+        self.api = _ContextApi(
+            base_url=base_url, tls=tls, timeout=timeout, use_ssh_client=use_ssh_client
+        )
 
 
 def _endpoint(env: Mapping[str, str]) -> str:

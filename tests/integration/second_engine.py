@@ -4,6 +4,10 @@ It gets its own everything: config file, data-root, exec-root, pid file, socket,
 own bridge with an unused private address. Never `--bridge none`: that dockerd deletes
 the host engine's docker0 at start-up. It is reached by its own Docker context, as a
 remote engine would be, and removed with everything it made at the end.
+
+It also listens on a loopback TCP port with mutual TLS (`--tlsverify`, certificates made
+here with openssl), named by a second context (`<context>-tls`) that carries the CA and
+client certificate: the way a build box on the network is reached.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -28,7 +33,8 @@ START_TIMEOUT_S = 90
 
 @dataclass
 class SecondEngine:
-    context: str
+    context: str  # its unix socket
+    tls_context: str  # its tcp:// port, mutual TLS
     root: Path
     process: subprocess.Popen[bytes]
 
@@ -48,6 +54,71 @@ class SecondEngine:
 
 def _ip(*args: str, check: bool = True) -> None:
     subprocess.run(["ip", *args], check=check, capture_output=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _make_certificates(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as Docker's
+    "Protect the Docker daemon socket" page lays them out."""
+    directory.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=orchestrator test CA",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+    )
+    for name, extension in (
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (directory / f"{name}.ext").write_text(extension)
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}-key.pem",
+            "-out",
+            f"{name}.csr",
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}-cert.pem",
+        )
 
 
 def _stop_everything_under(root: Path) -> None:
@@ -78,6 +149,9 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
     _ip("link", "add", BRIDGE, "type", "bridge")
     _ip("addr", "add", BRIDGE_ADDRESS, "dev", BRIDGE)
     _ip("link", "set", BRIDGE, "up")
+    tls = root / "tls"
+    _make_certificates(tls)
+    port = _free_port()
     log = (root / "dockerd.log").open("wb")
     process = subprocess.Popen(
         [
@@ -87,6 +161,11 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
             "--exec-root", str(root / "exec"),
             "--pidfile", str(root / "docker.pid"),
             "--host", f"unix://{root / 'docker.sock'}",
+            "--host", f"tcp://127.0.0.1:{port}",
+            "--tlsverify",
+            "--tlscacert", str(tls / "ca.pem"),
+            "--tlscert", str(tls / "server-cert.pem"),
+            "--tlskey", str(tls / "server-key.pem"),
             "--storage-driver", "fuse-overlayfs",
             "--bridge", BRIDGE,
             "--iptables=false",
@@ -95,18 +174,25 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
-    engine = SecondEngine(context, root, process)
+    engine = SecondEngine(context, f"{context}-tls", root, process)
+    endpoints = {
+        engine.context: f"host=unix://{engine.socket}",
+        engine.tls_context: f"host=tcp://127.0.0.1:{port},ca={tls / 'ca.pem'},"
+        f"cert={tls / 'client-cert.pem'},key={tls / 'client-key.pem'}",
+    }
     try:
         _wait_until_it_answers(engine)
-        subprocess.run(["docker", "context", "rm", "-f", context], check=False, capture_output=True)
-        subprocess.run(
-            ["docker", "context", "create", context, "--docker", f"host=unix://{engine.socket}"],
-            check=True,
-            capture_output=True,
-        )
+        for name, endpoint in endpoints.items():
+            _remove_context(name)
+            subprocess.run(
+                ["docker", "context", "create", name, "--docker", endpoint],
+                check=True,
+                capture_output=True,
+            )
         yield engine
     finally:
-        subprocess.run(["docker", "context", "rm", "-f", context], check=False, capture_output=True)
+        for name in endpoints:
+            _remove_context(name)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
@@ -118,6 +204,10 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
         _stop_everything_under(root)
         _ip("link", "del", BRIDGE, check=False)
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def _remove_context(name: str) -> None:
+    subprocess.run(["docker", "context", "rm", "-f", name], check=False, capture_output=True)
 
 
 def _wait_until_it_answers(engine: SecondEngine) -> None:

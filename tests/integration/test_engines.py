@@ -3,8 +3,9 @@ for these tests (second_engine.py), reached by its own Docker context.
 
 A three-target release (the mixed-language crate at three CPU levels) over both engines
 gives the same bytes as the same release where one engine built everything, `reproduce
---engine` on the second engine rebuilds a target the host built, bit for bit, and when the
-second engine dies mid-release its target finishes on the host and the summary says so.
+--engine` on the second engine (over tcp:// with mutual TLS) rebuilds a target the host
+built, bit for bit, and when the second engine dies mid-release its target finishes on the
+host and the summary says so.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import certifi
 import docker
 import pytest
 
@@ -131,16 +133,20 @@ def test_both_engines_build_and_every_record_says_which(spread: Path) -> None:
     assert recorded == {name: entry["engine"] for name, entry in entries.items()}
 
 
-def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path, project: Path) -> None:
-    """A target the host built, rebuilt from the lock on the second engine (the project is
-    outside git: its sources come from --source)."""
+def test_reproduce_on_the_other_engine_over_tls_gives_the_same_bytes(
+    spread: Path, project: Path, second: SecondEngine
+) -> None:
+    """A target the host built, rebuilt from the lock on the second engine, reached this
+    time over tcp:// with mutual TLS by its other context. REQUESTS_CA_BUNDLE is set as a
+    company machine sets it: the context's own CA must still be the one that verifies the
+    engine. (The project is outside git: its sources come from --source.)"""
     on_host = next(n for n, e in summary(spread).items() if e["engine"] == "default")
     run = orchestrator(
         [
             "reproduce",
             str(spread / RELEASE),
             "--engine",
-            CONTEXT,
+            second.tls_context,
             "--artifact",
             on_host,
             "--reuse-images",
@@ -148,10 +154,13 @@ def test_reproduce_on_the_other_engine_gives_the_same_bytes(spread: Path, projec
             str(project),
             "--workdir",
             str(spread.parent / "reproduced"),
-        ]
+        ],
+        env={"REQUESTS_CA_BUNDLE": certifi.where()},
     )
     assert run.returncode == 0, run.output
     assert "bit-identical" in run.output
+    assert f"on {second.tls_context} (Docker " in run.output  # where it rebuilt
+    assert "the release built it on default (Docker " in run.output
 
 
 def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(

@@ -15,7 +15,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.release.farm import Work, build_on_engines
 from orchestrator.release.schedule import Job, Needs, Schedule, needs_by_flavor
 from orchestrator.runtime.api import LABEL_SESSION, EngineFacts
+from orchestrator.runtime.contexts import EngineEndpoint
 from orchestrator.runtime.engine import Engine
+from orchestrator.runtime.reach import _ContextApi, _tls
 
 CPU = ("orchestrator/cpu:1", "orchestrator/base:1")
 ARM = ("orchestrator/aarch64:1", "orchestrator/base:1")
@@ -216,3 +218,21 @@ def test_twins_of_an_engine_have_sessions_of_their_own_and_are_cleaned_up_with_i
     containers[1].labels[LABEL_SESSION] = mine[1].session
     assert engine.remove_session_containers() == 2
     assert [c.removed for c in containers] == [True, True, False]
+
+
+def test_a_tls_context_keeps_its_own_ca_where_a_company_bundle_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests would verify every request with REQUESTS_CA_BUNDLE instead of the
+    context's ca.pem (docker/docker-py#2433): an engine the Docker CLI reaches would not
+    verify. The integration test reaches a real engine over mutual TLS with it set."""
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/company/bundle.pem")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    endpoint = EngineEndpoint("build-box", "tcp://127.0.0.1:2376", tls_dir=tmp_path)
+    api = _ContextApi(base_url=endpoint.host, tls=_tls(endpoint), version="1.41")
+    settings = api.merge_environment_settings("https://127.0.0.1:2376/_ping", {}, None, None, None)
+    assert settings["verify"] == str(tmp_path / "ca.pem")
+    assert settings["cert"] == (str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    assert settings["proxies"]["https"] == "http://proxy.example:3128"  # still from the env
