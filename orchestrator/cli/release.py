@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from orchestrator.model.reports import ReleaseRunReport
+    from orchestrator.model.reports import EngineFit, ReleaseRunReport
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.release.target import Target, TargetResult
     from orchestrator.runtime.engine import Engine
@@ -280,24 +280,27 @@ def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Targ
 
 
 def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool) -> None:
-    """`release --dry-run`: every target's plan and what is cached, as a table or JSON."""
+    """`release --dry-run`: every target's plan, what is cached and, with several engines,
+    which of them can build it; as a table or JSON."""
     from orchestrator.release.run import dry_run as plan_release
     from orchestrator.release.run import plan_report
-    from orchestrator.runtime.engine import Engine
 
-    try:
-        engine: Engine | None = Engine.connect()
-    except OrchestratorError:
-        engine = None  # the plan needs no Docker; cache hits then say "unknown"
-    planned = plan_release(options, chosen, engine)
+    engines, unreachable = _engines_that_answer(options.engine_contexts)
+    for name, why in unreachable.items():  # connect_engines refuses to start without it
+        err_console.print(
+            styled("warning:", "yellow bold", f" a release would fail: engine {name}: {why}")
+        )
+    planned = plan_release(options, chosen, engines, unreachable)
     if json_output:
-        emit_json(plan_report(options, planned, docker_reachable=engine is not None))
+        emit_json(plan_report(options, planned, docker_reachable=bool(engines)))
         return
+    several = len(options.engine_contexts) > 1
     table = Table(
         "target",
         "artifact",
         "image",
         "cached",
+        *(["engines"] if several else []),
         "steps",
         title="release plan (nothing is built)",
     )
@@ -307,12 +310,46 @@ def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool
             f"{item.target.flavor} {item.target.level}",
             item.plan.artifact_dir,
             item.plan.image.reference,
-            hits if engine or item.cached.artifact else f"{hits} (Docker not reachable)",
+            hits if engines or item.cached.artifact else f"{hits} (Docker not reachable)",
+            *([_engines_text(item.engines)] if several else []),
             f"none: {item.cached.artifact_reason}"
             if item.cached.artifact
             else " ".join(s.name for s in item.plan.steps),
         )
     console.print(table)
+    if several:
+        console.print(
+            "engines: those that can build the target; which one does is decided as the "
+            "release runs (an idle one, preferring one that holds the target's images)"
+        )
+
+
+def _engines_that_answer(contexts: Sequence[str]) -> tuple[list[Engine], dict[str, str]]:
+    """For a dry run: the engines that answer and, by name, why the others did not. A
+    context the Docker CLI does not know is still an error: the release would refuse it."""
+    from orchestrator.runtime.contexts import resolve_contexts
+    from orchestrator.runtime.engine import Engine
+
+    if not contexts:
+        try:
+            return [Engine.connect()], {}
+        except OrchestratorError:
+            return [], {}  # the plan needs no Docker; cache hits then say "unknown"
+    engines, unreachable = [], {}
+    for endpoint in resolve_contexts(contexts):
+        try:
+            engines.append(Engine.connect(endpoint))
+        except OrchestratorError as error:
+            unreachable[endpoint.label] = error.message
+    return engines, unreachable
+
+
+def _engines_text(fits: Sequence[EngineFit]) -> str:
+    """`default (holds toolchain image), build-box`; where none fits, why not."""
+    usable = [f"{f.engine} (holds {f.holds})" if f.holds else f.engine for f in fits if f.fits]
+    if usable:
+        return ", ".join(usable)
+    return "none: " + "; ".join(fit.note for fit in fits)
 
 
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:

@@ -211,6 +211,17 @@ class CacheState(Record):
         }
 
 
+class EngineFit(Record):
+    """`release --dry-run`: whether one engine can build the target. Which of those that
+    fit takes it is decided while the release runs: an idle one, preferring one that
+    already holds the target's images."""
+
+    engine: str = Field(description="its Docker context")
+    fits: bool
+    holds: str = Field(description='"toolchain image", "base image" or ""')
+    note: str = Field(description="why it cannot build the target, or that it is unreachable")
+
+
 class PlannedTargetEntry(Record):
     flavor: str
     level: str
@@ -222,6 +233,11 @@ class PlannedTargetEntry(Record):
     image: str
     steps: list[str]
     cached: CacheState
+    engines: list[EngineFit] = Field(
+        default_factory=list,
+        description="each engine's fit (one that does not answer: fits false, and why); "
+        "empty where no engine answers",
+    )
 
 
 class ReleasePlanReport(Record):

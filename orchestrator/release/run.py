@@ -10,7 +10,7 @@ release.json lists the targets in the order they were built, each with its tripl
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
 from orchestrator.model.reports import (
     CacheState,
+    EngineFit,
     PlannedTargetEntry,
     ReleasePlanReport,
     ReleaseRunReport,
@@ -38,7 +39,9 @@ from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import in_ci, marks_for
 from orchestrator.release.action_cache import look_up
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
+from orchestrator.release.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
+from orchestrator.runtime.api import EngineApi, engine_facts
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
 from orchestrator.supply.minisign import PublicKey, VerificationError
@@ -61,6 +64,7 @@ class PlannedTarget:
     target: Target
     plan: BuildPlan
     cached: CacheState
+    engines: tuple[EngineFit, ...] = ()
 
     def entry(self) -> PlannedTargetEntry:
         return PlannedTargetEntry(
@@ -74,17 +78,27 @@ class PlannedTarget:
             image=self.plan.image.reference,
             steps=[] if self.cached.artifact else [step.name for step in self.plan.steps],
             cached=self.cached,
+            engines=list(self.engines),
         )
 
 
 def dry_run(
-    options: Options, chosen: Sequence[Target], engine: Engine | None
+    options: Options,
+    chosen: Sequence[Target],
+    engines: Sequence[EngineApi],
+    unreachable: Mapping[str, str] | None = None,
 ) -> list[PlannedTarget]:
-    """The plan per target and what the caches already hold; builds nothing. A target whose
-    published artifact is current has no steps (its signatures are checked by the run)."""
+    """The plan per target, what the caches already hold and which engines can build it;
+    builds nothing. A target whose published artifact is current has no steps (its
+    signatures are checked by the run). `engines` are those that answered, `unreachable`
+    the others with why; an image counts as held when any engine holds it."""
+    facts = [engine_facts(engine) for engine in engines]
+    needs = needs_by_flavor(options.engine_require)
 
     def held(reference: str) -> bool | None:  # None: no Docker to ask
-        return None if engine is None else engine.image(reference) is not None
+        if not engines:
+            return None
+        return any(engine.image(reference) is not None for engine in engines)
 
     planned = []
     cache = options.cache_dir
@@ -102,7 +116,16 @@ def dry_run(
             artifact=lookup.hit,
             artifact_reason=lookup.reason,
         )
-        planned.append(PlannedTarget(target, plan, cached))
+        images = (plan.image.reference, plan.base_image.reference)
+        answered = fits(needs.get(target.flavor, Needs()), images, facts)
+        entries = [
+            EngineFit(engine=fit.engine, fits=not fit.unmet, holds=fit.holds, note=fit.unmet)
+            for fit in answered
+        ] + [
+            EngineFit(engine=name, fits=False, holds="", note=f"unreachable: {why}")
+            for name, why in (unreachable or {}).items()
+        ]
+        planned.append(PlannedTarget(target, plan, cached, tuple(entries)))
     return planned
 
 

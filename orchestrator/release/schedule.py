@@ -46,6 +46,31 @@ def needs_by_flavor(requirements: Sequence[str]) -> dict[str, Needs]:
     return {flavor: Needs(labels=wanted) for flavor, wanted in labels.items()}
 
 
+@dataclass(frozen=True)
+class Fit:
+    """Whether one engine can take one target, and what of it the engine already holds."""
+
+    engine: str
+    unmet: str  # why it cannot build the target; "" when it can
+    holds: str  # "toolchain image", "base image" or ""; the schedule prefers an engine that holds
+
+
+def fits(needs: Needs, images: tuple[str, str], engines: Sequence[EngineFacts]) -> list[Fit]:
+    """Each engine's fit for one target (`release --dry-run`): the rules `Schedule` picks by."""
+    return [
+        Fit(
+            engine.name,
+            needs.unmet(engine),
+            "toolchain image"
+            if images[0] in engine.images
+            else "base image"
+            if images[1] in engine.images
+            else "",
+        )
+        for engine in engines
+    ]
+
+
 @dataclass
 class Job:
     """One target waiting for, or on, an engine."""

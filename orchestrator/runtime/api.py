@@ -184,3 +184,18 @@ def engine_record(engine: EngineApi) -> EngineRecord:
         architecture=str(info.get("Architecture", "")),
         storage_driver=str(info.get("Driver", "")),
     )
+
+
+def engine_facts(engine: EngineApi) -> EngineFacts:
+    """What scheduling needs: architecture, labels and the images it holds."""
+    info = engine.info()
+    labels = {}
+    for label in info.get("Labels") or []:
+        key, _, value = str(label).partition("=")
+        labels[key] = value
+    return EngineFacts(
+        name=engine.name,
+        architecture=str(info.get("Architecture", "")),
+        labels=labels,
+        images=frozenset(tag for image in engine.managed_images() for tag in image.tags),
+    )

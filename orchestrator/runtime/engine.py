@@ -48,6 +48,7 @@ from orchestrator.runtime.api import (
     LabelledContainer,
     OutputSink,
     Privileges,
+    engine_facts,
     is_leftover,
 )
 from orchestrator.runtime.container import Container
@@ -98,18 +99,7 @@ class Engine:
 
     def facts(self) -> EngineFacts:
         """What scheduling needs: architecture, labels and the images it holds."""
-        info = self.info()
-        labels = {}
-        for label in info.get("Labels") or []:
-            key, _, value = str(label).partition("=")
-            labels[key] = value
-        images = frozenset(tag for image in self.managed_images() for tag in image.tags)
-        return EngineFacts(
-            name=self.name,
-            architecture=str(info.get("Architecture", "")),
-            labels=labels,
-            images=images,
-        )
+        return engine_facts(self)
 
     def remove_session_containers(self) -> int:
         """Stop and remove this run's own containers and its twins' (an interrupted

@@ -145,7 +145,7 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     summary = read_record(artifact.parent / RELEASE_JSON, ReleaseSummary)
     assert [entry.status for entry in summary.artifacts] == ["cached"]
     # The dry run lists no steps for it, and says why.
-    (planned,) = dry_run(options, targets(options, ["cpu"]), None)
+    (planned,) = dry_run(options, targets(options, ["cpu"]), [])
     assert planned.cached.artifact and planned.entry().steps == []
     # --force and --retrain build it; so does a changed input.
     for flags in ({"force": True}, {"retrain": True}):

@@ -22,6 +22,7 @@ from orchestrator.errors import DockerUnavailableError
 from orchestrator.host.cachedir import CACHE_MARKER
 from orchestrator.host.staging import staging_root
 from orchestrator.runtime import doctor
+from orchestrator.runtime.contexts import EngineEndpoint
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply import minisign
 from orchestrator.supply.attest import CHECKSUMS
@@ -109,6 +110,67 @@ def test_release_dry_run_shows_cache_hits(project: Path, monkeypatch: pytest.Mon
     assert result.exit_code == 0, result.output
     assert "base image" in result.output
     assert "Docker not reachable" not in result.output
+
+
+def test_release_dry_run_over_several_engines_says_which_can_build_each_target(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each named engine is asked (not the current one); one holds the cpu toolchain image,
+    one lacks the label cuda needs, one does not answer: the plan shows all of that."""
+    config = configure(project)
+    config.write_text(
+        config.read_text().replace("[build]\n", '[build]\nflavors = ["cpu", "cuda"]\n', 1)
+        + '[engines]\ncontexts = ["box", "gpu", "gone"]\nrequire = ["cuda:gpu=nvidia"]\n'
+    )
+    dry = runner.invoke(app, ["build", "--dry-run", "--flavor", "cpu", "--config", str(config)])
+    cpu_image = json.loads(dry.output)["image"]["reference"]
+    box, gpu = (
+        FakeEngine(info={"Architecture": "x86_64"}),
+        FakeEngine(info={"Architecture": "x86_64", "Labels": ["gpu=nvidia"]}),
+    )
+    box.name, gpu.name = "box", "gpu"
+    box.add_image(cpu_image)
+    engines = {"box": box, "gpu": gpu}
+
+    def connect(endpoint: EngineEndpoint | None = None) -> FakeEngine:
+        assert endpoint is not None, "the dry run asked the current engine, not the named ones"
+        if endpoint.context not in engines:
+            raise DockerUnavailableError(f"cannot reach the Docker Engine at {endpoint.host}")
+        return engines[endpoint.context]
+
+    monkeypatch.setattr(Engine, "connect", staticmethod(connect))
+    monkeypatch.setattr(
+        "orchestrator.runtime.contexts.resolve_contexts",
+        lambda names: [EngineEndpoint(name, f"tcp://{name}:2376") for name in names],
+    )
+    result = runner.invoke(app, ["release", "--dry-run", "--json", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # the unreachable engine's warning is on stderr
+    assert report["docker_reachable"] is True
+    fits = {
+        target["flavor"]: {fit["engine"]: fit for fit in target["engines"]}
+        for target in report["targets"]
+    }
+    assert fits["cpu"]["box"] == {
+        "engine": "box",
+        "fits": True,
+        "holds": "toolchain image",
+        "note": "",
+    }
+    assert fits["cpu"]["gpu"]["fits"] and fits["cpu"]["gpu"]["holds"] == ""
+    assert not fits["cuda"]["box"]["fits"]
+    assert fits["cuda"]["box"]["note"] == "box lacks the label gpu=nvidia"
+    assert fits["cuda"]["gpu"]["fits"]
+    for flavor in ("cpu", "cuda"):
+        assert not fits[flavor]["gone"]["fits"]
+        assert fits[flavor]["gone"]["note"].startswith("unreachable: cannot reach")
+    cpu = next(t for t in report["targets"] if t["flavor"] == "cpu")
+    assert cpu["cached"]["toolchain_image"] is True  # one engine holding it is enough
+    table = runner.invoke(app, ["release", "--dry-run", "-c", str(config)], terminal_width=300)
+    assert table.exit_code == 0, table.output
+    assert "box (holds toolchain image), gpu" in table.output
+    assert "which one does is decided as the release runs" in table.output
+    assert "a release would fail: engine gone: cannot reach the Docker Engine" in table.output
 
 
 def test_release_refuses_native_cpu(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
