@@ -7,7 +7,8 @@ plus a second dockerd started on this machine (tests/integration/second_engine.p
 Rounds alternate one engine, two engines, so both see the same machine load. Every round
 rebuilds every target (--force). The second engine starts empty: its first round also
 imports the base rootfs and builds the toolchain image there, and is reported apart.
-Prints wall seconds per round, the medians and their ratio, and which engine built what.
+Prints wall seconds per round, which engine built what, the medians and their ratio, and
+the spread of the per-round ratios (each round's two runs are a pair under the same load).
 """
 
 from __future__ import annotations
@@ -65,10 +66,12 @@ def main() -> None:
                 two.append(seconds)
                 print(f"round {index}: two engines {seconds:.1f} s  {where}", flush=True)
     median_one, median_two = statistics.median(one), statistics.median(two)
+    ratios = [b / a for a, b in zip(one, two, strict=True)]
     print(
         f"median of {rounds}: one engine {median_one:.1f} s, two engines {median_two:.1f} s, "
         f"two/one = {median_two / median_one:.2f} (range one {min(one):.1f}-{max(one):.1f}, "
-        f"two {min(two):.1f}-{max(two):.1f})"
+        f"two {min(two):.1f}-{max(two):.1f}; per-round two/one {min(ratios):.2f}-"
+        f"{max(ratios):.2f})"
     )
 
 
