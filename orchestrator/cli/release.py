@@ -354,9 +354,9 @@ def _engines_text(fits: Sequence[EngineFit]) -> str:
 
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
     from orchestrator.errors import SourceError
-    from orchestrator.host.system import source_identity
+    from orchestrator.host.source import crate_identity
 
-    if source_identity(options.crate_dir).get("dirty") and not allow_dirty:
+    if crate_identity(options).get("dirty") and not allow_dirty:
         raise SourceError(
             f"{options.crate_dir} has uncommitted changes: the release could not be "
             "reproduced from its git commit",

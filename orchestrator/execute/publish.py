@@ -18,8 +18,8 @@ from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
+from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
-from orchestrator.host.system import source_identity
 from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import (
@@ -267,7 +267,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             for name, record in _profiles(pipeline)
             if record is not None
         },
-        source=SourceIdentity.model_validate(source_identity(options.crate_dir)),
+        source=SourceIdentity.model_validate(crate_identity(options)),
         portability=PortabilityInfo.model_validate(
             {
                 **state.portability.as_dict(),

@@ -12,6 +12,7 @@ from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.archive import pack_tree
 from orchestrator.host.staging import staging_root
+from orchestrator.host.system import source_identity
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.build_plan import SourceSnapshot
@@ -45,19 +46,32 @@ def excluded_by(
     return skip
 
 
-def crate_snapshot(options: Options) -> SourceSnapshot:
-    """The crate's sources as a build sees them. orchestrator's own folders are not among
-    them: a config at the crate's root puts artifacts/ (and its staging folder, written
-    while the build runs) inside the crate."""
+def own_folders(options: Options) -> list[PurePosixPath]:
+    """orchestrator's own folders inside the crate, relative to it: a config at the crate's
+    root puts artifacts/ (and its staging folder, written while the build runs) there.
+    They are not the crate's sources."""
     own = (options.artifacts_dir, staging_root(options.artifacts_dir), options.cache_dir)
-    inside = [
+    return [
         PurePosixPath(folder.relative_to(options.crate_dir).as_posix())
         for folder in own
         if folder.is_relative_to(options.crate_dir) and folder != options.crate_dir
     ]
+
+
+def crate_snapshot(options: Options) -> SourceSnapshot:
+    """The crate's sources as a build sees them, without orchestrator's own folders."""
     return snapshot(
-        options.crate_dir, options.source_date_epoch, options.source_exclude, folders=inside
+        options.crate_dir,
+        options.source_date_epoch,
+        options.source_exclude,
+        folders=own_folders(options),
     )
+
+
+def crate_identity(options: Options) -> dict[str, object]:
+    """The crate's git commit and whether it has local changes; the last release's own
+    artifacts in the crate (not ignored by git) do not make it dirty."""
+    return source_identity(options.crate_dir, own_folders(options))
 
 
 def snapshot(

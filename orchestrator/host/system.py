@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 
 
 def process_alive(pid: int) -> bool:
@@ -38,8 +39,10 @@ def git_commit_time(directory: Path) -> int | None:
     return int(out) if out and out.isdigit() else None
 
 
-def source_identity(crate_dir: Path) -> dict[str, object]:
-    """The git commit the sources come from, and whether the tree had local changes."""
+def source_identity(crate_dir: Path, exclude: Sequence[PurePosixPath] = ()) -> dict[str, object]:
+    """The git commit the sources come from, and whether the tree had local changes
+    outside `exclude` (folders relative to `crate_dir`)."""
     commit = git(crate_dir, "rev-parse", "HEAD")
-    status = git(crate_dir, "status", "--porcelain", "--", ".")
+    left_out = [f":(exclude){folder.as_posix()}" for folder in exclude]
+    status = git(crate_dir, "status", "--porcelain", "--", ".", *left_out)
     return {"git_commit": commit, "dirty": bool(status) if status is not None else None}

@@ -21,8 +21,8 @@ from orchestrator.host.bootstrap import (
     recipe_file,
     rootfs_recipe,
 )
-from orchestrator.host.source import registry_crates
-from orchestrator.host.system import git, source_identity
+from orchestrator.host.source import crate_identity, registry_crates
+from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import (
@@ -170,7 +170,7 @@ def record_release(
             hint="Release again (orchestrator release): it vendors them afresh.",
         )
     rootfs_sha256 = vault.put(rootfs)
-    identity = source_identity(options.crate_dir)
+    identity = crate_identity(options)
     if not options.crate_dir.is_relative_to(options.project_dir):
         raise LockfileError(
             f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "

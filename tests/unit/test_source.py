@@ -1,13 +1,22 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
+from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
-from orchestrator.host.source import other_sources, registry_crates, snapshot
+from orchestrator.host.source import (
+    crate_identity,
+    other_sources,
+    own_folders,
+    registry_crates,
+    snapshot,
+)
+from orchestrator.host.system import source_identity
 
 LOCK = """version = 4
 
@@ -102,3 +111,28 @@ def test_exclude_patterns_leave_paths_out(project: Path) -> None:
     assert not {n for n in names if "docs" in n or n.endswith((".mp4", ".bin"))}
     everything = set(_members(snapshot(crate, 0).archive))
     assert {"src/docs/img/logo.png", "src/src/demo.mp4", "src/data/big.bin"} <= everything
+
+
+def test_the_last_releases_own_folders_inside_the_crate_do_not_make_it_dirty(
+    project: Path,
+) -> None:
+    """A config at the crate's root puts artifacts/ inside the crate; where git does not
+    ignore it, the first release must not make the next one refuse the tree as dirty (a
+    second `make release` did, for examples/minilang). A changed source still does."""
+    crate = project / "crate"
+    config = crate / "orchestrator.toml"
+    config.write_text('[package]\ncrate = "."\n[train]\nworkloads = [["--help"]]\n')
+    git = ["git", "-C", str(crate), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "crate"], check=True)
+    options = resolve(config, env={}, cwd=crate)
+    assert options.artifacts_dir == crate / "artifacts"
+    published = options.artifacts_dir / "demo-1.2.3" / "demo-1.2.3-linux-x86_64-cpu"
+    published.mkdir(parents=True)
+    (published / "build.json").write_text("{}")
+    assert own_folders(options)[0] == PurePosixPath("artifacts")
+    assert crate_identity(options)["dirty"] is False
+    assert source_identity(crate)["dirty"] is True  # what git alone says
+    (crate / "src" / "main.rs").write_text("fn main() { println!(); }\n")
+    assert crate_identity(options)["dirty"] is True
