@@ -67,57 +67,21 @@ def _make_certificates(directory: Path) -> None:
     "Protect the Docker daemon socket" page lays them out."""
     directory.mkdir()
 
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    def openssl(command: str, *args: str) -> None:
+        argv = ["openssl", *command.split(), *args]
+        subprocess.run(argv, cwd=directory, check=True, capture_output=True)
 
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=orchestrator test CA",
-        "-keyout",
-        "ca-key.pem",
-        "-out",
-        "ca.pem",
-    )
+    rsa = "-newkey rsa:2048 -nodes"
+    openssl(f"req -x509 {rsa} -days 2 -keyout ca-key.pem -out ca.pem", "-subj", "/CN=test CA")
     for name, extension in (
         ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
         ("client", "extendedKeyUsage=clientAuth\n"),
     ):
         (directory / f"{name}.ext").write_text(extension)
+        openssl(f"req {rsa} -keyout {name}-key.pem -out {name}.csr", "-subj", f"/CN={name}")
         openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}-key.pem",
-            "-out",
-            f"{name}.csr",
-        )
-        openssl(
-            "x509",
-            "-req",
-            "-days",
-            "2",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca-key.pem",
-            "-CAcreateserial",
-            "-extfile",
-            f"{name}.ext",
-            "-out",
-            f"{name}-cert.pem",
+            f"x509 -req -days 2 -in {name}.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial "
+            f"-extfile {name}.ext -out {name}-cert.pem"
         )
 
 
