@@ -57,7 +57,7 @@ class ForeignFolderError(OrchestratorError):
     summary = (
         "refused to empty or remove a folder orchestrator did not make (`reproduce --workdir`, "
         "`clean --cache`): it has files but no `.orchestrator-workdir`/`.orchestrator-cache` "
-        "marker"
+        "marker, or the work folder is a symlink"
     )
 
 
@@ -105,6 +105,21 @@ class DiskFullError(OrchestratorError):
         "Free space (`orchestrator clean --images` and `clean --cache` free the most) or point "
         "build.artifacts_dir / build.cache_dir at a bigger disk. Nothing was half-published: "
         "a release changes only by renames after everything was written."
+    )
+
+
+class ResourceLimitError(OrchestratorError):
+    """A build or profiling container ran into its process (pids) or memory limit."""
+
+    exit_code = 25
+    summary = (
+        "a build or profiling container ran into its process limit (`limits.pids`) or its "
+        "memory limit (`limits.memory`): a fork bomb or a runaway build script stopped there"
+    )
+    default_hint = (
+        "If the crate's build really needs more, raise limits.pids or limits.memory "
+        "(ORCHESTRATOR_LIMITS_PIDS, ORCHESTRATOR_LIMITS_MEMORY); otherwise look at what its "
+        "build scripts and tests start."
     )
 
 

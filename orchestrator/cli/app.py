@@ -33,7 +33,7 @@ from orchestrator.cli.complete import (
     complete_toolchain,
 )
 from orchestrator.config.flags import flag_specs
-from orchestrator.config.options import Options, default_cache_dir, resolve
+from orchestrator.config.options import Options, resolve, resolve_cache_dir
 from orchestrator.errors import BuildInterruptedError, OrchestratorError, disk_full
 from orchestrator.host.system import git_commit_time
 
@@ -252,7 +252,18 @@ def resolve_options(config: Path | None, flags: Mapping[str, object] | None = No
 
 
 def cache_root(cache_dir: Path | None) -> Path:
-    return (cache_dir or default_cache_dir(os.environ)).expanduser().resolve()
+    """The cache of a command without a config: --cache-dir, else its declared variables."""
+    return resolve_cache_dir(os.environ, cache_dir)
+
+
+def sign_release_index(release_dir: Path, signer: Signer, *, vouched: tuple[str, ...] = ()) -> None:
+    """Sign the release index again over what the last signature vouches for and what this
+    command wrote (`vouched`); say loudly what was left out and why."""
+    from orchestrator.execute.publish import update_release_index
+
+    signed = update_release_index(release_dir, signer, vouched=vouched)
+    for entry in signed.left_out:
+        err_console.print(styled("warning:", "yellow bold", f" not signed again: {entry}"))
 
 
 def signer_for(options: Options) -> Signer:

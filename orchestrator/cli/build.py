@@ -24,6 +24,7 @@ from orchestrator.cli.app import (
     err_console,
     resolve_options,
     setting_option,
+    sign_release_index,
     signer_for,
     styled,
 )
@@ -82,6 +83,7 @@ def build(
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
+    from orchestrator.supply.chain import check_signing_key
 
     options = resolve_options(
         config,
@@ -107,6 +109,7 @@ def build(
         return
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)  # reads the key: every input before Docker
+    check_signing_key(options.artifacts_dir / plan.release_dir, signer.key.public)
     engine = Engine.connect()
     stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
     if stale:
@@ -175,11 +178,11 @@ def bench(
     """
     from orchestrator.execute.bench import bench_cpu, locate, measure, write_report
     from orchestrator.execute.bench_counts import count_jobs, count_variants
-    from orchestrator.execute.publish import update_release_index
     from orchestrator.model.records import read_record
     from orchestrator.model.reports import BenchReport
     from orchestrator.plan.runs import run_plan
     from orchestrator.runtime.engine import Engine
+    from orchestrator.supply.chain import check_signing_key
 
     out = text_console(json_output)
 
@@ -200,6 +203,7 @@ def bench(
         )
     setup = locate(options, flavor)
     signer = signer_for(options)  # the report is signed into the release: the key first
+    check_signing_key(setup.artifact.parent, signer.key.public)
     engine = Engine.connect()
     cpu = bench_cpu(engine)
     stats = []
@@ -242,7 +246,8 @@ def bench(
     out.print(f"report: {output}")
     # The report lies in the release folder: the signed index must list it, or `verify`
     # would rightly call it a file nobody signed.
-    update_release_index(setup.artifact.parent, signer)
+    release_dir = setup.artifact.parent
+    sign_release_index(release_dir, signer, vouched=(output.relative_to(release_dir).as_posix(),))
     out.print(f"re-signed the release index of {setup.artifact.parent.name} to cover it")
     if json_output:  # bench.json as written, read back through its record
         emit_json(read_record(output / "bench.json", BenchReport))

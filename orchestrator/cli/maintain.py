@@ -160,7 +160,7 @@ def clean(
     """
     from orchestrator.host.cachedir import CACHE_MARKER, check_cache_dir, ensure_cache_dir
     from orchestrator.host.scratch import remove_abandoned, scratch_root
-    from orchestrator.host.staging import staging_root
+    from orchestrator.host.staging import remove_abandoned_staging, staging_root
     from orchestrator.runtime.engine import Engine
 
     options = resolve_options(config)
@@ -180,12 +180,14 @@ def clean(
         shutil.rmtree(staging)
         console.print(f"removed {staging}")
     elif staging.exists():
-        remove_abandoned(staging)  # a running build's staging folder stays
-        console.print(f"removed abandoned staging folders in {staging}")
+        # A running build's staging folder stays; an emptied root goes too.
+        gone = [p for p in remove_abandoned_staging(options.artifacts_dir) if p != staging]
+        console.print(f"removed {len(gone)} abandoned staging folder(s) in {staging}")
     # Scratch of runs that were killed; a running build's scratch stays.
-    scratch = remove_abandoned(scratch_root(options.cache_dir))
+    scratch_folder = scratch_root(options.cache_dir)
+    scratch = remove_abandoned(scratch_folder)
     if scratch:
-        console.print(f"removed {len(scratch)} abandoned scratch folder(s) in {scratch[0].parent}")
+        console.print(f"removed {len(scratch)} abandoned scratch folder(s) in {scratch_folder}")
     if images:
         removed = engine.managed_images()
         for image in removed:

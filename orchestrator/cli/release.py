@@ -20,6 +20,7 @@ from orchestrator.cli.app import (
     err_console,
     resolve_options,
     setting_option,
+    sign_release_index,
     signer_for,
     styled,
 )
@@ -111,9 +112,9 @@ def release(
       orchestrator release --flavors cpu --bench-runs 0
       orchestrator release --force       # build every target again
     """
-    from orchestrator.execute.publish import update_release_index
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
+    from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.reproduce import record_release, vault_for
     from orchestrator.release.run import (
         ReleaseIncompleteError,
@@ -121,6 +122,7 @@ def release(
         run_report,
     )
     from orchestrator.release.target import targets
+    from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()
     out = text_console(json_output)
@@ -147,6 +149,7 @@ def release(
     plans = _read_inputs(chosen, release_dir)
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)
+    check_signing_key(release_dir, signer.key.public)  # before hours of building
     results = run_release(
         options,
         plans,
@@ -161,7 +164,7 @@ def release(
     lock = None
     if any(r.status in ("ok", "cached") for r in results):
         lock = record_release(options, chosen, release_dir, vault_for(options))
-        update_release_index(release_dir, signer)  # SHA256SUMS now covers the lock
+        sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))  # it covers the lock
         out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
     several = len({result.engine for result in results if result.engine}) > 1
     table = Table(
@@ -390,11 +393,11 @@ def lock(
       orchestrator lock
       orchestrator lock --check      # in CI: has anything drifted from the lock?
     """
-    from orchestrator.execute.publish import update_release_index
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.release.reproduce import check_lock, record_release, vault_for
     from orchestrator.release.target import targets
+    from orchestrator.supply.chain import check_signing_key
 
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
@@ -415,6 +418,8 @@ def lock(
         console.print(f"{release_dir / LOCK_FILE} matches the config and the sources")
         return
     _refuse_dirty(options, allow_dirty=allow_dirty)
+    signer = signer_for(options)
+    check_signing_key(release_dir, signer.key.public)  # before the lock is written
     path = record_release(options, chosen, release_dir, vault_for(options))
-    update_release_index(release_dir, signer_for(options))
+    sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))
     console.print(f"wrote {path}")

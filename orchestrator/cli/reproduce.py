@@ -194,7 +194,11 @@ def reproduce(
             hint="Pass the folder of the crate the release was built from.",
         )
     folder = release if release.is_dir() else release.parent
-    workdir = (workdir or folder.with_name(folder.name + ".reproduce")).resolve()
+    # Its folder resolved, the work folder itself not: a symlink there is refused, never
+    # followed (prepare_workdir).
+    chosen = (workdir or folder.with_name(folder.name + ".reproduce")).expanduser().absolute()
+    named = chosen.name not in ("", "..")  # `/`, `x/..` name no folder of their own
+    workdir = chosen.parent.resolve() / chosen.name if named else chosen.resolve()
     cache = cache_root(cache_dir)
     vault = Vault(cache / "vault")
     # Every input is read and checked before anything is written or Docker is asked, the

@@ -16,6 +16,11 @@ from orchestrator.errors import ConfigError
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENGINE_REQUIREMENT = re.compile(r"[a-z0-9]+:[A-Za-z0-9._/-]+=[^\s]*")
 _GLIBC_FLOOR = re.compile(r"2\.[0-9]{1,2}")
+# limits.memory: a number of bytes with a binary unit (k, m, g, t; "GiB", "G", "g" alike).
+_MEMORY = re.compile(r"([0-9]+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+LEAST_PIDS = 64  # cargo and rustc alone hold a few dozen threads
+LEAST_MEMORY = 64 << 20
 # A training input's name: the last part of its path, which names it at /build/inputs.
 _INPUT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 
@@ -55,6 +60,7 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
         least = 0 if attr == "bolt_min_samples" else 1
         if values.get(attr, least) < least:
             raise ConfigError(f"{path}: {key} must be at least {least}, got {values[attr]}")
+    _check_limits(path, values)
     min_gain = values.get("gate_min_gain", 0.0)
     if not 0.0 <= min_gain < 1.0:
         raise ConfigError(
@@ -74,6 +80,30 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
             f"{path}: test.enabled = false needs a reason",
             hint='Say why, e.g. reason = "needs a GPU"; it is recorded in build.json and '
             "shown in the release summary.",
+        )
+
+
+def memory_bytes(text: str) -> int | None:
+    """limits.memory in bytes (0: no limit), or None when it is not a size."""
+    found = _MEMORY.fullmatch(text.strip())
+    if found is None:
+        return None
+    return int(found.group(1)) * _UNITS[(found.group(2) or "").lower()]
+
+
+def _check_limits(path: Path, values: Mapping[str, Any]) -> None:
+    pids = values.get("limit_pids", 0)
+    if 0 < pids < LEAST_PIDS:
+        raise ConfigError(
+            f"{path}: limits.pids = {pids} is too few for cargo and rustc to start",
+            hint=f"Give at least {LEAST_PIDS} (the default is 4096), or 0 for no limit.",
+        )
+    text = values.get("limit_memory", "0")
+    memory = memory_bytes(text)
+    if memory is None or 0 < memory < LEAST_MEMORY:
+        raise ConfigError(
+            f"{path}: limits.memory = {text!r} is not a size of at least 64MiB",
+            hint='Write it like "8GiB" or "512MiB" (binary units k, m, g, t), or "0" for no limit.',
         )
 
 

@@ -10,16 +10,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.nesting import NestingError, loads_toml
 from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """A TOML file's table; ConfigError naming the file when it is unreadable or not TOML."""
+    """A TOML file's table; ConfigError naming the file when it is unreadable, not TOML, or
+    nested too deeply to read safely."""
     try:
-        return tomllib.loads(path.read_text())
+        return loads_toml(path.read_text())
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except NestingError as exc:
+        raise ConfigError(
+            f"{path}: not read: its tables or arrays are {exc}",
+            hint="A configuration needs a few levels; this file is damaged or hostile.",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except OSError as exc:

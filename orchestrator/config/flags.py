@@ -52,8 +52,9 @@ class FlagSpec:
 
 
 def flag_origin(spec: Setting) -> str:
-    """The help's tail, the same for every command: the default and the variable."""
-    return f"(default {default_text(spec, for_flag=True)}; env {spec.env})."
+    """The help's tail, the same for every command: the default and every variable read
+    (the canonical one first, then the older names still accepted)."""
+    return f"(default {default_text(spec, for_flag=True)}; env {' or '.join(spec.env_names)})."
 
 
 def flag_help(spec: Setting) -> str:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Literal
 
+from orchestrator.config.nesting import loads_json
 from orchestrator.errors import ConfigError
 
 Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[path]", "list[run]"]
@@ -123,7 +123,7 @@ def parse_text(kind: Kind, raw: str, where: str) -> object:
         elif kind in ("list[str]", "list[path]"):
             value = [part.strip() for part in raw.split(",") if part.strip()]
         elif kind == "list[run]":
-            value = json.loads(raw)
+            value = loads_json(raw)  # bounded nesting: a NestingError is a ValueError
     except (KeyError, ValueError):  # json.JSONDecodeError is a ValueError
         expected = _TEXT_HINT.get(kind, KIND_TEXT[kind])
         raise ConfigError(f"{where}: expected {expected}, got {raw!r}") from None

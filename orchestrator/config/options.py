@@ -29,12 +29,14 @@ from orchestrator.config.settings import (
     SECTIONS,
     SETTINGS,
     SETTINGS_BY_KEY,
+    Setting,
     check_choice,
     default_of,
     flavor_default_of,
     parse_setting_text,
 )
 from orchestrator.config.suggest import did_you_mean, suggest
+from orchestrator.config.toolchains import check_toolchain_name
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "find_config",
     "read_toml",
     "resolve",
+    "resolve_cache_dir",
 ]
 
 CONFIG_FILENAME = "orchestrator.toml"
@@ -107,6 +110,8 @@ class Options:
     engine_require: tuple[str, ...] = default_of("engines.require")
     profiling_privileges: bool = default_of("profiling.privileges")
     profiling_allow_privileged: bool = default_of("profiling.allow_privileged")
+    limit_pids: int = default_of("limits.pids")
+    limit_memory: str = default_of("limits.memory")
     validate_runs: tuple[Run, ...] = default_of("validate.runs")
     validate_tolerance: float = default_of("validate.tolerance")
     bench_runs: int = default_of("bench.runs")
@@ -241,6 +246,26 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "orchestrator"
 
 
+def _env_value(spec: Setting, env: Mapping[str, str]) -> tuple[object, str] | None:
+    """The setting's value from the environment and its source, None when unset. The
+    canonical ORCHESTRATOR_<SECTION>_<KEY> first: it wins over older aliases."""
+    name = next((n for n in spec.env_names if env.get(n)), None)
+    if name is None:
+        return None
+    return parse_setting_text(spec, env[name], f"environment variable {name}"), f"env {name}"
+
+
+def resolve_cache_dir(env: Mapping[str, str], flag: Path | None = None) -> Path:
+    """build.cache_dir for a command that reads no orchestrator.toml (`reproduce`, `vault`,
+    `doctor` outside a project): the flag, else the declared environment variables, else
+    the computed default; the same declaration `resolve` layers."""
+    value: object = flag
+    if value is None:
+        found = _env_value(SETTINGS_BY_KEY["build.cache_dir"], env)
+        value = found[0] if found is not None else default_cache_dir(env)
+    return Path(str(value)).expanduser().resolve()
+
+
 def find_config(start: Path) -> Path:
     for directory in (start, *start.parents):
         candidate = directory / CONFIG_FILENAME
@@ -306,11 +331,9 @@ def _layer(
     for key, value in _flatten_file(data, path).items():
         layers.set(key, value, f"file {path.name}")
     for spec in SETTINGS:
-        # The canonical ORCHESTRATOR_<SECTION>_<KEY> first: it wins over older aliases.
-        name = next((n for n in spec.env_names if env.get(n)), None)
-        if name is not None:
-            value = parse_setting_text(spec, env[name], f"environment variable {name}")
-            layers.set(spec.key, value, f"env {name}")
+        found = _env_value(spec, env)
+        if found is not None:
+            layers.set(spec.key, *found)
     for key, value in cli.items():
         if value is not None:  # None: flag not given
             layers.set(key, _flag_value(key, value), "flag")
@@ -390,6 +413,10 @@ def resolve(
         if spec.key in layers.values
     }
     values["crate_dir"] = crate_dir  # relative to the config file, never ~-expanded
+    # Checked here, whatever set it (file, environment, flag, a lock's config text): the
+    # name becomes a file path and an image tag.
+    source = layers.sources.get("build.toolchain", "default").replace("flag", "flag --toolchain")
+    check_toolchain_name(values["toolchain"], f"{path}: build.toolchain ({source})")
     resolve_binaries(path, values, package_name)
     check_run_settings(path, values, crate_dir)
     for flavor in values["flavors"]:

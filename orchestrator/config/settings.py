@@ -82,7 +82,8 @@ SETTINGS: tuple[Setting, ...] = (
         "build.toolchain",
         "str",
         "rustc-web-1.96",
-        "pinned toolchain, a file in toolchains/",
+        "pinned toolchain: the name of a file in toolchains/ (lower-case letters, digits, "
+        "'.' and '-'; never a path)",
         attr="toolchain",
         flag="--toolchain",
         aliases=("ORCHESTRATOR_TOOLCHAIN",),
@@ -224,6 +225,25 @@ SETTINGS: tuple[Setting, ...] = (
         "let the perf probe try a --privileged container as its last resort (never by default)",
         attr="profiling_allow_privileged",
         flag="--allow-privileged/--no-allow-privileged",
+    ),
+    # Limits of the build and profiling containers, so that a fork bomb or a runaway build
+    # script stops at its container. Fixed numbers, not shares of this host's memory: the
+    # lock records them and a reproduction on another machine uses the same ones.
+    Setting(
+        "limits.pids",
+        "int",
+        4096,
+        "processes and threads a build or profiling container may hold at once (0: no "
+        "limit); cargo -jN with rustc's codegen threads needs about 20 per core",
+        attr="limit_pids",
+    ),
+    Setting(
+        "limits.memory",
+        "str",
+        "8GiB",
+        "memory of a build or profiling container, swap included, e.g. 8GiB, 512MiB (0: no "
+        "limit); a fat-LTO link of a big crate needs several GiB",
+        attr="limit_memory",
     ),
     Setting(
         "validate.command",

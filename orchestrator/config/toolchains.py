@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.config.crate_files import read_toml
 from orchestrator.config.resources import resource_dir
+from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 
 TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merge_fdata")
@@ -17,6 +18,8 @@ TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merg
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9]+)?$")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z.+~:-]+$")
 _LLVM_VERSION_RE = re.compile(r"LLVM version:?\s+(\d+)\.(\d+)\.(\d+)")
+# A toolchain's name: its file in toolchains/ and part of image tags, never a path.
+TOOLCHAIN_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
 # The dpkg architecture of each target architecture a flavor builds for.
@@ -168,17 +171,34 @@ def _table(data: Mapping[str, object], key: str, path: Path) -> Mapping[str, obj
 
 def available_toolchains(directory: Path | None = None) -> list[str]:
     directory = directory or resource_dir("toolchains")
-    return sorted(p.stem for p in directory.glob("*.toml"))
+    return sorted(p.stem for p in directory.glob("*.toml") if TOOLCHAIN_NAME.fullmatch(p.stem))
+
+
+def check_toolchain_name(name: str, where: str, directory: Path | None = None) -> Path:
+    """The file of toolchain `name` in toolchains/; ConfigError unless the name is a plain
+    one naming a file there. The name becomes a file path and an image tag: a path
+    (`../../tmp/x/evil`) must never reach either."""
+    directory = directory or resource_dir("toolchains")
+    known = available_toolchains(directory)
+    hint = "Known toolchains: " + (", ".join(known) or f"none (no .toml file in {directory})")
+    if not TOOLCHAIN_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{where}: {name!r} is not a toolchain name (lower-case letters, digits, '.' "
+            "and '-', starting with a letter or digit)",
+            hint=hint + f"; each is a file in {directory}.",
+        )
+    path = directory / f"{name}.toml"
+    if name not in known or not path.is_file():
+        guess = did_you_mean(name, known).strip()
+        raise ConfigError(
+            f"{where}: unknown toolchain {name!r}: no {path}" + (f"; {guess}" if guess else ""),
+            hint=hint + ".",
+        )
+    return path
 
 
 def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
-    directory = directory or resource_dir("toolchains")
-    path = directory / f"{name}.toml"
-    if not path.is_file():
-        raise ConfigError(
-            f"unknown toolchain {name!r}: no {path}",
-            hint="Known toolchains: " + ", ".join(available_toolchains(directory)),
-        )
+    path = check_toolchain_name(name, "toolchain", directory)
     data = read_toml(path)
     allowed = {"description", "llvm_major", "tools", "packages", "flavors", "sysroot"}
     unknown = set(data) - allowed

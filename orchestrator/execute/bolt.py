@@ -60,14 +60,14 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
     if bolt.mode != "auto" and not pipeline.retrain:
         # A forced mode whose profile is stored needs no perf at all (reproductions
         # force the locked mode; the machine may not sample like the releasing one).
-        stored = load_profile(cache_for(bolt.mode), "BOLT", log.line)
+        stored = load_profile(cache_for(bolt.mode), "BOLT", log.warn)
         if stored is not None:
             choice = ModeChoice(bolt.mode, "forced; profile stored for this binary")
     if choice is None:
         pipeline.profiler()  # probes perf access first
         choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
         if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
-            stored = load_profile(cache_for(choice.mode), "BOLT", log.line)
+            stored = load_profile(cache_for(choice.mode), "BOLT", log.warn)
     log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
     stored = stored or _collect(pipeline, choice.mode, optimized, cache_for(choice.mode), log)
     if choice.mode != "instrument":
@@ -84,7 +84,7 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
             stored = (
                 None
                 if pipeline.retrain
-                else load_profile(cache_for("instrument"), "BOLT", log.line)
+                else load_profile(cache_for("instrument"), "BOLT", log.warn)
             )
             stored = stored or _collect(
                 pipeline, "instrument", optimized, cache_for("instrument"), log
@@ -187,8 +187,7 @@ def _debug_info_verdict(
         f"{note.upper()}: the BOLT binary has no .debug_info, the binary it rewrote had. "
         "Set bolt.enabled = false to keep it, or accept symbols only."
     )
-    log.line(f"warning: {loud}")
-    pipeline.reporter.warn(loud)
+    log.warn(loud)
     return {"asked": True, "kept": False, "note": note}
 
 

@@ -70,7 +70,7 @@ def _vendor(pipeline: Pipeline, log: StepLog) -> Path:
     try:
         missing = [c for c in crates if verified_crate(options.cache_dir, c) is None]
     except CacheCorruptError as error:
-        log.line(f"warning: {error.message}")  # removed: it is downloaded again below
+        log.warn(error.message)  # removed: it is downloaded again below
         missing = missing_crates(options.cache_dir, crates)
     git_tree: Path | None = None
     if missing or git:

@@ -35,7 +35,7 @@ def _stored(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
         return None
     pgo = _pgo(pipeline)
     cache = pipeline.options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
-    return load_profile(cache, "PGO", log.line)
+    return load_profile(cache, "PGO", log.warn)
 
 
 def instrument(pipeline: Pipeline, log: StepLog) -> None:

@@ -15,7 +15,13 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
-from orchestrator.errors import ConfigError, ProfileError, StepFailedError
+from orchestrator.errors import (
+    ConfigError,
+    ProfileError,
+    ResourceLimitError,
+    SourceError,
+    StepFailedError,
+)
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
 from orchestrator.model.layout import PATHS
@@ -27,7 +33,7 @@ from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter, StepLog
-from orchestrator.runtime.engine import Container, ContainerSpec, Engine
+from orchestrator.runtime.engine import Container, ContainerSpec, Engine, Limits
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.runtime.perf import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.supply.attest import Signer
@@ -52,6 +58,24 @@ def run(
     workdir: str | None = None,
 ) -> str:
     """Run a command, logging it as `+ cmd`; raise StepFailedError on a non-zero exit."""
+    code, output = _logged_exec(
+        box, argv, log, step, environment=environment, keep_output=keep_output, workdir=workdir
+    )
+    if code != 0:
+        raise _exited(step, argv, code)
+    return output
+
+
+def _logged_exec(
+    box: Container,
+    argv: Sequence[str],
+    log: StepLog,
+    step: str,
+    *,
+    environment: Mapping[str, str] | None,
+    keep_output: bool,
+    workdir: str | None,
+) -> tuple[int, str]:
     shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
     if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
         shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
@@ -65,12 +89,37 @@ def run(
 
     code = box.exec(argv, environment=environment, on_output=sink, workdir=workdir)
     if code != 0:
-        raise StepFailedError(
-            f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` "
-            f"exited with {code}",
-            hint="The output above (and the step log) says why; nothing was published.",
-        )
-    return "\n".join(lines)
+        hits = box.limit_hits()  # a fork bomb or runaway build script: say so, by name
+        if hits:
+            raise limit_error(step, argv, hits, box.limits)
+    return code, "\n".join(lines)
+
+
+def limit_error(
+    step: str, argv: Sequence[str], hits: Sequence[str], limits: Limits
+) -> ResourceLimitError:
+    """A failed command whose container ran into its pids or memory limit meanwhile."""
+    what = {
+        "pids": f"its process limit (limits.pids = {limits.pids})",
+        "memory": f"its memory limit (limits.memory = {limits.memory >> 20} MiB)",
+    }
+    named = " and ".join(what[h] for h in hits)
+    settings = " / ".join(f"limits.{h}" for h in hits)
+    variables = ", ".join(f"ORCHESTRATOR_LIMITS_{h.upper()}" for h in hits)
+    return ResourceLimitError(
+        f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` failed after "
+        f"its container ran into {named}: a build script, test or workload started more "
+        "than that allows (a fork bomb stops in its container, not on the host)",
+        hint=f"If the build really needs more, raise {settings} in orchestrator.toml or "
+        f"{variables}; otherwise look at what the crate's build scripts and tests start.",
+    )
+
+
+def _exited(step: str, argv: Sequence[str], code: int) -> StepFailedError:
+    return StepFailedError(
+        f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` exited with {code}",
+        hint="The output above (and the step log) says why; nothing was published.",
+    )
 
 
 # rustc's warning for a -Ctarget-cpu it does not know, after which it builds for a
@@ -78,10 +127,35 @@ def run(
 _UNKNOWN_CPU = re.compile(r"'([^']*)' is not a recognized processor for this target")
 
 
+# What a write into the read-only source mount fails with (EROFS), in Rust's io::Error
+# Debug and Display forms and in C's strerror.
+_READ_ONLY = re.compile(r"ReadOnlyFilesystem|Read-only file system|os error 30")
+# cargo's line for a build script that failed: "... custom build command for `pkg v1.0 (path)`"
+_BUILD_SCRIPT = re.compile(r"failed to run custom build command for `([^`]*)`")
+
+
+def source_write_error(step: str, output: str) -> SourceError | None:
+    """The error to raise when a failed cargo run failed writing into the sources."""
+    if not _READ_ONLY.search(output):
+        return None
+    script = _BUILD_SCRIPT.search(output)
+    who = f"the build script of `{script.group(1)}`" if script else "a build script or test"
+    evidence = next(line.strip() for line in output.splitlines() if _READ_ONLY.search(line))
+    return SourceError(
+        f"step {step}: {who} tried to write into the crate's sources ({PATHS.src}), which "
+        f"are read-only in the build container ({evidence[:200]})",
+        hint="Build scripts may write only into OUT_DIR: write generated files to "
+        'Path::new(&env::var("OUT_DIR")?) and include!(concat!(env!("OUT_DIR"), "/...")) '
+        "them (`cargo package` refuses a build script that changes the sources too); "
+        "tests may write into std::env::temp_dir().",
+    )
+
+
 def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
-    """Run a cargo command; rustc ignoring the target-cpu is an error, not a warning."""
+    """Run a cargo command; rustc ignoring the target-cpu is an error, not a warning, and a
+    write into the read-only sources is said as such."""
     # At the crate's root, so cargo reads the crate's .cargo/config.toml ([env], [alias]...).
-    output = run(
+    code, output = _logged_exec(
         box,
         command.argv,
         log,
@@ -90,6 +164,14 @@ def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str
         keep_output=True,
         workdir=PATHS.src,
     )
+    if code != 0:
+        raise source_write_error(step, output) or _exited(step, command.argv, code)
+    refused = next((line for line in output.splitlines() if _READ_ONLY.search(line)), None)
+    if refused is not None:  # a build script that went on without its write: say so
+        log.warn(
+            f"a build script could not write into the read-only sources ({PATHS.src}) and "
+            f"went on: {refused.strip()[:200]}"
+        )
     unknown = _UNKNOWN_CPU.search(output)
     if unknown is not None:
         raise ConfigError(
@@ -168,6 +250,7 @@ class Pipeline:
     perf: PerfAccess = NO_ACCESS
     _volume: str | None = None
     _sources: str | None = None
+    _sources_loaded: bool = False
     _inputs: str | None = None
     _box: Container | None = None
     _profiler: Container | None = None
@@ -192,13 +275,28 @@ class Pipeline:
 
     @property
     def source_volume(self) -> str:
-        """The crate's sources at /build/src: written by the build container, seen read-only
-        by the profiling container, where workloads run at the crate's root."""
+        """The crate's sources at /build/src: filled once from the planned snapshot by
+        `load_sources`, then read-only in every container (builds, workloads), so every
+        variant builds from the same pristine sources and a build script that writes into
+        them fails instead of changing what a later variant compiles."""
         if self._sources is None:
             self._sources = self.stack.enter_context(
                 self.engine.volume("src", keep=self.keep_containers)
             )
         return self._sources
+
+    def load_sources(self, log: StepLog) -> None:
+        """Copy the planned source snapshot into the source volume, through a short-lived
+        container of its own: the only one that mounts the volume writable."""
+        if self._sources_loaded:
+            return
+        log.line(f"+ docker cp <source {self.plan.source.archive_sha256[:12]}> {PATHS.src}")
+        spec = ContainerSpec(
+            self.image.reference, volumes={self.source_volume: PATHS.src}, purpose="sources"
+        )
+        with self.engine.container(spec) as loader:
+            loader.put_archive(PATHS.root, self.plan.source.archive)
+        self._sources_loaded = True
 
     def run_volumes(self) -> dict[str, str]:
         """What runs of the binary read besides /build/out: the sources and, when the config
@@ -216,15 +314,28 @@ class Pipeline:
     def box(self) -> Container:
         """The build container: no network, no capabilities, started on first use."""
         if self._box is None:
+            runs = self.run_volumes()
             spec = ContainerSpec(
                 self.image.reference,
                 environment=self.plan.build.environment,
-                volumes={self.volume: PATHS.out, **self.run_volumes()},
+                # [train] inputs are copied in through the build container; the sources
+                # never change once loaded (load_sources).
+                volumes={
+                    self.volume: PATHS.out,
+                    **{name: path for name, path in runs.items() if path != PATHS.src},
+                },
+                read_only_volumes={self.source_volume: PATHS.src},
+                limits=self.limits,
             )
             self._box = self.stack.enter_context(
                 self.engine.container(spec, keep=self.keep_containers)
             )
         return self._box
+
+    @property
+    def limits(self) -> Limits:
+        """Of the build and profiling containers, where the crate's own code runs."""
+        return Limits(pids=self.plan.limit_pids, memory=self.plan.limit_memory)
 
     @property
     def profiler_started(self) -> bool:
@@ -247,6 +358,7 @@ class Pipeline:
                 volumes={self.volume: PATHS.out},
                 read_only_volumes=self.run_volumes(),
                 purpose="profile",
+                limits=self.limits,
             )
             self._profiler = self.stack.enter_context(
                 self.engine.container(spec, keep=self.keep_containers)

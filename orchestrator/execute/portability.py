@@ -114,6 +114,7 @@ def distros(pipeline: Pipeline, log: StepLog) -> None:
             user="1000:1000",  # nobody's uid there; it needs no account to run
             read_only_volumes={pipeline.volume: PATHS.out, **pipeline.run_volumes()},
             purpose="distro",
+            limits=pipeline.limits,  # it runs the crate's binary too
         )
         with pipeline.engine.container(spec, keep=pipeline.keep_containers) as box:
             results.append(_run_in(pipeline, box, distro, report.interpreter, log))

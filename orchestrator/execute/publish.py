@@ -52,7 +52,13 @@ from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome
-from orchestrator.supply.attest import Signer, artifact_comment, write_release_index
+from orchestrator.supply.attest import (
+    ReleaseIndex,
+    Signer,
+    artifact_comment,
+    write_release_index,
+)
+from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
 T = TypeVar("T")
@@ -136,8 +142,12 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     index = pipeline.staging / ".release-index"
     index.mkdir()
     with _PUBLISHING:
-        written = write_release_index(
-            release_dir, pipeline.signer, index, incoming=(plan.artifact_dir, artifact)
+        signed = write_release_index(
+            release_dir,
+            pipeline.signer,
+            index,
+            chain=SignedChain.read(release_dir, pipeline.signer.key.public),
+            incoming=(plan.artifact_dir, artifact),
         )
         fsync_tree(artifact)
         fsync_tree(index)
@@ -147,8 +157,10 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
             backup=pipeline.staging / ".previous",
             artifact=(artifact, plan.artifact_dir),
         )
-    for path in written:
+    for path in signed.written:
         log.line(f"release index: wrote {path.name}")
+    for entry in signed.left_out:
+        pipeline.reporter.warn(f"left out of the release's signature: {entry}")
     state.manifest, state.published = manifest, destination
     log.detail = str(destination)
 
@@ -304,19 +316,26 @@ def _image(outcome: ImageOutcome) -> ImageRecord:
     return ImageRecord.model_validate(outcome.as_dict())
 
 
-def update_release_index(release_dir: Path, signer: Signer) -> list[Path]:
+def update_release_index(
+    release_dir: Path, signer: Signer, *, vouched: tuple[str, ...] = ()
+) -> ReleaseIndex:
     """Rewrite the release-level index (checksums, provenance, signatures) all at once: the
-    new files are written and fsynced beside the release, then renamed in together."""
+    new files are written and fsynced beside the release, then renamed in together.
+
+    Only what the index being replaced vouches for under this key, and `vouched` (paths
+    the caller wrote itself), is signed again; the rest is in the result's `left_out`.
+    A release signed by another key is refused (supply/chain.py's ReleaseKeyError)."""
     root = staging_root(release_dir.parent)  # release_dir.parent is the artifacts folder
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-index-", dir=root))
     try:
         index = scratch / "index"
         index.mkdir()
-        written = write_release_index(release_dir, signer, index)
+        chain = SignedChain.read(release_dir, signer.key.public)
+        signed = write_release_index(release_dir, signer, index, chain=chain, vouched=vouched)
         fsync_tree(index)
         commit(release_dir, index=index, backup=scratch / "previous")
-        return [release_dir / path.name for path in written]
+        return ReleaseIndex([release_dir / path.name for path in signed.written], signed.left_out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         with suppress(OSError):  # another build is staging too

@@ -43,8 +43,7 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
             "the training inputs ([train] inputs) changed while the build was starting",
             hint="Run the build again.",
         )
-    log.line(f"+ docker cp <source {plan.source.archive_sha256[:12]}> {PATHS.src}")
-    box.put_archive(PATHS.root, plan.source.archive)
+    pipeline.load_sources(log)  # read-only from here on: every variant builds from these
     for item in plan.run.inputs:  # unpacked into their volume at /build/inputs
         log.line(f"+ docker cp <input {item.name} {item.sha256[:12]}> {item.path}")
         box.put_archive(PATHS.root, item.archive)

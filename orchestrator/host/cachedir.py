@@ -71,14 +71,26 @@ def check_cache_dir(path: Path) -> None:
         )
 
 
+def _refuse_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise ForeignFolderError(
+            f"the work folder {path} is a symlink (to {path.readlink()}): a work folder is "
+            "never reached through a symlink, so nothing is written or removed where it points",
+            hint="Pass the real folder as --workdir, or remove the symlink.",
+        )
+
+
 def prepare_workdir(path: Path) -> Path:
     """A fresh, marked workdir at `path`: a previous one of ours is removed first.
 
-    Refuses (ForeignFolderError) an existing non-empty folder without the marker, and
-    anything that is not a folder, leaving it untouched.
+    Refuses (ForeignFolderError) a symlink (the marker written where it points would make
+    that folder removable later), an existing non-empty folder without the marker, and
+    anything that is not a folder, leaving it untouched. `path`'s parent is the caller's
+    to resolve; `path` itself is taken as it is.
     """
-    if path.exists() or path.is_symlink():
-        if path.is_symlink() or not path.is_dir():
+    _refuse_symlink(path)
+    if path.exists():
+        if not path.is_dir():
             raise ForeignFolderError(
                 f"--workdir {path} exists and is not a folder: refusing to replace it",
                 hint="Pass another --workdir, or remove it yourself.",
@@ -91,7 +103,14 @@ def prepare_workdir(path: Path) -> Path:
                 f"(no {WORKDIR_MARKER}): refusing to remove it",
                 hint="Pass a new or empty folder as --workdir, or remove this one yourself.",
             )
-    path.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:  # the empty folder kept above, or a symlink made meanwhile
+        _refuse_symlink(path)
+        if not path.is_dir():
+            raise
+    _refuse_symlink(path)
     (path / WORKDIR_MARKER).write_text(_WORKDIR_NOTE)
     return path
 

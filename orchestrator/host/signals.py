@@ -31,12 +31,17 @@ def _raise_stop(signum: int, _frame: FrameType | None) -> None:
 
 
 def stop_on_signals() -> None:
-    """Make SIGTERM and SIGHUP raise StopRequested in the main thread (call it once, early).
+    """Make SIGINT raise KeyboardInterrupt and SIGTERM and SIGHUP StopRequested in the main
+    thread (call it once, early).
 
-    A signal someone chose to ignore stays ignored (`nohup` ignores SIGHUP)."""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, _raise_stop)
+    SIGINT and SIGTERM are handled even where the parent ignored them: a shell starts a
+    script's background job (`orchestrator release &`) with SIGINT ignored, and Python
+    then keeps it ignored, so `kill -INT` would never stop the run and clean up. An ignored
+    SIGHUP stays ignored: `nohup` asks for a run that survives a closed terminal."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _raise_stop)
 
 
 class deferred_stops:  # noqa: N801 - used like a function: `with deferred_stops():`

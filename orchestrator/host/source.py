@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from orchestrator.config.nesting import loads_toml
 from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.archive import pack_tree
@@ -112,8 +112,8 @@ class LockedCrate:
 def registry_crates(cargo_lock: str) -> list[LockedCrate]:
     """crates.io packages in a Cargo.lock with their .crate checksums."""
     try:
-        data = tomllib.loads(cargo_lock)
-    except tomllib.TOMLDecodeError as exc:
+        data = loads_toml(cargo_lock)
+    except ValueError as exc:  # TOMLDecodeError, or NestingError: hostile nesting
         raise SourceError(f"Cargo.lock is not valid TOML: {exc}") from exc
     crates: list[LockedCrate] = []
     for package in data.get("package", []):
@@ -136,8 +136,8 @@ def other_sources(cargo_lock: str) -> list[str]:
     build, so no cached copy of them is ever trusted.
     """
     try:
-        data = tomllib.loads(cargo_lock)
-    except tomllib.TOMLDecodeError as exc:
+        data = loads_toml(cargo_lock)
+    except ValueError as exc:  # TOMLDecodeError, or NestingError: hostile nesting
         raise SourceError(f"Cargo.lock is not valid TOML: {exc}") from exc
     return [
         f"{package.get('name')} {package.get('version')} ({package['source']})"

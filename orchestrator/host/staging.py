@@ -40,6 +40,17 @@ def staging_area(artifacts_dir: Path, session: str) -> Iterator[Path]:
             root.rmdir()
 
 
+def remove_abandoned_staging(artifacts_dir: Path) -> list[Path]:
+    """Remove the staging folders of runs whose process is gone (kill -9, a crash), then
+    the staging root itself once nothing is left in it; what was removed."""
+    root = staging_root(artifacts_dir)
+    removed = remove_abandoned(root)
+    with suppress(OSError):  # not empty: a running build is staging (or not ours to judge)
+        root.rmdir()
+        removed.append(root)
+    return removed
+
+
 def write_checksums(directory: Path) -> Path:
     """SHA256SUMS over every file below `directory`, in `sha256sum -c` format."""
     lines = []

@@ -20,7 +20,7 @@ class PerfCapabilities:
 
     lbr: bool
     sampling: bool
-    grant: str  # how the container was started, e.g. "cap-add SYS_ADMIN" or "none"
+    grant: str  # how the container was started, e.g. "seccomp orchestrator-perf (...)"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator import __version__
+from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
 from orchestrator.model.records import (
     EngineRecord,
@@ -248,6 +249,14 @@ class LockedTarget(Record):
     built_on: EngineRecord | None = None  # the Docker Engine that built it (informative)
 
 
+class LockLimits(Record):
+    """What the build and profiling containers were allowed (limits.pids, limits.memory;
+    0: no limit). A reproduction runs under the same, wherever it runs."""
+
+    pids: int = Field(ge=0)
+    memory: int = Field(ge=0)  # bytes
+
+
 class LockDocument(Record):
     """release.lock."""
 
@@ -262,6 +271,7 @@ class LockDocument(Record):
     source: LockSource
     base: LockBase
     targets: list[LockedTarget]
+    limits: LockLimits | None = None  # None: a lock from before container limits
 
 
 M = TypeVar("M", bound=Record)
@@ -286,6 +296,7 @@ def lock_document(
     source: Mapping[str, Any],
     base: Mapping[str, Any],
     targets: Sequence[LockedTarget],
+    limits: LockLimits | None = None,
 ) -> LockDocument:
     document = {
         "schema": SCHEMA,
@@ -296,6 +307,7 @@ def lock_document(
         "source": dict(source),
         "base": dict(base),
         "targets": sorted(targets, key=lambda t: t.inputs.artifact),
+        "limits": limits.dump() if limits is not None else None,
     }
     return _validated(LockDocument, document, "the new lockfile")
 
@@ -330,7 +342,7 @@ def read_lock(path: Path) -> LockDocument:
     if path.is_dir():
         path = path / LOCK_FILE
     try:
-        document = json.loads(path.read_text())
+        document = loads_json(path.read_text())  # nesting bounded: a ValueError
     except FileNotFoundError:
         raise LockfileError(
             f"no lockfile at {path}",

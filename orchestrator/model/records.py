@@ -22,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
+from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
 
 JsonDict = dict[str, Any]
@@ -178,6 +179,29 @@ class BoltInfo(Record):
     debug_info: JsonDict | None = None  # asked for (its input had DWARF), kept, why
 
 
+class ContainerGrant(Record):
+    """The rights a container was started with, as sent to the Engine."""
+
+    privileged: bool
+    cap_add: list[str]  # capabilities given back after dropping `cap_drop`
+    cap_drop: list[str]  # ["ALL"] unless privileged
+    no_new_privileges: bool
+    # "docker-default" (the Engine's own profile), "unconfined", or one of ours by name
+    seccomp: str
+    seccomp_sha256: str | None = None  # of the exact profile JSON ours sent
+    seccomp_added: list[str] = Field(default_factory=list)  # allowed beyond Docker's default
+
+
+class ProfilingInfo(Record):
+    """The profiling container (training workloads under perf) and its perf access."""
+
+    granted: str  # the grant in words, e.g. "seccomp orchestrator-perf (...)" or "none"
+    lbr: bool  # perf could record branch stacks there
+    sampling: bool  # perf could sample there
+    container_started: bool
+    grant: ContainerGrant | None = None  # added within version 2; absent in older files
+
+
 class GateInfo(Record):
     """The speed gate: what callgrind counted per variant and which variant shipped."""
 
@@ -289,7 +313,7 @@ class BuildManifest(Record):
     inputs: InputsInfo
     pgo: PgoInfo | None
     bolt: BoltInfo | None
-    profiling: JsonDict
+    profiling: ProfilingInfo
     validation: JsonDict
     variants: dict[str, FileDigest]
     steps: list[JsonDict]
@@ -418,7 +442,7 @@ def parse_record(document: object, model: type[R], where: str) -> R:
 
 def read_record(path: Path, model: type[R]) -> R:
     try:
-        document = json.loads(path.read_text())
+        document = loads_json(path.read_text())  # nesting bounded: a ValueError
     except FileNotFoundError:
         raise RecordError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:

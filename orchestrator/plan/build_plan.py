@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config.checks import memory_bytes
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
@@ -116,6 +117,8 @@ class BuildPlan:
     validate_tolerance: float
     profiling_privileges: bool
     profiling_allow_privileged: bool  # may the perf probe try --privileged at all
+    limit_pids: int  # of the build and profiling containers (0: none)
+    limit_memory: int  # bytes, the same (0: none)
     runner: tuple[str, ...]  # runs a target binary in the container (qemu for aarch64)
     device_code: DeviceCode | None
     glibc_floor: str  # the oldest glibc the binary must load on
@@ -416,6 +419,8 @@ def make_plan(
         validate_tolerance=options.validate_tolerance,
         profiling_privileges=options.profiling_privileges,
         profiling_allow_privileged=options.profiling_allow_privileged,
+        limit_pids=options.limit_pids,
+        limit_memory=memory_bytes(options.limit_memory) or 0,
         runner=flavor.runner,
         device_code=device_code,
         glibc_floor=options.glibc_floor,

@@ -29,6 +29,8 @@ _NOT_ACTION_INPUTS = frozenset(
         "bench.warmup",
         "bench.command",
         "signing.secret_key",  # instead, a cached artifact must verify under the key
+        "limits.pids",  # a build either fits its limits or fails: they change no bytes
+        "limits.memory",
     }
 )
 

@@ -137,8 +137,11 @@ class StepLog:
         echo: Console | None,
         name: str,
         live: LiveLine | None = None,
+        *,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self._handle = handle
+        self._warn = warn
         self._status_prefix = Text(f"{name}: ")
         self._status = status
         self._echo = echo
@@ -161,6 +164,18 @@ class StepLog:
             self._status.update(self._status_prefix + Text(text.strip()[:100], style="dim"))
         elif self._live is not None:
             self._live.output(text)
+
+    def warn(self, text: str) -> None:
+        """A warning that changes what ships or what is reused (a stored profile ignored, a
+        cache thrown away): in the step log and on the console, where a user sees it without
+        opening the log (outside a CI fold, above a spinner or live line)."""
+        if self._warn is None:
+            self.line(f"warning: {text}")
+            return
+        self._handle.write(f"warning: {text}\n")
+        self._handle.flush()
+        self.tail = [*self.tail[-39:], f"warning: {text}"]
+        self._warn(text)
 
     def mark_cached(self, detail: str) -> None:
         self.cached = True
@@ -222,6 +237,11 @@ class Reporter:
     def warn(self, message: str) -> None:
         self._print(Text.assemble(("warning:", "bold yellow"), f" {message}"))
 
+    def _step_warning(self, name: str, text: str) -> None:
+        self.warn(f"{name}: {text}")
+        if self.github:  # an annotation: seen on the run's page, not only in the folded log
+            self._print(Text(f"::warning title={name}::{text}"), highlight=False, soft_wrap=True)
+
     @contextmanager
     def step(self, name: str, title: str) -> Iterator[StepLog]:
         index = len(self.results) + 1
@@ -244,7 +264,14 @@ class Reporter:
             if self.github:  # GitHub folds what follows until ::endgroup::
                 self._print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
             echo = self.console if self.echoes else None
-            sink = StepLog(handle, status, echo, name, self.live)
+            sink = StepLog(
+                handle,
+                status,
+                echo,
+                name,
+                self.live,
+                warn=lambda text: self._step_warning(name, text),
+            )
             heartbeat: Heartbeat | None = None
             if self.ci or (self.prefix and self.live is None):
                 heartbeat = Heartbeat(

@@ -35,6 +35,7 @@ from orchestrator.model.lockfile import (
     LockedTarget,
     LockfileError,
     LockInputs,
+    LockLimits,
     LockOutput,
     LockResolved,
     drift,
@@ -211,6 +212,8 @@ def record_release(
             "rootfs_sha256": rootfs_sha256,
         },
         targets=locked,
+        # Settings of this run, like every target's: `reproduce` runs under the same.
+        limits=LockLimits(pids=plan.limit_pids, memory=plan.limit_memory),
     )
     return write_lock(release_dir / LOCK_FILE, document)
 

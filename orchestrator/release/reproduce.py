@@ -45,7 +45,9 @@ from orchestrator.model.lockfile import (
 )
 from orchestrator.model.records import ProfileSidecar
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs
+from orchestrator.plan.steps import Step
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.pin import check_lock, record_release, vault_for
 from orchestrator.release.target import Target, targets
@@ -115,6 +117,26 @@ class Reproduced:
         }
 
 
+def _write_locked_config(workdir: Path, document: LockDocument) -> None:
+    """The lock's config text at its place among the laid-out sources, never through a
+    symlink those sources brought along: a linked folder on the way is refused, a linked
+    file is replaced by the real one."""
+    config = workdir / document.config.file
+    folder = workdir
+    for part in Path(document.config.file).parent.parts:
+        folder = folder / part
+        if folder.is_symlink():
+            raise SourceError(
+                f"{folder} in the crate's sources is a symlink: the locked config is not "
+                "written through it",
+                hint="Pass --source with a tree whose config folder is a real folder.",
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    if config.is_symlink():
+        config.unlink()
+    config.write_text(document.config.text)
+
+
 def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | None) -> Path:
     """The config and the crate in a fresh folder; returns the config's path there.
 
@@ -135,7 +157,7 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
             ignore=shutil.ignore_patterns("target", ".git"),
             dirs_exist_ok=True,
         )
-        config.write_text(document.config.text)
+        _write_locked_config(workdir, document)
         return config
     commit, repository_path = source.git_commit, source.repository_path
     root = git(Path.cwd(), "rev-parse", "--show-toplevel")
@@ -170,7 +192,7 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
         shutil.copytree(
             Path(tmp) / "tree" / crate_in_repo, crate, symlinks=True, dirs_exist_ok=True
         )
-    config.write_text(document.config.text)
+    _write_locked_config(workdir, document)
     return config
 
 
@@ -248,7 +270,8 @@ class ReproduceRun:
     cache: Path
     fresh_images: bool
     announce: Callable[[str], None]
-    removed_images: set[str] = field(default_factory=set)
+    # Images built under this run's own references (fresh_images); removed at its end.
+    built_images: set[str] = field(default_factory=set)
 
 
 def read_locked(lock_path: Path, vault: Vault, only: Sequence[str] = ()) -> LockDocument:
@@ -278,6 +301,18 @@ def read_locked(lock_path: Path, vault: Vault, only: Sequence[str] = ()) -> Lock
     return document
 
 
+def _check_locked_toolchain(document: LockDocument, configured: str) -> None:
+    """The locked config's toolchain (a file in toolchains/, checked by `resolve`) is the
+    one every target records: a lock whose config text was edited to another is refused."""
+    recorded = sorted({t.inputs.toolchain for t in document.targets} - {configured})
+    if recorded:
+        raise LockfileError(
+            f"the lock's config names toolchain {configured!r}, but its targets were built "
+            f"with {', '.join(repr(name) for name in recorded)}: the lock is inconsistent",
+            hint="Someone edited its config text. Download the release again from its publisher.",
+        )
+
+
 def reproduce(
     document: LockDocument,
     release_dir: Path,
@@ -302,6 +337,10 @@ def reproduce(
         cli={"build.artifacts_dir": str(workdir / "artifacts"), "build.cache_dir": str(cache)},
         cwd=config.parent,
     )
+    _check_locked_toolchain(document, options.toolchain)
+    if document.limits is not None:  # the release's container limits, not this host's
+        limits = document.limits
+        options = replace(options, limit_pids=limits.pids, limit_memory=str(limits.memory))
     if options.train_inputs:  # from the vault, never from the paths the config names
         archives = {item.name: vault.verify(item.sha256) for item in document.source.inputs}
         unpacked = unpack_locked_inputs(archives, options.train_inputs, workdir / "inputs")
@@ -315,15 +354,41 @@ def reproduce(
         document, release_dir, connect(), vault, console, signer, cache, fresh_images, announce
     )
     results = []
-    for entry in sorted(document.targets, key=lambda t: t.inputs.artifact):
-        name = entry.inputs.artifact
-        result = Reproduced(name, entry.output.sha256)
-        results.append(result)
-        if name not in configured:
-            result.fail(LockDriftError("the locked config no longer yields this target"))
-            continue
-        _reproduce_one(run, entry, *configured[name], result)
+    try:
+        for entry in sorted(document.targets, key=lambda t: t.inputs.artifact):
+            name = entry.inputs.artifact
+            result = Reproduced(name, entry.output.sha256)
+            results.append(result)
+            if name not in configured:
+                result.fail(LockDriftError("the locked config no longer yields this target"))
+                continue
+            _reproduce_one(run, entry, *configured[name], result)
+    finally:
+        # Only what this run built: images that existed before, or that another run uses
+        # or built, stay (they were never touched: other references).
+        for reference in sorted(run.built_images):
+            run.engine.remove_image(reference)
     return results
+
+
+def private_images(plan: BuildPlan, session: str) -> BuildPlan:
+    """The plan with its base and toolchain images under references of this run's own
+    (`<repository>:repro-<session>-<tag>`): built afresh from the vault, without removing or
+    re-tagging the shared images that other runs on the engine may be using."""
+
+    def private(image: ImagePlan) -> ImagePlan:
+        repository, tag = image.reference.rsplit(":", 1)
+        return ImagePlan(f"{repository}:repro-{session}-{tag}", image.input_hash)
+
+    base, image = private(plan.base_image), private(plan.image)
+    renamed = {plan.base_image.reference: base.reference, plan.image.reference: image.reference}
+
+    def retitled(step: Step) -> Step:  # the step lines name the images really built
+        words = [renamed.get(word, word) for word in step.title.split(" ")]
+        return replace(step, title=" ".join(words))
+
+    steps = tuple(retitled(step) for step in plan.steps)
+    return replace(plan, base_image=base, image=image, steps=steps)
 
 
 def _reproduce_one(
@@ -345,10 +410,8 @@ def _reproduce_one(
         plan = prepare_plan(options, target.flavor)
     seed_cache(run.document, plan, entry, run.cache, run.vault)
     if run.fresh_images:
-        for reference in (plan.base_image.reference, plan.image.reference):
-            if reference not in run.removed_images:
-                run.engine.remove_image(reference)
-                run.removed_images.add(reference)
+        plan = private_images(plan, run.engine.session)
+        run.built_images.update((plan.base_image.reference, plan.image.reference))
     here = engine_record(run.engine).described()
     there = f"; the release built it on {entry.built_on.described()}" if entry.built_on else ""
     run.announce(f"reproducing {result.artifact} on {here}{there}")

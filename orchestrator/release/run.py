@@ -44,6 +44,7 @@ from orchestrator.release.target import Target, TargetResult, build_target, meas
 from orchestrator.runtime.api import EngineApi, engine_facts
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
+from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.minisign import PublicKey, VerificationError
 
 RELEASE_JSON = "release.json"
@@ -169,8 +170,9 @@ def run_release(
     waiting: list[tuple[TargetResult, BuildPlan]] = []
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
-    earlier = _earlier_entries(release_dir)
     marks = marks_for(console)
+    signed = _release_json_signed(release_dir, signer, announce)
+    earlier = _earlier_entries(release_dir) if signed else {}
     # One live line per target, redrawn in place, when they build side by side on a terminal
     board = TargetBoard(console) if side_by_side and not in_ci(console) else None
 
@@ -226,10 +228,33 @@ def run_release(
     if waiting:
         with board.shown() if board is not None else nullcontext():
             _build_side_by_side(waiting, pool, build, options, announce)
-    write_release_json(release_dir, options, results)
-    if release_dir.is_dir():
-        update_release_index(release_dir, signer)
+    write_release_json(release_dir, options, results, carry_over=signed)
+    _sign_index(release_dir, signer, announce)
     return results
+
+
+def _sign_index(release_dir: Path, signer: Signer, announce: Callable[[str], None]) -> None:
+    """Sign the release index again: release.json is this run's own, the rest only as the
+    last signature vouched for it; say what was left out."""
+    if not release_dir.is_dir():
+        return
+    signature = update_release_index(release_dir, signer, vouched=(RELEASE_JSON,))
+    for entry in signature.left_out:
+        announce(f"warning: not signed again: {entry}")
+
+
+def _release_json_signed(
+    release_dir: Path, signer: Signer, announce: Callable[[str], None]
+) -> bool:
+    """Whether release.json is the one the release's signature covers. Its figures are
+    carried into the next release.json, which is signed: a file edited since must not be."""
+    signed = SignedChain.read(release_dir, signer.key.public).matches(RELEASE_JSON)
+    if (release_dir / RELEASE_JSON).is_file() and not signed:
+        announce(
+            f"warning: {RELEASE_JSON} is not the one that was signed: its entries are not "
+            "carried over"
+        )
+    return signed
 
 
 def _build_side_by_side(
@@ -295,14 +320,19 @@ def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary |
 
 
 def write_release_json(
-    release_dir: Path, options: Options, results: Sequence[TargetResult]
+    release_dir: Path,
+    options: Options,
+    results: Sequence[TargetResult],
+    *,
+    carry_over: bool = True,
 ) -> None:
     """release.json: every target in build order. Artifacts published by earlier runs and
-    not rebuilt now come first, as they were listed; then this run's, in its order."""
+    not rebuilt now come first, as they were listed (unless not `carry_over`: the file is
+    not the one that was signed); then this run's, in its order."""
     path = release_dir / RELEASE_JSON
     rebuilt = {result.artifact for result in results}
     earlier: list[TargetSummary] = []
-    if path.is_file():
+    if path.is_file() and carry_over:
         earlier = [
             _with_triple(entry)
             for entry in read_record(path, ReleaseSummary).artifacts

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.host.system import process_alive
-from orchestrator.model.records import EngineRecord
+from orchestrator.model.records import ContainerGrant, EngineRecord
+from orchestrator.runtime.seccomp import added_syscalls, profile_json, profile_sha256
 
 LABEL_MANAGED = "org.orchestrator.managed"
 LABEL_SESSION = "org.orchestrator.session"
@@ -47,11 +48,17 @@ class EngineFacts:
 
 @dataclass(frozen=True)
 class Privileges:
-    """Extra rights for a container; the default is none at all."""
+    """Extra rights for a container; the default is none at all.
+
+    Every container drops all capabilities and runs with no-new-privileges (unless
+    `privileged`); `cap_add` names the few given back. `seccomp` names one of our own
+    profiles (runtime/seccomp.py) to use instead of the Engine's default.
+    """
 
     privileged: bool = False
     cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ()
+    seccomp: str | None = None
 
     def describe(self) -> str:
         if self.privileged:
@@ -59,7 +66,54 @@ class Privileges:
         parts = [f"cap-add {c}" for c in self.cap_add] + [
             f"security-opt {s}" for s in self.security_opt
         ]
-        return ", ".join(parts) or "none"
+        if self.seccomp is not None:
+            added = " + ".join(added_syscalls(self.seccomp))
+            parts.insert(0, f"seccomp {self.seccomp} (Docker's default + {added})")
+        # Every container drops all capabilities: say so wherever something was granted.
+        return ", ".join([parts[0], "cap-drop ALL", *parts[1:]]) if parts else "none"
+
+    def engine_options(self) -> dict[str, Any]:
+        """The container-create options these rights come to (the SDK's names)."""
+        profile = () if self.seccomp is None else (f"seccomp={profile_json(self.seccomp)}",)
+        return {
+            "privileged": self.privileged,
+            "cap_add": list(self.cap_add) or None,
+            # Least privilege: no capabilities but those asked for by name.
+            "cap_drop": None if self.privileged else ["ALL"],
+            "security_opt": [*self.security_opt, *profile, "no-new-privileges"],
+        }
+
+    def record(self) -> ContainerGrant:
+        """What build.json says the container was started with: exactly `engine_options`."""
+        options = self.engine_options()
+        unconfined = self.privileged or "seccomp=unconfined" in self.security_opt
+        return ContainerGrant(
+            privileged=self.privileged,
+            cap_add=[f"CAP_{c}" for c in self.cap_add],
+            cap_drop=["ALL"] if options["cap_drop"] else [],
+            no_new_privileges="no-new-privileges" in options["security_opt"],
+            seccomp="unconfined" if unconfined else self.seccomp or "docker-default",
+            seccomp_sha256=profile_sha256(self.seccomp) if self.seccomp else None,
+            seccomp_added=list(added_syscalls(self.seccomp)) if self.seccomp else [],
+        )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one container may take of its engine's host (limits.pids, limits.memory);
+    0: no limit. Memory and memory+swap get the same bound: it cannot swap past it."""
+
+    pids: int = 0
+    memory: int = 0  # bytes
+
+    def engine_options(self) -> dict[str, Any]:
+        """The container-create options (the SDK's names); unset ones are left out."""
+        options: dict[str, Any] = {}
+        if self.pids:
+            options["pids_limit"] = self.pids
+        if self.memory:
+            options["mem_limit"] = options["memswap_limit"] = self.memory
+        return options
 
 
 @dataclass(frozen=True)
@@ -73,6 +127,7 @@ class ContainerSpec:
     volumes: Mapping[str, str] = field(default_factory=dict)  # volume name -> mount path
     read_only_volumes: Mapping[str, str] = field(default_factory=dict)  # the same, mounted ro
     cpuset: str | None = None  # pin to these CPUs (benchmarks)
+    limits: Limits = Limits()  # pids and memory (build and profiling containers)
 
 
 def is_leftover(labels: Mapping[str, str], *, session: str, host: str) -> bool:
@@ -106,6 +161,13 @@ class ContainerApi(Protocol):
     def put_archive(self, path: str, data: bytes) -> None: ...
 
     def get_archive(self, path: str) -> Iterator[bytes]: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    def limit_hits(self) -> tuple[str, ...]:
+        """The limits ("pids", "memory") the container ran into since the last call."""
+        ...
 
 
 class LabelledContainer(Protocol):
@@ -143,7 +205,11 @@ class EngineApi(Protocol):
         on_output: OutputSink,
     ) -> str: ...
 
-    def remove_image(self, reference: str) -> None: ...
+    def remove_image(self, reference: str, *, unused_only: bool = False) -> bool: ...
+
+    def image_lock(
+        self, reference: str, *, on_wait: OutputSink
+    ) -> AbstractContextManager[bool]: ...
 
     def container(
         self, spec: ContainerSpec, *, keep: bool = False

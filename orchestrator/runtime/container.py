@@ -10,15 +10,34 @@ import docker.errors
 from docker.models.containers import Container as SdkContainer
 
 from orchestrator.errors import ContainerError
-from orchestrator.runtime.api import OutputSink
+from orchestrator.runtime.api import Limits, OutputSink
+
+NO_LIMITS = Limits()
+# Where a container's cgroup counts the times it ran into a limit: cgroup v1 paths first,
+# then v2's (the container sees its own cgroup at /sys/fs/cgroup either way). The pids
+# controller counts refused forks ("max N"), the memory one OOM kills ("oom_kill N").
+_LIMIT_FILES = {
+    "/sys/fs/cgroup/pids/pids.events": ("pids", "max"),
+    "/sys/fs/cgroup/pids.events": ("pids", "max"),
+    "/sys/fs/cgroup/memory/memory.oom_control": ("memory", "oom_kill"),
+    "/sys/fs/cgroup/memory.events": ("memory", "oom_kill"),
+}
 
 
 class Container:
     """A running container that steps `exec` into."""
 
-    def __init__(self, client: docker.DockerClient, sdk: SdkContainer) -> None:
+    def __init__(
+        self, client: docker.DockerClient, sdk: SdkContainer, limits: Limits = NO_LIMITS
+    ) -> None:
         self._client = client
         self._sdk = sdk
+        self._limits = limits
+        self._hits: dict[str, int] = {}  # counts seen by the last `limit_hits`
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
 
     @property
     def id(self) -> str:
@@ -72,3 +91,40 @@ class Container:
         except docker.errors.NotFound:
             raise ContainerError(f"{path} does not exist in the build container") from None
         return iter(chunks)
+
+    def limit_hits(self) -> tuple[str, ...]:
+        """The limits ("pids", "memory") this container ran into since the last call, from
+        its cgroup's counters. Asked after a command failed, so that a fork bomb or a
+        runaway build script is named as such rather than as a plain failed step."""
+        if not (self._limits.pids or self._limits.memory):
+            return ()
+        output: list[str] = []
+        try:  # `head` prints each file under a "==> path <==" line; absent ones are skipped
+            self.exec(["head", "-n", "20", *_LIMIT_FILES], on_output=output.append)
+        except docker.errors.APIError:
+            output = []  # e.g. no process could be started: the pids limit is reached
+        counts: dict[str, int] = {}
+        kind = word = ""
+        for line in output:
+            if line.startswith("==> ") and line.endswith(" <=="):
+                kind, word = _LIMIT_FILES.get(line[4:-4], ("", ""))
+                continue
+            name, _, value = line.partition(" ")
+            if kind and name == word and value.strip().isdigit():
+                counts[kind] = max(counts.get(kind, 0), int(value))
+        if "pids" not in counts and self._limits.pids and self._pids_full():
+            counts["pids"] = self._hits.get("pids", 0) + 1
+        hits = tuple(k for k, n in sorted(counts.items()) if n > self._hits.get(k, 0))
+        self._hits.update(counts)
+        return hits
+
+    def _pids_full(self) -> bool:
+        """Whether the Engine's stats show the container at its pids limit (when its
+        counters could not be read from inside)."""
+        try:
+            stats = self._sdk.stats(stream=False)
+        except docker.errors.APIError:
+            return False
+        pids = (stats.get("pids_stats") if isinstance(stats, dict) else None) or {}
+        current, limit = pids.get("current"), pids.get("limit")
+        return isinstance(current, int) and isinstance(limit, int) and 0 < limit <= current + 1

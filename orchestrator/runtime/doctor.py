@@ -158,7 +158,7 @@ def _container_checks(engine: Engine) -> list[Check]:
                 "ok" if code == 0 else "info",
                 "granted"
                 if code == 0
-                else f"refused (…{output.strip()[-90:]}); perf uses capabilities",
+                else f"refused (…{output.strip()[-90:]}); perf does not need it",
             )
         )
     toolchain = _tagged(images, "orchestrator/cpu")

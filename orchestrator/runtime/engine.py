@@ -8,8 +8,12 @@ leftovers of a crashed or interrupted run can always be found and removed.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import socket
+import tarfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -46,6 +50,7 @@ from orchestrator.runtime.api import (
     EngineFacts,
     ImageInfo,
     LabelledContainer,
+    Limits,
     OutputSink,
     Privileges,
     engine_facts,
@@ -53,6 +58,7 @@ from orchestrator.runtime.api import (
 )
 from orchestrator.runtime.container import Container
 from orchestrator.runtime.contexts import EngineEndpoint
+from orchestrator.runtime.imagelock import LOCK_KIND, LockHolder, image_lock, stale_reason
 from orchestrator.runtime.reach import open_client
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
@@ -62,6 +68,9 @@ API_TIMEOUT_S = 4 * 3600
 # The first calls (version negotiation, ping) must be answered within this: a socket
 # that accepts and never answers fails here instead of hanging for API_TIMEOUT_S.
 CONNECT_TIMEOUT_S = 15
+# Image locks are containers created (never started) from this empty image: the one image
+# an engine can always be given, before any base image exists (runtime/imagelock.py).
+LOCK_IMAGE = "orchestrator/lock:1"
 
 
 class Engine:
@@ -212,9 +221,81 @@ class Engine:
             with suppress(docker.errors.APIError):
                 self._client.images.remove(str(image.id), force=True)
 
-    def remove_image(self, reference: str) -> None:
-        with suppress(docker.errors.ImageNotFound):
+    def remove_image(self, reference: str, *, unused_only: bool = False) -> bool:
+        """Remove an image (its tags, and its layers where nothing else needs them);
+        whether it went. `unused_only`: keep it while any container, a concurrent run's
+        included, was made from it."""
+        try:
+            if unused_only and self._client.containers.list(
+                all=True, filters={"ancestor": reference}
+            ):
+                return False
             self._client.images.remove(reference, force=True)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if unused_only and exc.status_code == requests.codes.conflict:
+                return False  # a container started from it in the meantime
+            raise
+        return True
+
+    # -- image locks (runtime/imagelock.py) -----------------------------------------
+    @contextmanager
+    def image_lock(self, reference: str, *, on_wait: OutputSink) -> Iterator[bool]:
+        """Hold this engine's lock for building `reference`; yields whether it waited."""
+        with image_lock(self, reference, self._labels(LOCK_KIND), on_wait=on_wait) as waited:
+            yield waited
+
+    def _lock_image(self) -> str:
+        info = self.image(LOCK_IMAGE)
+        if info is not None:
+            return info.id
+        # One empty folder: an image made on the spot, nothing pulled. Two runs racing to
+        # make it each use their own (a few bytes); the tag goes to either.
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            entry = tarfile.TarInfo("lock")
+            entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(entry)
+        repository, tag = LOCK_IMAGE.rsplit(":", 1)
+        labels = {**self._labels("lock-image")}
+        changes = [f'LABEL {k}="{v}"' for k, v in labels.items()]
+        try:
+            answer = self._client.api.import_image_from_data(
+                data.getvalue(), repository=repository, tag=tag, changes=changes
+            )
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"cannot make the lock image {LOCK_IMAGE}: {exc}") from exc
+        return str(json.loads(answer)["status"])
+
+    def create_lock(self, name: str, labels: Mapping[str, str]) -> str | None:
+        for attempt in (1, 2):
+            image = self._lock_image()
+            try:
+                sdk = self._client.containers.create(
+                    image, command=["locked"], name=name, labels=dict(labels), network_mode="none"
+                )
+            except docker.errors.ImageNotFound:
+                if attempt == 2:
+                    raise
+                continue  # removed since we looked (`clean --images`): make it again
+            except docker.errors.APIError as exc:
+                if exc.status_code == requests.codes.conflict:
+                    return None  # the name is taken: another run holds the lock
+                raise ContainerError(f"cannot create the image lock {name}: {exc}") from exc
+            return str(sdk.id)
+        return None
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        try:
+            sdk = self._client.containers.get(name)
+        except docker.errors.NotFound:
+            return None
+        return LockHolder(str(sdk.id), dict(sdk.labels or {}))
+
+    def remove_lock(self, container_id: str) -> None:
+        with suppress(docker.errors.NotFound):
+            self._client.api.remove_container(container_id, force=True)
 
     # -- containers -------------------------------------------------------------
     @contextmanager
@@ -230,11 +311,9 @@ class Engine:
                 network_mode="bridge" if spec.network else "none",
                 environment=dict(spec.environment),
                 labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
-                privileged=privileges.privileged,
-                cap_add=list(privileges.cap_add) or None,
-                # Least privilege: no capabilities but those asked for by name.
-                cap_drop=None if privileges.privileged else ["ALL"],
-                security_opt=[*privileges.security_opt, "no-new-privileges"],
+                # cap-drop ALL, no-new-privileges, and only the rights asked for by name
+                **privileges.engine_options(),
+                **spec.limits.engine_options(),  # pids and memory: a fork bomb stays inside
                 user=spec.user,
                 volumes={
                     **{name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
@@ -251,7 +330,7 @@ class Engine:
                 f"cannot start a {spec.purpose} container from {spec.image}: {reason}"
             ) from exc
         try:
-            yield Container(self._client, sdk)
+            yield Container(self._client, sdk, spec.limits)
         finally:
             if not keep:
                 self._force_remove(sdk)
@@ -314,12 +393,31 @@ class Engine:
                 removed += 1
         return removed
 
+    def remove_stale_locks(self) -> int:
+        """Remove image locks whose holder is gone (a later build would take them over
+        anyway; `clean` should leave none behind)."""
+        removed = 0
+        host = socket.gethostname()
+        locks = self._client.containers.list(
+            all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={LOCK_KIND}"]}
+        )
+        for sdk in locks:
+            labels = dict(sdk.labels or {})
+            if labels.get(LABEL_KIND) != LOCK_KIND:
+                continue
+            holder = LockHolder(str(sdk.id), labels)
+            if stale_reason(holder, host=host, now=time.time()):
+                self.remove_lock(holder.id)
+                removed += 1
+        return removed
+
     def remove_leftovers(self) -> tuple[int, int]:
         """(containers, volumes) removed: those of finished runs, never a running build's.
 
         Exactly `remove_stale_containers()` and `remove_stale_volumes()`: the same rule
         (`is_leftover`) for both, so `clean` can run while another build is under way.
         """
+        self.remove_stale_locks()  # not counted: a lock is no container of a build
         return self.remove_stale_containers(), self.remove_stale_volumes()
 
     def probe(
@@ -377,6 +475,7 @@ __all__ = [
     "EngineApi",
     "ImageInfo",
     "LabelledContainer",
+    "Limits",
     "OutputSink",
     "Privileges",
     "is_leftover",

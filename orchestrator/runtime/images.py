@@ -2,6 +2,11 @@
 
 An image's tag and its `org.orchestrator.input-hash` label both come from the hash of
 everything that goes into it, so "is it up to date?" is one lookup.
+
+Runs on one engine build each image once: the build happens under the engine's lock for
+that reference (runtime/imagelock.py), and a run that waited for another's build looks
+again and uses the image it finds. So a tag, once made, is never moved to another image
+while a concurrent run's containers use it.
 """
 
 from __future__ import annotations
@@ -71,7 +76,10 @@ def _remove_superseded(engine: Engine, plan: ImagePlan, log: StepLog) -> None:
         if plan.reference in image.tags:
             continue
         if any(tag.startswith(family) for tag in image.tags):
-            engine.remove_image(image.id)
+            # Another run may still build with it (older pins): it goes on a later run.
+            if not engine.remove_image(image.id, unused_only=True):
+                log.line(f"kept superseded image {', '.join(image.tags)}: a container uses it")
+                continue
             freed += image.size
             log.line(f"removed superseded image {', '.join(image.tags)}")
     if freed:
@@ -102,6 +110,25 @@ def ensure_base_image(
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
+    with engine.image_lock(plan.reference, on_wait=log.line) as waited:
+        existing = _existing(engine, plan)
+        if existing is not None:  # another run made it while this one waited
+            log.mark_cached(f"{plan.reference} made by another run meanwhile")
+            return existing
+        if waited:
+            log.line(f"the other run left no {plan.reference}: making it here")
+        return _import_base(engine, base, plan, cache_dir, log, offline=offline)
+
+
+def _import_base(
+    engine: Engine,
+    base: BaseSpec,
+    plan: ImagePlan,
+    cache_dir: Path,
+    log: StepLog,
+    *,
+    offline: bool,
+) -> ImageOutcome:
     tarball = cache_dir / "rootfs" / f"{plan.input_hash}.tar"
     if tarball.is_file():  # written atomically: present means complete
         digest = sha256_file(tarball)
@@ -153,7 +180,7 @@ def _package_set(
     try:
         cached = load_package_set(directory)
     except CacheCorruptError as exc:
-        log.line(f"discarding corrupt package cache: {exc.message}")
+        log.warn(f"discarding corrupt package cache: {exc.message}")
         shutil.rmtree(directory, ignore_errors=True)
         cached = None
     if cached is not None:
@@ -185,6 +212,42 @@ def ensure_toolchain_image(
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
         return existing
+    with engine.image_lock(plan.reference, on_wait=log.line) as waited:
+        existing = _existing(engine, plan)
+        if existing is not None:  # another run built it while this one waited
+            log.mark_cached(f"{plan.reference} built by another run meanwhile")
+            return existing
+        if waited:
+            log.line(f"the other run left no {plan.reference}: building it here")
+        return _build_toolchain(
+            engine,
+            base=base,
+            base_image=base_image,
+            plan=plan,
+            dockerfile=dockerfile,
+            packages=packages,
+            sources=sources,
+            unpack=unpack,
+            cache_dir=cache_dir,
+            log=log,
+            offline=offline,
+        )
+
+
+def _build_toolchain(
+    engine: Engine,
+    *,
+    base: BaseSpec,
+    base_image: ImageOutcome,
+    plan: ImagePlan,
+    dockerfile: str,
+    packages: Mapping[str, str],
+    sources: AptSources,
+    unpack: Mapping[str, str],
+    cache_dir: Path,
+    log: StepLog,
+    offline: bool,
+) -> ImageOutcome:
     package_set = _package_set(
         base, packages, cache_dir, log, sources=sources, unpack=unpack, offline=offline
     )

@@ -1,9 +1,15 @@
 """The profiling container's perf access: the least grant under which perf works.
 
-Only this container ever gets extra rights. Grants are tried least first, and the first
-that supports the best mode wins. The process inside stays uid 1000 with
-no-new-privileges, so a granted capability mostly relaxes Docker's seccomp filter for
-perf_event_open rather than handing out root powers.
+Only this container ever gets extra rights. The process inside stays uid 1000 with every
+capability dropped and no-new-privileges. Docker's seccomp profile refuses
+`perf_event_open` unless the container holds CAP_SYS_ADMIN (Engine 20.10) or CAP_PERFMON
+(newer), and CAP_SYS_ADMIN also unlocks `unshare`, `mount` and `setns`: a workload could
+make a user namespace and be root in it. So the grant is our own seccomp profile (Docker's
+default plus `perf_event_open`, runtime/seccomp.py) with no capability at all: at
+perf_event_paranoid <= 2 the kernel lets a process sample its own user space (cpu-clock:u)
+without one. CAP_PERFMON is added only where the kernel asks for it (paranoid > 2).
+CAP_SYS_ADMIN and seccomp=unconfined are never tried: each unlocks exactly what the
+profile keeps shut. `--privileged` remains, only behind --allow-privileged.
 """
 
 from __future__ import annotations
@@ -16,14 +22,15 @@ from orchestrator.host.cachedir import write_cache_json
 from orchestrator.model.bolt_report import PerfCapabilities
 from orchestrator.model.hashing import content_hash
 from orchestrator.runtime.engine import Engine, Privileges
+from orchestrator.runtime.seccomp import PERF_PROFILE, profile_sha256
 
 PERF_OUTPUT = "/tmp/probe.perf.data"  # noqa: S108 - inside a throwaway probe container
 LBR_PROBE = ("perf", "record", "-j", "any,u", "-e", "cycles:u", "-o", PERF_OUTPUT, "--", "true")
 SAMPLING_PROBE = ("perf", "record", "-e", "cpu-clock:u", "-o", PERF_OUTPUT, "--", "true")
 GRANTS = (
-    Privileges(cap_add=("PERFMON",)),  # kernel >= 5.8 and an engine that knows the name
-    Privileges(cap_add=("SYS_ADMIN",)),  # Docker's seccomp profile then allows perf_event_open
-    Privileges(security_opt=("seccomp=unconfined",)),
+    Privileges(seccomp=PERF_PROFILE),  # enough at perf_event_paranoid <= 2
+    # paranoid 3 (some distributions' kernels) or 4: kernel >= 5.8, an engine that knows it
+    Privileges(seccomp=PERF_PROFILE, cap_add=("PERFMON",)),
 )
 # Only with profiling.allow_privileged (--allow-privileged): every capability, every device.
 LAST_RESORT = Privileges(privileged=True)
@@ -38,10 +45,12 @@ class PerfAccess:
     capabilities: PerfCapabilities
 
     def as_dict(self) -> dict[str, object]:
+        """build.json's `profiling` (less `container_started`): what the container got."""
         return {
             "granted": self.privileges.describe(),
             "lbr": self.capabilities.lbr,
             "sampling": self.capabilities.sampling,
+            "grant": self.privileges.record().dump(),
         }
 
 
@@ -66,12 +75,12 @@ def find_perf_access(
     if not allowed:
         return PerfAccess(Privileges(), PerfCapabilities(False, False, "none (not asked)"))
     grants = (*GRANTS, LAST_RESORT) if allow_privileged else GRANTS
-    cached = _cache_file(engine, image, allow_privileged, cache_dir)
+    cached = _cache_file(engine, image, grants, cache_dir)
     if cached is not None and (known := _read_cached(cached, grants)) is not None:
         return known
     access = _probe(engine, image, grants)
     if cached is not None:
-        _write_cached(cached, access)
+        _write_cached(cached, access, grants)
     return access
 
 
@@ -90,16 +99,26 @@ def _probe(engine: Engine, image: str, grants: tuple[Privileges, ...]) -> PerfAc
 
 
 def _cache_file(
-    engine: Engine, image: str, allow_privileged: bool, cache_dir: Path | None
+    engine: Engine, image: str, grants: tuple[Privileges, ...], cache_dir: Path | None
 ) -> Path | None:
+    """Keyed by engine, kernel, image and the grants on offer (the profile's exact bytes
+    included): a changed grant list or profile is probed afresh, never read back."""
     if cache_dir is None:
         return None
     info = engine.info()
     engine_id, kernel = str(info.get("ID", "")), str(info.get("KernelVersion", ""))
     if not engine_id or not kernel:
         return None  # no identity to key the answer on: probe every time
+    offered = [g.describe() for g in grants]
+    profiles = {n: profile_sha256(n) for n in sorted({g.seccomp for g in grants if g.seccomp})}
     key = content_hash(
-        {"engine": engine_id, "kernel": kernel, "image": image, "privileged": allow_privileged}
+        {
+            "engine": engine_id,
+            "kernel": kernel,
+            "image": image,
+            "grants": offered,
+            "seccomp": profiles,
+        }
     )
     return cache_dir / PROBE_CACHE / f"{key[:32]}.json"
 
@@ -116,13 +135,13 @@ def _read_cached(path: Path, grants: tuple[Privileges, ...]) -> PerfAccess | Non
         return None  # absent or damaged: probe again
     if index == -1:
         return NO_ACCESS
-    if not 0 <= index < len(grants):
-        return None
+    if not 0 <= index < len(grants) or grants[index].describe() != capabilities.grant:
+        return None  # not the grant it says it is: probe again
     return PerfAccess(grants[index], capabilities)
 
 
-def _write_cached(path: Path, access: PerfAccess) -> None:
-    index = -1 if access == NO_ACCESS else GRANTS_ORDER.index(access.privileges)
+def _write_cached(path: Path, access: PerfAccess, grants: tuple[Privileges, ...]) -> None:
+    index = -1 if access == NO_ACCESS else grants.index(access.privileges)
     record = {
         "grant_index": index,
         "grant": access.capabilities.grant,
@@ -130,6 +149,3 @@ def _write_cached(path: Path, access: PerfAccess) -> None:
         "sampling": access.capabilities.sampling,
     }
     write_cache_json(path, record)
-
-
-GRANTS_ORDER = (*GRANTS, LAST_RESORT)

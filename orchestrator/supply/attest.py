@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.supply.minisign import SecretKey, SigningError, dsse_sign, write_key_pair
 from orchestrator.supply.provenance import PAYLOAD_TYPE, statement
+
+if TYPE_CHECKING:  # supply/chain.py reads this module's names: no import at run time
+    from orchestrator.supply.chain import SignedChain
 
 CHECKSUMS = "SHA256SUMS"
 PROVENANCE = "provenance.intoto.jsonl"
@@ -146,20 +150,56 @@ def release_files(release_dir: Path, *, artifact_folders: set[str]) -> list[Path
     return found
 
 
+@dataclass(frozen=True)
+class ReleaseIndex:
+    """What signing the release index wrote, and what it refused to sign (with why)."""
+
+    written: list[Path]
+    left_out: list[str]
+
+
+def _vouched_by_caller(name: str, vouched: Collection[str]) -> bool:
+    """Whether the release-relative `name` is, or lies in, a path the caller wrote itself."""
+    parts = name.split("/")
+    return any("/".join(parts[:length]) in vouched for length in range(1, len(parts) + 1))
+
+
 def write_release_index(
     release_dir: Path,
     signer: Signer,
     out_dir: Path,
     *,
+    chain: SignedChain,
     incoming: tuple[str, Path] | None = None,
-) -> list[Path]:
+    vouched: Collection[str] = (),
+) -> ReleaseIndex:
     """Write the release-level checksums, provenance and signatures into `out_dir`, for the
     artifacts of `release_dir` plus `incoming` (folder name, staged folder), which replaces
-    one of that name. Nothing in `release_dir` is written: host/staging.py swaps them in."""
-    located = {
-        folder: (release_dir / folder, manifest)
-        for folder, manifest in (release_artifacts(release_dir) if release_dir.is_dir() else [])
-    }
+    one of that name. Nothing in `release_dir` is written: host/staging.py swaps them in.
+
+    Verify first, sign second: an artifact folder or release file is signed again only when
+    `chain` (the signature being replaced, checked under this key) vouches for it exactly,
+    or when it is in `vouched` (release-relative paths the calling command wrote itself).
+    Anything else is left out of the signature, so that `verify` names it, and listed in
+    the result's `left_out`."""
+    left_out: list[str] = []
+    located: dict[str, tuple[Path, BuildManifest]] = {}
+    folders = (
+        sorted(p.name for p in release_dir.iterdir() if (p / "build.json").is_file())
+        if release_dir.is_dir()
+        else []
+    )
+    for folder in folders:
+        if incoming is not None and folder == incoming[0]:
+            continue
+        problem = None if folder in vouched else chain.folder_problem(folder)
+        if problem is not None:
+            left_out.append(f"{folder}/: {problem}")
+            continue
+        located[folder] = (
+            release_dir / folder,
+            read_record(release_dir / folder / "build.json", BuildManifest),
+        )
     if incoming is not None:
         folder, staged = incoming
         located[folder] = (staged, read_record(staged / "build.json", BuildManifest))
@@ -173,8 +213,14 @@ def write_release_index(
             path = where / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
-    for path in release_files(release_dir, artifact_folders=set(located)):
-        lines.append(f"{sha256_file(path)}  {path.relative_to(release_dir).as_posix()}\n")
+    signed_files = set()
+    for path in release_files(release_dir, artifact_folders={*folders, *located}):
+        name = path.relative_to(release_dir).as_posix()
+        if not (_vouched_by_caller(name, vouched) or chain.matches(name)):
+            left_out.append(f"{name}: {_unvouched_reason(chain, name)}")
+            continue
+        signed_files.add(name)
+        lines.append(f"{sha256_file(path)}  {name}\n")
     checksums = out_dir / CHECKSUMS
     checksums.write_text("".join(lines))
     release = release_dir.name
@@ -182,7 +228,7 @@ def write_release_index(
     lockfile = release_dir / "release.lock"
     inputs = (
         "lock:" + sha256_file(lockfile)[:16]
-        if lockfile.is_file()
+        if lockfile.name in signed_files
         else content_hash([m.inputs.dump() for _, m in artifacts])[:16]
     )
     payload = json.dumps(
@@ -201,7 +247,15 @@ def write_release_index(
         )
     for path in written:
         path.chmod(0o644)  # published files are for everyone to read
-    return written
+    return ReleaseIndex(written, left_out)
+
+
+def _unvouched_reason(chain: SignedChain, name: str) -> str:
+    if not chain.trusted:
+        return f"not signed before and not written by this command ({chain.note})"
+    if name in chain.files:
+        return "not the file that was signed"
+    return "not under any signature (added after publication)"
 
 
 def keygen(path: Path, *, passphrase: str | None, cwd: Path) -> Path:

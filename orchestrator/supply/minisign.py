@@ -236,6 +236,16 @@ class SignatureInfo:
     key_id: str
 
 
+def signing_key_id(signature_text: str) -> str | None:
+    """The id of the key a .minisig names as its signer (unchecked); None if unreadable."""
+    lines = signature_text.splitlines()
+    try:
+        blob = _unb64(lines[1], "signature")
+    except (IndexError, VerificationError):
+        return None
+    return _key_id_text(blob[2:10]) if len(blob) == 74 else None
+
+
 def verify_file(path: Path, signature_text: str, public: PublicKey) -> SignatureInfo:
     """Check a .minisig the way `minisign -V` does; raise VerificationError on any mismatch."""
     lines = signature_text.splitlines()

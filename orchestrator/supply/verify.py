@@ -73,6 +73,7 @@ class Verifier:
             LookupError,
             TypeError,
             AttributeError,
+            RecursionError,  # JSON nested past the parser's stack: a forged file, not a bug
         ) as exc:
             # a file of the wrong shape (a list for an object...) fails its check, no traceback
             message = exc.message if isinstance(exc, OrchestratorError) else str(exc)
@@ -262,11 +263,44 @@ def read_checksums(listing: Path) -> dict[str, str]:
     return found
 
 
+def _check_listed_digests(lock: Path, sums: Path) -> bool:
+    """Whether `sums` lists the lock at all; VerificationError when any line it has for the
+    lock names another sha256, or it cannot be read as `sha256sum` lines.
+
+    Signed or not: a checksum beside the lock that disagrees is evidence that it was
+    edited, and deleting the signature must not make that evidence go away. A lock renamed
+    from release.lock is still looked up under that name too.
+    """
+    names = {lock.name, LOCK_FILE}
+    try:
+        lines = sums.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise VerificationError(f"{sums} cannot be read: {exc}") from None
+    actual = sha256_file(lock)
+    listed = False
+    for number, line in enumerate(lines, start=1):
+        digest, separator, name = line.partition("  ")
+        if not separator or len(digest) != 64 or not name:
+            raise VerificationError(f"{sums} line {number} is not `<sha256>  <file>`")
+        if name.removeprefix("./") not in names:
+            continue
+        listed = True
+        if digest != actual:
+            raise VerificationError(
+                f"{lock} is not the lockfile {sums.name} lists (line {number} names another "
+                "sha256): it was edited after the release was published",
+                hint="Download the release again from its publisher. --trust-unsigned "
+                "rebuilds only a lock that no checksum beside it contradicts.",
+            )
+    return listed
+
+
 def authenticate_lock(lock: Path, key_path: Path | None, *, trust_unsigned: bool) -> LockTrust:
     """Check a lockfile against the signed SHA256SUMS published beside it, before it is used.
 
-    A lock that was signed must match its signature whatever the flags say; only a lock
-    that carries no signature at all may be trusted on the rebuilder's word.
+    A lock that was signed must match its signature whatever the flags say, and a lock that
+    any SHA256SUMS beside it contradicts is refused, signature or not: only a lock with no
+    checksum evidence against it may be trusted on the rebuilder's word.
     """
     sums = lock.parent / CHECKSUMS
     signature = sums.with_name(sums.name + SIGNATURE_SUFFIX)
@@ -275,12 +309,15 @@ def authenticate_lock(lock: Path, key_path: Path | None, *, trust_unsigned: bool
     if key_path is None and not key_file.is_file():
         absent.append(PUBLIC_KEY)
     if absent:
+        # No signature to check, but a checksum that disagrees still refuses it (48).
+        listed_beside = sums.is_file() and _check_listed_digests(lock, sums)
         if trust_unsigned:
+            agrees = f"; the unsigned {CHECKSUMS} beside it agrees" if listed_beside else ""
             return LockTrust(
                 False,
                 False,
-                f"UNVERIFIED: {lock} is not covered by a signature (no {', '.join(absent)}); "
-                "rebuilding it because --trust-unsigned says so",
+                f"UNVERIFIED: {lock} is not covered by a signature (no {', '.join(absent)})"
+                f"{agrees}; rebuilding it because --trust-unsigned says so",
             )
         raise UnsignedLockError(
             f"{lock} cannot be checked: {', '.join(absent)} missing beside it",

@@ -63,6 +63,7 @@ def test_manifest_shows_profile_mode_and_coverage(release: Release) -> None:
         assert profiling["sampling"] is False
     else:  # sampled, or sampled too little and then instrumented (the sample gate)
         assert profiling["granted"] != "none"
+        _assert_least_perf_grant(profiling["grant"])
     if bolt["sample_gate"] is not None and bolt["mode"] == "instrument":
         assert bolt["sample_gate"]["samples"] < bolt["sample_gate"]["min_samples"]
         assert "instrumented instead" in bolt["mode_reason"]
@@ -79,6 +80,14 @@ def test_optimized_output_equals_baseline(release: Release) -> None:
     assert len({v["sha256"] for v in variants.values()}) == 4  # four different binaries
 
 
+def _assert_least_perf_grant(grant: dict[str, object]) -> None:
+    """Our seccomp profile (Docker's default + perf_event_open), every capability dropped."""
+    assert grant["seccomp"] == "orchestrator-perf"
+    assert grant["seccomp_added"] == ["perf_event_open"]
+    assert grant["cap_drop"] == ["ALL"] and grant["no_new_privileges"] is True
+    assert grant["cap_add"] in ([], ["CAP_PERFMON"]) and grant["privileged"] is False
+
+
 @pytest.mark.parametrize("mode", ["instrument", "sample"])
 def test_forced_bolt_modes_work_here(
     release: Release,
@@ -91,6 +100,8 @@ def test_forced_bolt_modes_work_here(
     assert run.returncode == 0, run.output
     manifest = json.loads((tmp_path / ARTIFACT / "build.json").read_text())
     assert manifest["bolt"]["mode"] == mode
+    if mode == "sample" and manifest["profiling"]["container_started"]:  # not a stored profile
+        _assert_least_perf_grant(manifest["profiling"]["grant"])
     assert manifest["bolt"]["applied"] is True
     assert manifest["bolt"]["coverage"]["profiled_functions"] > 0
     assert manifest["validation"]["identical"] is True

@@ -20,7 +20,7 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import default_cache_dir
+from orchestrator.config.options import resolve_cache_dir
 from orchestrator.model.elf import loader_needs, version_tuple
 from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 
@@ -110,7 +110,7 @@ def test_the_same_fixture_linked_the_old_way_needs_glibc_2_39(
     """The baseline (plain cargo build, the image's glibc) as orchestrator kept it for
     bench: this is what the release shipped before it linked against the floor."""
     sha = portable_release.manifest(ARTIFACTS[0])["artifact"]["sha256"]
-    baseline = default_cache_dir(os.environ) / "variants" / sha / "baseline"
+    baseline = resolve_cache_dir(os.environ) / "variants" / sha / "baseline"
     needs = loader_needs(baseline)
     assert needs.glibc_max == "2.39"
     above = {s.name for s in needs.symbols_above(FLOOR)}

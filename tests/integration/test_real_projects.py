@@ -224,6 +224,67 @@ def test_the_speed_gate_ships_the_release_profile_when_no_optimization_pays(
     assert "speed gate ships release, not pgo-bolt" in run.output
 
 
+def _tamper(folder: Path, how: str) -> None:
+    """Issue 28's laundering recipe: change a published folder, then hide the change by
+    computing the folder's SHA256SUMS again with the real `sha256sum`."""
+    if how == "extra-file":
+        (folder / "extra.sh").write_text("#!/bin/sh\necho owned\n")
+    else:
+        record = json.loads((folder / "build.json").read_text())
+        record["finished_at"] = "2020-01-01T00:00:00+00:00"
+        (folder / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+    files = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS"
+    )
+    sums = subprocess.run(
+        ["sha256sum", "--", *files], cwd=folder, capture_output=True, text=True, check=True
+    )
+    (folder / "SHA256SUMS").write_text(sums.stdout)
+
+
+def test_a_tampered_folder_is_rebuilt_and_nothing_unsigned_is_signed_again(
+    workspace_release: WorkspaceRelease, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """An added file, then an edited build.json, each with the folder's SHA256SUMS
+    recomputed: the next release does not take the folder as cached (which would sign it
+    again under the publisher's key) but builds it afresh, and the result verifies under
+    the publisher's key with nothing that no signature covers."""
+    artifacts = tmp_path / "artifacts"
+    shutil.copytree(workspace_release.directory.parent, artifacts, symlinks=True)
+    release, folder = artifacts / RELEASE, artifacts / RELEASE / ARTIFACT
+    publisher = tmp_path / "publisher.pub"
+    shutil.copyfile(release / "minisign.pub", publisher)
+    where = [
+        "--config",
+        str(workspace_release.project / "orchestrator.toml"),
+        "--artifacts-dir",
+        str(artifacts),
+    ]
+    for how in ("extra-file", "edited-build-json"):
+        _tamper(folder, how)
+        dry = orchestrator(["release", "--dry-run", "--json", *where])
+        assert dry.returncode == 0, dry.output
+        report, _end = json.JSONDecoder().raw_decode(dry.output[dry.output.index("{") :])
+        [planned] = report["targets"]
+        assert planned["cached"]["artifact"] is False, (how, planned)
+        assert "SHA256SUMS is not the one that was signed" in planned["cached"]["artifact_reason"]
+        again = orchestrator(["release", *where, "--bench-runs", "0", "--allow-dirty"])
+        assert again.returncode == 0, again.output
+        assert f"{ARTIFACT}: cached" not in again.output, how
+        assert "building: it does not match the signed release" in again.output, how
+        assert "publish" in again.output
+        assert not (folder / "extra.sh").exists()
+        assert json.loads((folder / "build.json").read_text())["finished_at"] != (
+            "2020-01-01T00:00:00+00:00"
+        )
+        verified = orchestrator(["verify", str(release), "--key", str(publisher)])
+        assert verified.returncode == 0, verified.output
+        assert "no signed checksum lists" not in verified.output
+    assert managed_containers(docker_client) == []
+
+
 def test_a_second_release_with_nothing_changed_builds_nothing(
     workspace_release: WorkspaceRelease, docker_client: docker.DockerClient
 ) -> None:

@@ -11,13 +11,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.config.options import default_cache_dir
+from orchestrator.config.options import resolve_cache_dir
 from orchestrator.host.vault import Vault
 from tests.integration.conftest import (
     AARCH64_ARTIFACT,
     CPU_ARTIFACT,
     CrossRelease,
     managed_containers,
+    managed_images,
     orchestrator,
 )
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 
 def _vault() -> Vault:
-    return Vault(default_cache_dir(os.environ) / "vault")
+    return Vault(resolve_cache_dir(os.environ) / "vault")
 
 
 def _vault_copy(cache: Path, tampered: str) -> Path:
@@ -108,6 +109,7 @@ def test_reproduce_offline_in_fresh_images_is_bit_identical(
     workdir = cross_release.project / "reproduction"
     publisher_key = tmp_path / "publisher.pub"  # as a rebuilder would have it, from elsewhere
     shutil.copyfile(cross_release.directory / "minisign.pub", publisher_key)
+    shared_before = managed_images(docker_client)
     run = orchestrator(
         [
             "reproduce",
@@ -128,6 +130,11 @@ def test_reproduce_offline_in_fresh_images_is_bit_identical(
     assert run.output.count("✓ base-image") == 1  # imported from the vaulted rootfs
     assert run.output.count("= fetch-crates") == 2  # the vaulted crates, no download
     assert "mmdebstrap" not in run.output
+    # Built under references of its own and removed at the end: the shared images, which
+    # other runs may use, were neither removed nor re-tagged.
+    shared_after = managed_images(docker_client)
+    assert {t: i for t, i in shared_after.items() if t in shared_before} == shared_before
+    assert [tag for tag in shared_after if ":repro-" in tag] == []
     report = json.loads((workdir / "reproduce.json").read_text())
     assert [r["identical"] for r in report] == [True, True]
     # built somewhere else, from the copy laid out by reproduce

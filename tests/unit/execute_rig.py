@@ -96,6 +96,13 @@ class Rig:
         return self.handle.getvalue()
 
     @property
+    def console(self) -> str:
+        """What the run printed on the console (its reporter's)."""
+        file = self.pipeline.reporter.console.file
+        assert isinstance(file, io.StringIO)
+        return file.getvalue()
+
+    @property
     def box(self) -> FakeContainer:
         box = self.pipeline.box
         assert isinstance(box, FakeContainer)
@@ -133,7 +140,9 @@ def make_rig(
         plan.image.reference, "sha256:t", plan.image.input_hash, False, {}
     )
     handle = io.StringIO()
-    return Rig(pipeline, engine, StepLog(handle, None, None, "step"), handle)
+    # Outcome-changing warnings reach the console, as Reporter.step's logs have them do.
+    log = StepLog(handle, None, None, "step", warn=pipeline.reporter.warn)
+    return Rig(pipeline, engine, log, handle)
 
 
 def tar_of(members: Mapping[str, bytes]) -> bytes:

@@ -27,10 +27,12 @@ from orchestrator.runtime.engine import (
     Engine,
     EngineApi,
     ImageInfo,
+    Limits,
     OutputSink,
     Privileges,
     is_leftover,
 )
+from orchestrator.runtime.imagelock import LOCK_KIND, LockHolder, image_lock
 
 Responder = Callable[[Sequence[str]], tuple[int, list[str]]]
 Prober = Callable[[str, Sequence[str], Privileges], tuple[int, str]]
@@ -86,6 +88,16 @@ class FakeContainer:
     archives: dict[str, bytes] = field(default_factory=dict)  # path -> last tar put there
     puts: list[tuple[str, bytes]] = field(default_factory=list)
     removed: bool = False
+    # What `limit_hits` answers after a failed command (a test's fork bomb: ("pids",)).
+    hits: tuple[str, ...] = ()
+
+    @property
+    def limits(self) -> Limits:
+        return self.spec.limits
+
+    def limit_hits(self) -> tuple[str, ...]:
+        hits, self.hits = self.hits, ()
+        return hits
 
     def exec(
         self,
@@ -136,6 +148,33 @@ class ImportCall:
     labels: dict[str, str]
 
 
+@dataclass
+class FakeLocks:
+    """The lock containers of one engine; share one between fakes to model runs on it."""
+
+    held: dict[str, LockHolder] = field(default_factory=dict)  # name -> holder
+    created: list[str] = field(default_factory=list)  # every name ever created
+    removed: list[str] = field(default_factory=list)  # ids removed
+    _serial: int = 0
+
+    def create_lock(self, name: str, labels: Mapping[str, str]) -> str | None:
+        if name in self.held:
+            return None
+        self._serial += 1
+        self.held[name] = LockHolder(f"lock-{self._serial}", dict(labels))
+        self.created.append(name)
+        return self.held[name].id
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        return self.held.get(name)
+
+    def remove_lock(self, container_id: str) -> None:
+        for name, holder in list(self.held.items()):
+            if holder.id == container_id:
+                del self.held[name]
+                self.removed.append(container_id)
+
+
 class FakeEngine:
     def __init__(
         self,
@@ -148,8 +187,14 @@ class FakeEngine:
         version: Mapping[str, Any] | None = None,
         session: str = "fake-session",
         archives: Mapping[str, bytes] | None = None,
+        locks: FakeLocks | None = None,
     ) -> None:
         self.session = session
+        self.locks = locks if locks is not None else FakeLocks()
+        self.in_use: set[str] = set()  # image ids or references a container uses
+        self.lock_sleeps: list[float] = []  # waits while another run held a lock
+        # What a wait does; a test sets it to let "the other run" finish meanwhile.
+        self.lock_sleep: Callable[[float], None] = self._no_one_releases
         self.name = "fake"
         # Tars every container started from now on serves at these paths (get_archive).
         self.archives: dict[str, bytes] = dict(archives or {})
@@ -223,11 +268,41 @@ class FakeEngine:
             self.build_hook(call, on_output)  # may raise ImageBuildError
         return self.add_image(reference, labels).id
 
-    def remove_image(self, reference: str) -> None:
+    def remove_image(self, reference: str, *, unused_only: bool = False) -> bool:
+        removed = False
         for key, info in list(self.images.items()):
             if reference in (key, info.id):
+                if unused_only and {key, info.id} & self.in_use:
+                    continue
                 del self.images[key]
                 self.removed_images.append(reference)
+                removed = True
+        return removed
+
+    # -- image locks ---------------------------------------------------------------
+    def create_lock(self, name: str, labels: Mapping[str, str]) -> str | None:
+        return self.locks.create_lock(name, labels)
+
+    def lock_holder(self, name: str) -> LockHolder | None:
+        return self.locks.lock_holder(name)
+
+    def remove_lock(self, container_id: str) -> None:
+        self.locks.remove_lock(container_id)
+
+    def _no_one_releases(self, seconds: float) -> None:
+        if len(self.lock_sleeps) > 100:
+            raise AssertionError("waited 100 times for an image lock nobody releases")
+
+    @contextmanager
+    def image_lock(self, reference: str, *, on_wait: OutputSink) -> Iterator[bool]:
+        labels = labels_of(LOCK_KIND, session=self.session)
+
+        def sleep(seconds: float) -> None:
+            self.lock_sleeps.append(seconds)
+            self.lock_sleep(seconds)
+
+        with image_lock(self, reference, labels, on_wait=on_wait, sleep=sleep) as waited:
+            yield waited
 
     # -- containers and volumes ----------------------------------------------------
     @contextmanager

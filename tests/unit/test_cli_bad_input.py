@@ -15,7 +15,12 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
+from orchestrator.config.nesting import MAX_NESTING, NestingError, loads_json
 from orchestrator.config.options import resolve
+from orchestrator.errors import SourceError
+from orchestrator.host.source import registry_crates
+from orchestrator.host.vault import Vault
+from orchestrator.model.lockfile import blobs
 from orchestrator.supply.minisign import SecretKey
 
 from .conftest import plan_for, write_config
@@ -382,3 +387,153 @@ def test_bench_of_a_malformed_build_json_reports_it_not_docker(
 def test_build_with_good_input_does_reach_for_docker(docker_down: str, project: Path) -> None:
     # The same commands with nothing wrong do get as far as Docker, which is down.
     refused(cli("build", "-c", str(project / "orchestrator.toml")), 20, docker_down)
+
+
+# -- 9. names and nesting checked at the door (issue 28) --------------------------------
+EVIL_TOOLCHAIN = "../../../tmp/x/evil"
+
+
+def _reproducible(project: Path, release: Path, config_text: str) -> list[str]:
+    """A release whose unsigned lock carries `config_text`, with every blob it names in
+    the vault by name (read_locked asks no more): reproduce gets as far as the config."""
+    document = lock_for(plan_for(resolve(project / "orchestrator.toml", env={})))
+    document = document.model_copy(
+        update={"config": document.config.model_copy(update={"text": config_text})}
+    )
+    release.mkdir(parents=True)
+    (release / "release.lock").write_text(json.dumps(document.dump()))
+    cache = release.parent / "cache"
+    for digest in blobs(document):
+        blob = Vault(cache / "vault").path(digest)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_text("stand-in\n")
+    source = str(project / "crate")
+    return [
+        "reproduce",
+        str(release),
+        "--trust-unsigned",
+        "--source",
+        source,
+        "--cache-dir",
+        str(cache),
+    ]
+
+
+@pytest.mark.usefixtures("docker_down")
+@pytest.mark.parametrize("where", ["file", "flag", "env"])
+def test_a_toolchain_that_is_a_path_is_refused_by_the_dry_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    config = project / "orchestrator.toml"
+    args = ["build", "--dry-run", "-c", str(config)]
+    if where == "file":
+        config.write_text(config.read_text() + f'[build]\ntoolchain = "{EVIL_TOOLCHAIN}"\n')
+    elif where == "flag":
+        args += ["--toolchain", EVIL_TOOLCHAIN]
+    else:
+        monkeypatch.setenv("ORCHESTRATOR_TOOLCHAIN", EVIL_TOOLCHAIN)
+    output = refused(cli(*args), 10, "is not a toolchain name", "Known toolchains: ")
+    assert "orchestrator/cpu:" not in output  # no plan, no image tag made of a path
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_reproduce_refuses_a_toolchain_path_in_the_locks_config_text(
+    project: Path, tmp_path: Path
+) -> None:
+    text = f'[package]\ncrate = "crate"\n[build]\ntoolchain = "{EVIL_TOOLCHAIN}"\n'
+    args = _reproducible(project, tmp_path / "r" / "demo-1.2.3", text)
+    output = refused(cli(*args), 10, "is not a toolchain name", "rustc-web-1.96")
+    assert "Docker" not in output  # refused while planning, before the Engine
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_reproduce_refuses_a_lock_whose_config_names_another_toolchain_than_its_targets(
+    project: Path, tmp_path: Path
+) -> None:
+    text = '[package]\ncrate = "crate"\n[build]\ntoolchain = "rustc-1.85"\n'
+    args = _reproducible(project, tmp_path / "r" / "demo-1.2.3", text)
+    output = refused(cli(*args), 53, "names toolchain 'rustc-1.85'", "'rustc-web-1.96'")
+    assert "Docker" not in output
+
+
+DEEP = 5000
+
+
+@pytest.mark.usefixtures("docker_down")
+@pytest.mark.parametrize("depth", [DEEP, MAX_NESTING + 1])
+def test_a_config_nested_too_deeply_is_a_config_error(project: Path, depth: int) -> None:
+    """5000 `[` once gave a RecursionError traceback; 65 levels parse, and are still refused."""
+    config = project / "orchestrator.toml"
+    config.write_text(config.read_text() + "[validate]\ncommand = " + "[" * depth + "]" * depth)
+    refused(cli("config", "-c", str(config)), 10, str(config), "nested more than 64 levels")
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_a_crate_manifest_nested_too_deeply_is_a_config_error(project: Path) -> None:
+    manifest = project / "crate" / "Cargo.toml"
+    manifest.write_text(manifest.read_text() + "x = " + "[" * DEEP + "\n")
+    refused(cli("build", "--dry-run", "-c", str(project / "orchestrator.toml")), 10, str(manifest))
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_an_env_workload_list_nested_too_deeply_is_a_config_error(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_TRAIN_WORKLOADS", "[" * DEEP + "]" * DEEP)
+    refused(
+        cli("config", "-c", str(project / "orchestrator.toml")), 10, "ORCHESTRATOR_TRAIN_WORKLOADS"
+    )
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_a_lock_nested_too_deeply_is_a_lockfile_error(tmp_path: Path) -> None:
+    lock = tmp_path / "release.lock"
+    lock.write_text("[" * 100_000)
+    refused(cli("reproduce", str(lock), "--trust-unsigned"), 53, str(lock), "nested more than")
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_reproduce_refuses_a_locks_config_text_nested_too_deeply(
+    project: Path, tmp_path: Path
+) -> None:
+    text = '[package]\ncrate = "crate"\n[validate]\ncommand = ' + "[" * DEEP + "\n"
+    args = _reproducible(project, tmp_path / "r" / "demo-1.2.3", text)
+    output = refused(cli(*args), 10, "orchestrator.toml", "nested more than")
+    assert "Docker" not in output
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_verify_of_a_build_json_nested_too_deeply_is_a_record_error(tmp_path: Path) -> None:
+    release = _release_folder(tmp_path)
+    build_json = release / "demo-1.2.3-linux-x86_64-cpu" / "build.json"
+    build_json.write_text('{"a": ' + "[" * 100_000)
+    refused(cli("verify", str(release)), 59, str(build_json), "nested more than")
+
+
+def test_a_cargo_lock_nested_too_deeply_is_a_source_error() -> None:
+    with pytest.raises(SourceError, match="nested more than"):
+        registry_crates("x = " + "[" * DEEP + "\n")
+
+
+def test_nesting_up_to_the_bound_is_read() -> None:
+    at_bound = "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1)
+    assert loads_json(f'{{"a": {at_bound}}}')["a"]
+    with pytest.raises(NestingError):
+        loads_json(f'{{"a": [{at_bound}]}}')
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_a_symlinked_default_workdir_is_refused_and_its_target_untouched(
+    project: Path, tmp_path: Path
+) -> None:
+    """`<release>.reproduce` -> elsewhere once put the workdir (and its removable marker)
+    wherever the link pointed."""
+    release = tmp_path / "r" / "demo-1.2.3"
+    args = _reproducible(project, release, (project / "orchestrator.toml").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    release.with_name("demo-1.2.3.reproduce").symlink_to(elsewhere)
+    refused(cli(*args), 12, "is a symlink", str(elsewhere), "never reached through a symlink")
+    assert list(elsewhere.iterdir()) == []
+    refused(cli(*args, "--workdir", str(release.with_name("demo-1.2.3.reproduce"))), 12)
+    assert list(elsewhere.iterdir()) == []

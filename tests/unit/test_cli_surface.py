@@ -140,7 +140,8 @@ def test_setting_flags_name_their_values_by_type() -> None:
     assert names["pgo.enabled"] is None  # --pgo/--no-pgo takes no value
     cpu = specs["build.target_cpu"]
     assert cpu.help_for("the CPU to bench") == (
-        "the CPU to bench (default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU)."
+        "the CPU to bench (default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU or "
+        "ORCHESTRATOR_TARGET_CPU)."
     )
 
 
@@ -233,7 +234,8 @@ def test_the_doctor_table_shows_details_as_written(
 def test_verify_shows_the_signed_comment_and_paths_as_written(tmp_path: Path) -> None:
     release = make_release(tmp_path / "[x]" / ":lock:[/]")
     (release.root / "release.lock").write_text("{}\n")
-    update_release_index(release.root, release.signer)  # now signed "inputs:lock:<sha>"
+    # now signed "inputs:lock:<sha>"
+    update_release_index(release.root, release.signer, vouched=("release.lock",))
     result = runner.invoke(app, ["verify", str(release.root), "--key", str(release.public)])
     output = _no_traceback(result)
     assert result.exit_code == 0, output

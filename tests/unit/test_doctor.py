@@ -128,7 +128,10 @@ def test_with_images_probes_privileges_and_perf(monkeypatch: pytest.MonkeyPatch)
     assert "privileged mode is disabled by policy" in privileged.detail
     perf = checks["perf in a container"]
     assert perf.status == "ok"
-    assert perf.detail.startswith("software sampling (no LBR) with cap-add PERFMON")
+    assert perf.detail.startswith(
+        "software sampling (no LBR) with seccomp orchestrator-perf (Docker's default + "
+        "perf_event_open), cap-drop ALL (the least grant"
+    )
     # The privileged probe runs as root in the base image.
     image, argv, privileges, user = fake.probes[0]
     assert (image, argv, privileges, user) == (

@@ -122,10 +122,10 @@ def test_build_container_and_volume_start_once_and_close_with_the_stack(
         assert rig.pipeline.volume == "orchestrator-out-fake-session"
         (started,) = rig.engine.containers
         assert started.spec.network is False
-        assert started.spec.volumes == {
-            "orchestrator-out-fake-session": PATHS.out,
-            "orchestrator-src-fake-session": PATHS.src,
-        }
+        assert started.spec.volumes == {"orchestrator-out-fake-session": PATHS.out}
+        # Builds see the sources read-only: a build script cannot change what later
+        # variants compile.
+        assert started.spec.read_only_volumes == {"orchestrator-src-fake-session": PATHS.src}
         assert started.spec.environment == rig.pipeline.plan.build.environment
         assert len(rig.engine.volumes) == 2
         # The profiling container sees the same sources, read-only.

@@ -57,7 +57,16 @@ def test_the_baseline_copies_source_and_crates_in_and_builds(
     vendor.write_bytes(b"vendored")
     rig.pipeline.state.vendor = vendor
     variants.build_baseline(rig.pipeline, rig.log)
-    assert rig.box.puts == [(PATHS.root, plan.source.archive), (PATHS.root, b"vendored")]
+    assert rig.box.puts == [(PATHS.root, b"vendored")]
+    # The sources go in once, through a container of their own that alone mounts them
+    # writable; the build container (and every later one) sees them read-only.
+    box, loader = rig.engine.containers
+    source_volume = f"orchestrator-src-{rig.engine.session}"
+    assert loader.spec.purpose == "sources" and loader.removed
+    assert loader.spec.volumes == {source_volume: PATHS.src}
+    assert loader.puts == [(PATHS.root, plan.source.archive)] and loader.execs == []
+    assert box.spec.read_only_volumes == {source_volume: PATHS.src}
+    assert source_volume not in box.spec.volumes
     baseline = plan.variants["baseline"]
     assert rig.box.argvs == [
         baseline.build.argv,
@@ -65,6 +74,50 @@ def test_the_baseline_copies_source_and_crates_in_and_builds(
         ("cp", baseline.binary, f"{BIN_DIR}/baseline/"),
     ]
     assert rig.box.execs[0].environment == dict(baseline.build.environment)
+
+
+# What cargo prints when a build script writes into the read-only /build/src.
+EROFS_OUTPUT = [
+    "   Compiling writes-source v0.1.0 (/build/src)",
+    "error: failed to run custom build command for `writes-source v0.1.0 (/build/src)`",
+    "--- stderr",
+    "thread 'main' panicked at build.rs:14:9:",
+    "writing src/generated.rs: Os { code: 30, kind: ReadOnlyFilesystem, "
+    'message: "Read-only file system" }',
+]
+
+
+@pytest.mark.parametrize(
+    ("step", "who"),
+    [
+        ("build-release", "the build script of `writes-source v0.1.0 (/build/src)`"),
+        ("test", "a build script or test"),  # no build script named: a test wrote
+    ],
+)
+def test_a_write_into_the_read_only_sources_is_a_source_error_that_says_so(
+    project: Path, stack: ExitStack, tmp_path: Path, step: str, who: str
+) -> None:
+    lines = EROFS_OUTPUT if step == "build-release" else EROFS_OUTPUT[-1:]
+    engine = FakeEngine(responder=answers(("cargo", 101, lines)))
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    run = variants.build_release if step == "build-release" else variants.test
+    with pytest.raises(SourceError) as raised:
+        run(rig.pipeline, rig.log)
+    message = str(raised.value)
+    assert message.startswith(f"step {step}: {who} tried to write into the crate's sources")
+    assert "read-only in the build container" in message
+    assert "ReadOnlyFilesystem" in message  # cargo's own line, as evidence
+    assert raised.value.hint is not None and "OUT_DIR" in raised.value.hint
+    assert raised.value.exit_code == 11
+
+
+def test_another_cargo_failure_stays_a_step_failure(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(responder=answers(("cargo", 101, ["error[E0425]: cannot find value"])))
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    with pytest.raises(StepFailedError, match="exited with 101"):
+        variants.build_release(rig.pipeline, rig.log)
 
 
 def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path) -> None:
@@ -143,3 +196,17 @@ def test_keep_variants_stores_every_variant_under_the_shipped_binarys_hash(
     assert record.variants == described
     assert described["pgo"].sha256 == sha256_file(store / "pgo")
     assert not store.with_name(store.name + ".partial").exists()
+
+
+def test_a_build_script_that_goes_on_without_its_write_is_warned_about_on_the_console(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    warning = (
+        "warning: writes-source@0.1.0: could not write /build/src/src/generated.rs: "
+        "Read-only file system (os error 30)"
+    )
+    engine = FakeEngine(responder=answers(("cargo", 0, [warning])))
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    variants.build_release(rig.pipeline, rig.log)
+    assert "could not write into the read-only sources (/build/src) and went on" in rig.console
+    assert "src/generated.rs: Read-only file system" in rig.console

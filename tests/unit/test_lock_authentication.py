@@ -137,3 +137,76 @@ def test_reproduce_of_an_intact_lock_goes_on_to_read_it(
     # Past the signature check, the next refusal is the empty vault's (53), not a trust one.
     output = refused(cli("reproduce", str(lock.parent)), 53, "the vault lacks")
     assert "proves it is intact, NOT who made it" in output
+
+
+# -- a checksum that disagrees refuses the lock, signature or not ------------------------
+@pytest.mark.parametrize(
+    "removed",
+    [(CHECKSUMS + SIGNATURE_SUFFIX,), (PUBLIC_KEY,), (CHECKSUMS + SIGNATURE_SUFFIX, PUBLIC_KEY)],
+)
+def test_an_edited_lock_beside_unsigned_sums_is_refused_even_with_trust_unsigned(
+    project: Path, tmp_path: Path, key: SecretKey, removed: tuple[str, ...]
+) -> None:
+    lock = _publish(project, tmp_path / "r", key)
+    _edit(lock)
+    for name in removed:  # deleting the signature must not delete the evidence
+        (lock.parent / name).unlink()
+    for trust_unsigned in (False, True):
+        with pytest.raises(VerificationError, match="not the lockfile SHA256SUMS lists"):
+            authenticate_lock(lock, None, trust_unsigned=trust_unsigned)
+
+
+def test_any_line_for_the_lock_counts_and_a_renamed_lock_is_still_looked_up(
+    project: Path, tmp_path: Path, key: SecretKey
+) -> None:
+    lock = _publish(project, tmp_path / "r", key)
+    (lock.parent / (CHECKSUMS + SIGNATURE_SUFFIX)).unlink()
+    sums = lock.parent / CHECKSUMS
+    right = f"{sha256_file(lock)}  release.lock\n"
+    sums.write_text(right + f"{'9' * 64}  ./release.lock\n")  # a second, other line
+    with pytest.raises(VerificationError, match="line 2 names another sha256"):
+        authenticate_lock(lock, None, trust_unsigned=True)
+    sums.write_text(right)
+    _edit(lock)
+    renamed = lock.rename(lock.with_name("mine.lock"))
+    with pytest.raises(VerificationError, match="not the lockfile SHA256SUMS lists"):
+        authenticate_lock(renamed, None, trust_unsigned=True)
+
+
+def test_unreadable_sums_beside_an_unsigned_lock_are_no_agreement(
+    project: Path, tmp_path: Path, key: SecretKey
+) -> None:
+    lock = _publish(project, tmp_path / "r", key)
+    (lock.parent / (CHECKSUMS + SIGNATURE_SUFFIX)).unlink()
+    (lock.parent / CHECKSUMS).write_text("this is not sha256sum output\n")
+    with pytest.raises(VerificationError, match="line 1 is not"):
+        authenticate_lock(lock, None, trust_unsigned=True)
+
+
+def test_unsigned_sums_that_agree_or_do_not_list_the_lock_leave_it_to_trust_unsigned(
+    project: Path, tmp_path: Path, key: SecretKey
+) -> None:
+    lock = _publish(project, tmp_path / "r", key)
+    (lock.parent / (CHECKSUMS + SIGNATURE_SUFFIX)).unlink()
+    trust = authenticate_lock(lock, None, trust_unsigned=True)
+    assert not trust.signed and "the unsigned SHA256SUMS beside it agrees" in trust.note
+    with pytest.raises(UnsignedLockError):  # agreeing unsigned sums are no signature
+        authenticate_lock(lock, None, trust_unsigned=False)
+    (lock.parent / CHECKSUMS).write_text(f"{'1' * 64}  other/file\n")
+    _edit(lock)  # nothing beside it says what the lock was: only the rebuilder's word
+    trust = authenticate_lock(lock, None, trust_unsigned=True)
+    assert not trust.signed and "agrees" not in trust.note
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_reproduce_of_an_edited_lock_without_its_signature_exits_48_before_anything(
+    project: Path, tmp_path: Path, key: SecretKey
+) -> None:
+    """The issue's probe: delete SHA256SUMS.minisig beside an edited lock, --trust-unsigned."""
+    lock = _publish(project, tmp_path / "demo-1.2.3", key)
+    _edit(lock)
+    (lock.parent / (CHECKSUMS + SIGNATURE_SUFFIX)).unlink()
+    result = cli("reproduce", str(lock.parent), "--trust-unsigned")
+    output = refused(result, 48, "not the lockfile SHA256SUMS lists", "--trust-unsigned")
+    assert "UNVERIFIED" not in output and "Docker" not in output
+    assert not (tmp_path / "demo-1.2.3.reproduce").exists()

@@ -99,6 +99,7 @@ def test_dumps_keeps_the_on_disk_layout_byte_for_byte(plan: BuildPlan, raw: dict
         "source",
         "base",
         "targets",
+        "limits",
     }
     assert raw["schema"] == "orchestrator/lock"
     assert raw["schema_version"] == SCHEMA_VERSION

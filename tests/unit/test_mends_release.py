@@ -21,7 +21,7 @@ from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release
 from orchestrator.release.target import targets
-from orchestrator.supply.attest import Signer
+from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
 from tests.unit.conftest import plan_for
 from tests.unit.fakes import FakeEngine
@@ -58,7 +58,7 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
 
 def _patch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **fail: OrchestratorError) -> None:
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)
-    monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
+    monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     monkeypatch.setattr(release_target, "run_build", _fake_build(tmp_path, fail))
 
 

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 import orchestrator.release.reproduce as repro
 from orchestrator.cli import app
 from orchestrator.config.options import resolve
-from orchestrator.host.cachedir import WORKDIR_MARKER
+from orchestrator.errors import ForeignFolderError, SourceError
+from orchestrator.host.cachedir import WORKDIR_MARKER, prepare_workdir
 from orchestrator.host.vault import Vault, VaultError
 from orchestrator.release.reproduce import Reproduced, ReproduceRun, diffoscope_report
 from orchestrator.release.target import Target
@@ -163,3 +164,57 @@ def test_missing_diffoscope_is_reported_never_installed(
     assert "apt-get install diffoscope-minimal" in text
     assert "pip install diffoscope" in text
     assert "2 differing bytes" in text
+
+
+# -- a work folder is never reached through a symlink (issue 28) ------------------------
+@pytest.mark.parametrize("marked", [False, True])
+def test_prepare_workdir_refuses_a_symlink_and_leaves_its_target_alone(
+    tmp_path: Path, marked: bool
+) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    if marked:  # an earlier run's marker there would have made the target removable
+        (target / WORKDIR_MARKER).write_text("made by orchestrator\n")
+        (target / "keep").write_text("kept")
+    link = tmp_path / "demo.reproduce"
+    link.symlink_to(target)
+    with pytest.raises(ForeignFolderError, match="is a symlink"):
+        prepare_workdir(link)
+    assert sorted(p.name for p in target.iterdir()) == ([WORKDIR_MARKER, "keep"] if marked else [])
+    assert link.is_symlink()
+
+
+def _crate_at_root(project: Path, tmp_path: Path, config_file: str) -> Any:
+    """A lock whose crate is the config's own folder, as `crate = "."` records it."""
+    document = lock_for(plan_for(resolve(project / "orchestrator.toml", env={})))
+    source = document.source.model_copy(update={"crate": "."})
+    config = document.config.model_copy(update={"file": config_file, "text": "# locked\n"})
+    return document.model_copy(update={"source": source, "config": config})
+
+
+def test_the_locked_config_replaces_a_symlink_the_sources_brought(
+    project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours\n")
+    tree = tmp_path / "tree"
+    shutil.copytree(project / "crate", tree)
+    (tree / "orchestrator.toml").symlink_to(outside)
+    document = _crate_at_root(project, tmp_path, "orchestrator.toml")
+    config = repro.lay_out_sources(document, tmp_path / "w" / "src", tree)
+    assert not config.is_symlink() and config.read_text() == "# locked\n"
+    assert outside.read_text() == "not yours\n"
+
+
+def test_the_locked_config_is_not_written_through_a_symlinked_folder(
+    project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tree = tmp_path / "tree"
+    shutil.copytree(project / "crate", tree)
+    (tree / "ci").symlink_to(outside)
+    document = _crate_at_root(project, tmp_path, "ci/orchestrator.toml")
+    with pytest.raises(SourceError, match="is a symlink"):
+        repro.lay_out_sources(document, tmp_path / "w" / "src", tree)
+    assert list(outside.iterdir()) == []

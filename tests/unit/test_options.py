@@ -112,8 +112,8 @@ def test_flavor_settings_and_describe(project: Path) -> None:
 
 BUILD_KEYS = "artifacts_dir, cache_dir, flavors, source_date_epoch, target_cpu, toolchain"
 SECTIONS = (
-    "bench, bolt, build, engines, flavors, gate, package, pgo, profiling, release, signing, test, "
-    "train, validate"
+    "bench, bolt, build, engines, flavors, gate, limits, package, pgo, profiling, release, "
+    "signing, test, train, validate"
 )
 
 

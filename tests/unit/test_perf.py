@@ -3,9 +3,14 @@ probe answers; --privileged only when allowed; the answer cached per engine and 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
+from orchestrator.runtime import perf
 from orchestrator.runtime.engine import Privileges
 from orchestrator.runtime.perf import (
     GRANTS,
@@ -15,10 +20,11 @@ from orchestrator.runtime.perf import (
     SAMPLING_PROBE,
     find_perf_access,
 )
+from orchestrator.runtime.seccomp import profile_sha256
 from tests.unit.fakes import FakeEngine, Prober, as_engine
 
 IMAGE = "orchestrator/cpu:rustc-web-1.96-" + "0" * 16
-PERFMON, SYS_ADMIN, UNCONFINED = GRANTS
+PROFILE, PERFMON = GRANTS  # our seccomp profile alone, then with CAP_PERFMON
 PRIVILEGED = LAST_RESORT
 DENIED = "perf_event_open(..., PERF_FLAG_FD_CLOEXEC) failed: Operation not permitted"
 NO_LBR = "Error: branch stack sampling not supported"
@@ -46,34 +52,77 @@ def works(
 
 
 def test_least_grant_with_lbr_wins() -> None:
-    fake = FakeEngine(prober=works(lbr=(SYS_ADMIN, PRIVILEGED), sampling=GRANTS))
+    fake = FakeEngine(prober=works(lbr=(PERFMON, PRIVILEGED), sampling=GRANTS))
     access = find_perf_access(as_engine(fake), IMAGE, allowed=True)
-    assert access.privileges == SYS_ADMIN
+    assert access.privileges == PERFMON
     assert (access.capabilities.lbr, access.capabilities.sampling) == (True, True)
-    assert access.as_dict() == {"granted": "cap-add SYS_ADMIN", "lbr": True, "sampling": True}
-    # PERFMON first (LBR, then sampling), then SYS_ADMIN's LBR probe succeeds: no more.
+    granted = "seccomp orchestrator-perf (Docker's default + perf_event_open), cap-drop ALL"
+    assert access.as_dict()["granted"] == f"{granted}, cap-add PERFMON"
+    # The profile alone first (LBR, then sampling), then PERFMON's LBR probe succeeds.
     assert [(argv, p) for _, argv, p, _ in fake.probes] == [
+        (LBR_PROBE, PROFILE),
+        (SAMPLING_PROBE, PROFILE),
         (LBR_PROBE, PERFMON),
-        (SAMPLING_PROBE, PERFMON),
-        (LBR_PROBE, SYS_ADMIN),
     ]
 
 
 def test_lbr_under_a_bigger_grant_beats_sampling_under_a_smaller() -> None:
-    fake = FakeEngine(prober=works(lbr=(PRIVILEGED,), sampling=(PERFMON,)))
+    fake = FakeEngine(prober=works(lbr=(PRIVILEGED,), sampling=(PROFILE,)))
     access = find_perf_access(as_engine(fake), IMAGE, allowed=True, allow_privileged=True)
     assert access.privileges == PRIVILEGED
     assert access.capabilities.lbr
-    # Sampling was found with PERFMON already: not probed again under later grants.
+    # Sampling was found with the profile already: not probed again under later grants.
     assert sum(argv == SAMPLING_PROBE for _, argv, _, _ in fake.probes) == 1
 
 
 def test_sampling_only_takes_the_least_grant_that_samples() -> None:
-    fake = FakeEngine(prober=works(sampling=(UNCONFINED, PRIVILEGED)))
+    fake = FakeEngine(prober=works(sampling=(PERFMON, PRIVILEGED)))
     access = find_perf_access(as_engine(fake), IMAGE, allowed=True)
-    assert access.privileges == UNCONFINED
+    assert access.privileges == PERFMON
     assert (access.capabilities.lbr, access.capabilities.sampling) == (False, True)
-    assert access.capabilities.grant == "security-opt seccomp=unconfined"
+    assert access.capabilities.grant.endswith("cap-drop ALL, cap-add PERFMON")
+
+
+def test_grants_are_our_profile_then_perfmon_and_nothing_that_opens_the_box() -> None:
+    assert [(g.seccomp, g.cap_add) for g in GRANTS] == [
+        ("orchestrator-perf", ()),
+        ("orchestrator-perf", ("PERFMON",)),
+    ]
+    for grant in GRANTS:
+        assert not grant.privileged and grant.security_opt == ()
+        assert "SYS_ADMIN" not in grant.cap_add
+        options = grant.engine_options()
+        assert options["cap_drop"] == ["ALL"]
+        assert "no-new-privileges" in options["security_opt"]
+        assert "seccomp=unconfined" not in options["security_opt"]
+    # The one rights escalation left is --privileged, and only when asked for.
+    fake = FakeEngine(prober=works())
+    find_perf_access(as_engine(fake), IMAGE, allowed=True)
+    assert {p for _, _, p, _ in fake.probes} == set(GRANTS)
+
+
+def test_the_record_says_what_the_engine_is_sent() -> None:
+    access = find_perf_access(
+        as_engine(FakeEngine(prober=works(sampling=GRANTS, lbr_failure=NO_LBR))),
+        IMAGE,
+        allowed=True,
+    )
+    grant = access.as_dict()["grant"]
+    assert grant == {
+        "privileged": False,
+        "cap_add": [],
+        "cap_drop": ["ALL"],
+        "no_new_privileges": True,
+        "seccomp": "orchestrator-perf",
+        "seccomp_sha256": profile_sha256("orchestrator-perf"),
+        "seccomp_added": ["perf_event_open"],
+    }
+    (profile,) = [
+        o for o in access.privileges.engine_options()["security_opt"] if o.startswith("seccomp=")
+    ]
+    sent = profile.removeprefix("seccomp=")
+    assert hashlib.sha256(sent.encode()).hexdigest() == grant["seccomp_sha256"]
+    assert "perf_event_open" in json.loads(sent)["syscalls"][0]["names"]
 
 
 def test_nothing_works_gives_no_access_and_never_tries_privileged() -> None:
@@ -91,14 +140,14 @@ def test_privileged_is_the_last_resort_when_allowed() -> None:
 
 
 def test_no_lbr_hardware_stops_at_the_first_grant_that_samples() -> None:
-    # A VM: sampling works with PERFMON, LBR fails for want of hardware, not of rights.
+    # A VM: sampling works with the profile, LBR fails for want of hardware, not rights.
     fake = FakeEngine(prober=works(sampling=GRANTS, lbr_failure=NO_LBR))
     access = find_perf_access(as_engine(fake), IMAGE, allowed=True, allow_privileged=True)
-    assert access.privileges == PERFMON
+    assert access.privileges == PROFILE
     assert (access.capabilities.lbr, access.capabilities.sampling) == (False, True)
     assert [(argv, p) for _, argv, p, _ in fake.probes] == [
-        (LBR_PROBE, PERFMON),
-        (SAMPLING_PROBE, PERFMON),
+        (LBR_PROBE, PROFILE),
+        (SAMPLING_PROBE, PROFILE),
     ]
 
 
@@ -123,11 +172,17 @@ def test_a_damaged_or_escalating_cache_entry_is_probed_again(tmp_path: Path) -> 
     engine = _identified(works(sampling=GRANTS, lbr_failure=NO_LBR))
     find_perf_access(as_engine(engine), IMAGE, allowed=True, cache_dir=tmp_path)
     (entry,) = (tmp_path / "perf-access").iterdir()
-    for text in ("{not json", '{"grant_index": 3, "grant": "privileged", "lbr": true}'):
+    claims = (
+        "{not json",
+        '{"grant_index": 3, "grant": "privileged", "lbr": true}',
+        # an index still on offer, but naming another grant than the one there now
+        '{"grant_index": 1, "grant": "cap-add SYS_ADMIN", "lbr": true, "sampling": true}',
+    )
+    for text in claims:
         entry.write_text(text)
         fresh = _identified(works(sampling=GRANTS, lbr_failure=NO_LBR))
         access = find_perf_access(as_engine(fresh), IMAGE, allowed=True, cache_dir=tmp_path)
-        assert access.privileges == PERFMON  # never the privileged grant the file claimed
+        assert access.privileges == PROFILE  # never the privileged grant the file claimed
         assert fresh.probes != []
 
 
@@ -138,3 +193,23 @@ def test_not_allowed_probes_nothing() -> None:
     assert (access.capabilities.lbr, access.capabilities.sampling) == (False, False)
     assert access.capabilities.grant == "none (not asked)"
     assert fake.probes == []
+
+
+def test_a_changed_grant_list_is_probed_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache key holds the grants on offer: an answer found under older grants (the
+    SYS_ADMIN era, or another profile) is never read back as if it were about new ones."""
+    first = _identified(works(sampling=GRANTS, lbr_failure=NO_LBR))
+    find_perf_access(as_engine(first), IMAGE, allowed=True, cache_dir=tmp_path)
+    monkeypatch.setattr(perf, "GRANTS", (PERFMON,))
+    again = _identified(works(sampling=(PERFMON,), lbr_failure=NO_LBR))
+    access = find_perf_access(as_engine(again), IMAGE, allowed=True, cache_dir=tmp_path)
+    assert again.probes != [] and access.privileges == PERFMON
+    # ... and the profile's exact bytes are part of the key too.
+    monkeypatch.setattr(perf, "GRANTS", GRANTS)
+    monkeypatch.setattr(perf, "profile_sha256", lambda name: "0" * 64)
+    changed = _identified(works(sampling=GRANTS, lbr_failure=NO_LBR))
+    find_perf_access(as_engine(changed), IMAGE, allowed=True, cache_dir=tmp_path)
+    assert changed.probes != []
+    assert len(list((tmp_path / "perf-access").iterdir())) == 3

@@ -18,11 +18,12 @@ import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.execute.publish import update_release_index
 from orchestrator.model.records import read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
 from orchestrator.release.target import no_speedup_reason, targets
-from orchestrator.supply.attest import Signer, resolve_signer
+from orchestrator.supply.attest import ReleaseIndex, Signer, resolve_signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 
 from .conftest import plan_for
@@ -85,13 +86,16 @@ def test_no_speedup_reason(options: Options) -> None:
 
 
 # -- release.json ------------------------------------------------------------------------
+SIGNER = Signer(SecretKey.generate(), throwaway=True, source="test")
+
+
 def _release(options: Options, flavors: list[str]) -> None:
     run_release(
         options,
         release_run.plan_targets(targets(options, flavors)),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
-        signer=Signer(SecretKey.generate(), throwaway=True, source="test"),
+        signer=SIGNER,
         retrain=False,
         bench_runs=0,
         announce=lambda _line: None,
@@ -102,7 +106,7 @@ def test_release_json_lists_targets_in_build_order_with_triples(
     options: Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)
-    monkeypatch.setattr(release_run, "update_release_index", lambda *_a: None)
+    monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     monkeypatch.setattr(release_target, "run_build", _stand_in_build)
     _release(options, ["cpu", "aarch64"])
     path = tmp_path / "artifacts" / "demo-1.2.3" / RELEASE_JSON
@@ -121,6 +125,8 @@ def test_release_json_lists_targets_in_build_order_with_triples(
     document = json.loads(path.read_text())
     del document["artifacts"][2]["rust_target"]
     path.write_text(json.dumps(document))
+    # as that older release signed it: only a signed release.json is carried over
+    update_release_index(path.parent, SIGNER, vouched=(RELEASE_JSON,))
     # Rebuilding one target: the others keep their order, the rebuilt one comes last.
     _release(
         replace(options, flavor_settings={"cpu": FlavorSettings(levels=("x86-64-v3",))}), ["cpu"]

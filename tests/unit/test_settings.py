@@ -43,6 +43,9 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "package.package": ("demo", "demo"),  # the crate's own package, named
         "release.glibc_floor": ("2.31", "2.31"),
         "engines.require": ("cuda:gpu=nvidia, rocm:gpu=amd", ("cuda:gpu=nvidia", "rocm:gpu=amd")),
+        "build.toolchain": ("rustc-1.85", "rustc-1.85"),  # a file in toolchains/
+        "limits.pids": ("256", 256),
+        "limits.memory": ("512MiB", "512MiB"),
     }
     if spec.key in checked:
         return checked[spec.key]
@@ -99,6 +102,8 @@ def test_legacy_env_alias_works_and_the_canonical_name_wins(project: Path, spec:
         assert from_alias.sources[spec.key] == f"env {alias}"
 
     other = "1000" if spec.kind == "int" else "canonical-wins"
+    if spec.key == "build.toolchain":
+        other = "rustc-web-1.96"  # a name must be a file in toolchains/; text is another
     both = resolve(config, env={spec.aliases[0]: text, spec.env: other})
     assert both.sources[spec.key] == f"env {spec.env}"
     assert str(getattr(both, spec.attr)).endswith(other)
@@ -219,7 +224,13 @@ def test_flag_specs_spell_flags_and_append_default_and_env() -> None:
     assert set(specs) == {s.key for s in SETTINGS if s.flag}
     cpu = specs["build.target_cpu"]
     assert cpu.decls == ("--target-cpu",)
-    assert cpu.help.endswith("(default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU).")
+    assert cpu.help.endswith(
+        "(default x86-64-v2; env ORCHESTRATOR_BUILD_TARGET_CPU or ORCHESTRATOR_TARGET_CPU)."
+    )
+    # Every variable the declaration reads is in the help, the older name too.
+    assert "env ORCHESTRATOR_BUILD_CACHE_DIR or ORCHESTRATOR_CACHE_DIR" in (
+        specs["build.cache_dir"].help
+    )
     pgo = specs["pgo.enabled"]
     assert (pgo.decls, pgo.names) == (("--pgo/--no-pgo",), ("--pgo", "--no-pgo"))
     assert "(default on; env ORCHESTRATOR_PGO_ENABLED)" in pgo.help

@@ -154,3 +154,65 @@ def test_a_handled_stop_exits_at_once_even_if_shutdown_would_wait() -> None:
     )
     assert child.returncode == 130, child.stderr
     assert "error: interrupted" in child.stdout + child.stderr
+
+
+IGNORED_AT_START = """
+import signal, sys, time
+from orchestrator.host.signals import stop_on_signals
+
+# Inherited from the parent, as a script's `orchestrator release &` has it.
+assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+stop_on_signals()
+try:
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+except KeyboardInterrupt as stop:
+    print(f"stopped by {type(stop).__name__}", flush=True)
+    sys.exit(130)
+"""
+
+
+def _ignore_stop_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("sent", "raised"),
+    [(signal.SIGINT, "KeyboardInterrupt"), (signal.SIGTERM, "StopRequested")],
+)
+def test_a_stop_signal_the_parent_ignored_still_stops_the_run(
+    sent: signal.Signals, raised: str
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", IGNORED_AT_START],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_stop_signals,  # noqa: PLW1509 - no threads run before the exec
+    )
+    watchdog = threading.Timer(60, child.kill)  # a missed signal fails instead of hanging
+    watchdog.daemon = True
+    watchdog.start()
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(sent)
+    out, err = child.communicate(timeout=60)
+    watchdog.cancel()
+    assert child.returncode == 130, err
+    assert out == f"stopped by {raised}\n"
+
+
+def test_stop_on_signals_handles_an_ignored_sigint_in_this_process() -> None:
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        stop_on_signals()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

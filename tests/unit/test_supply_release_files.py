@@ -106,7 +106,7 @@ def make_release(base: Path) -> Release:
     (artifact / "logs" / "build-release.log").write_text("+ cargo build --release\n")
     signer.sign(binary, trusted_comment=artifact_comment(manifest, plan.artifact_dir))
     write_checksums(artifact)
-    update_release_index(root, signer)
+    update_release_index(root, signer, vouched=(plan.artifact_dir,))
     return Release(root, plan.artifact_dir, plan.binary, public, signer)
 
 
@@ -343,7 +343,7 @@ def test_a_folder_without_checksums_is_not_a_release(tmp_path: Path) -> None:
 def test_release_index_covers_release_files_and_pins_the_lock(release: Release) -> None:
     (release.root / "release.json").write_text("{}\n")
     (release.root / "release.lock").write_text("{}\n")
-    update_release_index(release.root, release.signer)
+    update_release_index(release.root, release.signer, vouched=("release.json", "release.lock"))
     names = [line.split("  ")[1] for line in (release.root / CHECKSUMS).read_text().splitlines()]
     assert names[-2:] == ["release.json", "release.lock"]
     lock_hash = hashlib.sha256(b"{}\n").hexdigest()[:16]

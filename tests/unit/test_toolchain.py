@@ -4,9 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import resolve
 from orchestrator.config.toolchains import (
     available_toolchains,
     check_coherence,
+    check_toolchain_name,
     llvm_version,
     load_base_spec,
     load_toolchain,
@@ -98,3 +100,58 @@ def test_rootfs_recipe_names_everything_that_shapes_the_rootfs() -> None:
     assert f"--components={','.join(base.components)}" in recipe
     # the base rootfs is never multi-arch: foreign architectures belong to a flavor's set
     assert not any(arg.startswith("--architectures") for arg in recipe)
+
+
+# -- a toolchain's name is checked at the door ----------------------------------------
+EVIL_NAMES = ["../../../tmp/x/evil", "/tmp/x/evil", "sub/dir", "Rustc-1.85", ".hidden", "-x", ""]
+
+
+@pytest.mark.parametrize("name", EVIL_NAMES)
+def test_a_name_that_is_not_a_plain_name_is_refused_even_if_its_file_exists(
+    tmp_path: Path, name: str
+) -> None:
+    """`toolchain = "../../../tmp/x/evil"` once loaded /tmp/x/evil.toml and tagged an image
+    `orchestrator/cpu:../../../...`."""
+    shipped = tmp_path / "toolchains"
+    shipped.mkdir()
+    good = (Path(__file__).parents[2] / "toolchains" / "rustc-web-1.96.toml").read_text()
+    (shipped / "rustc-web-1.96.toml").write_text(good)
+    (tmp_path / "evil.toml").write_text(good)  # what ../evil would name
+    for candidate in (name, "../evil"):
+        with pytest.raises(ConfigError, match="is not a toolchain name") as caught:
+            load_toolchain(candidate, shipped)
+        assert (
+            caught.value.hint == f"Known toolchains: rustc-web-1.96; each is a file in {shipped}."
+        )
+
+
+def test_a_plain_name_without_its_file_is_unknown_with_a_suggestion(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 'rustc-web-1\.96'") as caught:
+        check_toolchain_name("rustc-web-1.69", "build.toolchain")
+    assert "rustc-1.85, rustc-web-1.96" in caught.value.hint
+    (tmp_path / "Bad Name.toml").write_text("")
+    (tmp_path / "ok-1.0.toml").write_text("")
+    assert available_toolchains(tmp_path) == ["ok-1.0"]  # never offers a name it refuses
+
+
+@pytest.mark.parametrize("where", ["file", "env", "alias", "flag"])
+def test_resolve_refuses_a_path_as_toolchain_from_any_layer(project: Path, where: str) -> None:
+    config = project / "orchestrator.toml"
+    evil = "../../../tmp/x/evil"
+    env: dict[str, str] = {}
+    cli: dict[str, object] = {}
+    if where == "file":
+        config.write_text(config.read_text() + f'[build]\ntoolchain = "{evil}"\n')
+    elif where == "env":
+        env["ORCHESTRATOR_BUILD_TOOLCHAIN"] = evil
+    elif where == "alias":
+        env["ORCHESTRATOR_TOOLCHAIN"] = evil
+    else:
+        cli["build.toolchain"] = evil
+    with pytest.raises(ConfigError, match="is not a toolchain name") as caught:
+        resolve(config, env=env, cli=cli)
+    assert "build.toolchain" in caught.value.message
+    assert {"file": "file orchestrator.toml", "env": "env ORCHESTRATOR_BUILD_TOOLCHAIN"}.get(
+        where, "ORCHESTRATOR_TOOLCHAIN" if where == "alias" else "flag --toolchain"
+    ) in caught.value.message
+    assert "rustc-web-1.96" in caught.value.hint

@@ -159,7 +159,6 @@ def test_runs_see_the_inputs_read_only_and_the_build_box_unpacks_them(
     variants.build_baseline(rig.pipeline, rig.log)
     corpus, words = plan.run.inputs
     assert rig.box.puts == [
-        (PATHS.root, plan.source.archive),
         (PATHS.root, corpus.archive),
         (PATHS.root, words.archive),
         (PATHS.root, b"vendored"),
