@@ -143,8 +143,11 @@ class StepFailedError(OrchestratorError):
 
 class UnsafeArchiveError(OrchestratorError):
     exit_code = 41
-    summary = "unsafe archive entry from a container"
-    default_hint = "The container produced an archive entry that could escape the output folder."
+    summary = "unsafe or unreadable archive (a container's output, a .crate, a vault archive)"
+    default_hint = (
+        "Nothing was written from it: an entry could escape its folder, or the archive is "
+        "damaged or of another kind."
+    )
 
 
 class PublishError(OrchestratorError):

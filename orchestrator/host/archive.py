@@ -3,6 +3,12 @@
 Anything a container hands back is untrusted: an entry that is absolute, climbs with
 `..`, or is a link or a device could write outside the output folder, so it is refused
 before a single byte is written.
+
+Every tar is read through `reading_tar`, whose TarInfo subclass sees each raw 512-byte header
+as `tarfile` parses it and refuses an oversized PAX header or GNU long name, a sparse entry or
+one entry too many before `tarfile` reads (and holds in memory) what that header declares.
+Being tarfile's own header hook, it sees exactly the headers tarfile reads, through any
+compression and on a stream that cannot seek.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, NoReturn
+from typing import IO, ClassVar, Literal, NoReturn, Self, cast
 
 from orchestrator.errors import SourceError, UnsafeArchiveError
 from orchestrator.model.hashing import CHUNK
@@ -39,6 +45,10 @@ class ArchiveLimits:
     max_name_bytes: int = 4096  # PATH_MAX: longer names cannot be created anyway
     max_component_bytes: int = 255  # NAME_MAX
     max_expansion: int = 50
+    # A PAX header or GNU long name is read whole into memory: each is capped, and so is
+    # their sum (PAX records are kept per entry). Real ones hold a path or two.
+    max_header_bytes: int = 64 << 10
+    max_header_total_bytes: int = 16 << 20
 
 
 # What a build step hands back: binaries, profiles, logs (a ROCm fat binary is ~1 GB).
@@ -96,6 +106,8 @@ class MemberCheck:
         ):
             self._refuse(f"entry {shown!r} has a name part over {limits.max_component_bytes} bytes")
         path = check_member(member)
+        if member.size < 0:  # it would hide other entries' bytes from the total
+            self._refuse(f"entry {shown!r} declares a negative size")
         self.declared_bytes += member.size
         if self.declared_bytes > limits.max_total_bytes:
             self._refuse(
@@ -128,10 +140,14 @@ class MemberCheck:
             self._files.add(path)
 
     def _refuse(self, why: str) -> NoReturn:
-        raise UnsafeArchiveError(
-            f"refusing {self.label}: {why}",
-            hint='Nothing was written from it. See README "How it stays safe" for the limits.',
-        )
+        _refuse(self.label, why)
+
+
+def _refuse(label: str, why: str) -> NoReturn:
+    raise UnsafeArchiveError(
+        f"refusing {label}: {why}",
+        hint='Nothing was written from it. See README "How it stays safe" for the limits.',
+    )
 
 
 def _size(count: int) -> str:
@@ -148,9 +164,171 @@ def reading_archive(label: str) -> Iterator[None]:
         yield
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as exc:
         raise UnsafeArchiveError(
-            f"{label} is not a readable tar archive: {exc or type(exc).__name__}",
+            f"{label} is not a tar archive, or a damaged one: {exc or type(exc).__name__}",
             hint="The file is damaged, truncated or of another kind; nothing was written from it.",
         ) from exc
+
+
+# Extended headers that may precede one entry: a global one, a PAX one, a long name and a
+# long link name is all a writer needs. tarfile reads a chain of them by recursion.
+MAX_HEADERS_PER_ENTRY = 8
+MAX_GLOBAL_RECORDS = 8  # `git archive` writes one, the commit
+_EXTENDED = {
+    tarfile.XHDTYPE: "PAX extended header",
+    tarfile.SOLARIS_XHDTYPE: "PAX extended header",
+    tarfile.XGLTYPE: "PAX global header",
+    tarfile.GNUTYPE_LONGNAME: "GNU long name",
+    tarfile.GNUTYPE_LONGLINK: "GNU long link name",
+}
+
+
+class _HeaderGuard:
+    """The running count of one archive's headers, checked as each raw header is parsed."""
+
+    def __init__(self, limits: ArchiveLimits, label: str) -> None:
+        self.limits = limits
+        self.label = label
+        self.entries = 0
+        self.declared_bytes = 0
+        self.extended_bytes = 0
+        self.extended_run = 0
+
+    def check(self, info: tarfile.TarInfo) -> None:
+        limits = self.limits
+        if info.size < 0:  # base-256 allows it; tarfile would read(-n): to the end
+            _refuse(self.label, f"its header at byte {info.offset} declares a negative size")
+        kind = _EXTENDED.get(info.type)
+        if kind is not None:
+            if info.size > limits.max_header_bytes:
+                _refuse(
+                    self.label,
+                    f"its {kind} at byte {info.offset} declares {_size(info.size)}, over the "
+                    f"{_size(limits.max_header_bytes)} limit for one header",
+                )
+            self.extended_bytes += info.size
+            if self.extended_bytes > limits.max_header_total_bytes:
+                _refuse(
+                    self.label,
+                    f"its extended headers declare more than "
+                    f"{_size(limits.max_header_total_bytes)} in all (at the {kind} at byte "
+                    f"{info.offset})",
+                )
+            self.extended_run += 1
+            if self.extended_run > MAX_HEADERS_PER_ENTRY:
+                _refuse(
+                    self.label,
+                    f"more than {MAX_HEADERS_PER_ENTRY} extended headers in a row "
+                    f"(at byte {info.offset})",
+                )
+            return
+        self.extended_run = 0
+        if info.type == tarfile.GNUTYPE_SPARSE:  # its map could run on for gigabytes
+            _refuse(self.label, f"entry {info.name!r} is a sparse file")
+        self.entries += 1
+        if self.entries > limits.max_entries:
+            _refuse(self.label, f"more than {limits.max_entries} entries")
+        self.declare(info, info.size)
+
+    def declare(self, info: tarfile.TarInfo, size: int) -> None:
+        """Count an entry's declared bytes: a stream that cannot seek skips data by reading
+        it, so a header declaring 2**70 bytes would keep tarfile reading for ever."""
+        if info.size < 0:  # a PAX "size" may say anything
+            _refuse(self.label, f"entry {info.name!r} declares a negative size")
+        self.declared_bytes += size
+        if self.declared_bytes > self.limits.max_total_bytes:
+            _refuse(
+                self.label,
+                f"entries declare more than {_size(self.limits.max_total_bytes)} "
+                f"(at {info.name[:120]!r})",
+            )
+
+
+# tarfile's header errors (not in its stubs): a zero block (the end marker), and a block
+# that is not a header (bad checksum or number) or a partial one.
+_END_OF_ARCHIVE: type[Exception] = tarfile.EOFHeaderError  # type: ignore[attr-defined]
+_BAD_HEADER: tuple[type[Exception], ...] = (
+    tarfile.InvalidHeaderError,  # type: ignore[attr-defined]
+    tarfile.TruncatedHeaderError,  # type: ignore[attr-defined]
+)
+
+
+class _GuardedTarInfo(tarfile.TarInfo):
+    """tarfile's documented hook (a TarInfo subclass overriding `_proc_member`): the header
+    is checked after its 512-byte block was parsed and before anything it declares is read."""
+
+    guard: ClassVar[_HeaderGuard]
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> Self:
+        start = tar.fileobj.tell() if tar.fileobj is not None else 0
+        try:
+            return super().fromtarfile(tar)
+        except _END_OF_ARCHIVE:
+            if start == 0:
+                # A zero block first: no entries at all. A gzip of zeros, or an empty tar;
+                # nothing this tool reads is legitimately empty, so neither is a success.
+                raise UnsafeArchiveError(
+                    f"{cls.guard.label} is not a tar archive: it holds no entries",
+                    hint="The file is empty, zeros or of another kind; nothing was read from it.",
+                ) from None
+            raise  # the end-of-archive marker
+        except _BAD_HEADER as exc:
+            if start == 0:
+                raise  # not a tar (in this compression): tarfile.open tries the next one
+            # tarfile would end the archive here, quietly dropping everything after it.
+            _refuse(cls.guard.label, f"a damaged header at byte {start} ({exc})")
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        self.guard.check(self)
+        member: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        # Every later entry gets its own copy of the global records: a few, or the copies
+        # of one 64 KiB header of tiny records would take gigabytes over 100,000 entries.
+        if self.type == tarfile.XGLTYPE and len(tar.pax_headers) > MAX_GLOBAL_RECORDS:
+            _refuse(
+                self.guard.label,
+                f"its PAX global headers hold {len(tar.pax_headers)} records, over the "
+                f"limit of {MAX_GLOBAL_RECORDS}",
+            )
+        return member
+
+    def _apply_pax_info(self, pax_headers: dict[str, str], encoding: str, errors: str) -> None:
+        before = self.size
+        try:
+            super()._apply_pax_info(pax_headers, encoding, errors)  # type: ignore[misc]
+        except ValueError as exc:  # a GNU.sparse size that is no number
+            _refuse(self.guard.label, f"a malformed PAX record for {self.name!r} ({exc})")
+        self.guard.declare(self, self.size - before)  # a PAX "size" replaces the header's
+
+    # GNU sparse maps inside PAX headers: refused like any sparse entry, before version 1.0's
+    # map (of any length) is read from the data.
+    def _proc_gnusparse_00(self, next: tarfile.TarInfo, *_: object) -> NoReturn:
+        _refuse(self.guard.label, f"entry {next.name!r} is a sparse file")
+
+    _proc_gnusparse_01 = _proc_gnusparse_00
+    _proc_gnusparse_10 = _proc_gnusparse_00
+
+
+@contextmanager
+def reading_tar(
+    source: Path | IO[bytes] | io.RawIOBase,
+    *,
+    label: str,
+    limits: ArchiveLimits,
+    mode: Literal["r:*", "r:gz", "r|*"] = "r:*",
+) -> Iterator[tarfile.TarFile]:
+    """Open a tar (a path or a file object; any compression tarfile knows, and "r|*" for a
+    stream that cannot seek) whose every header is checked before what it declares is read.
+
+    Whatever goes wrong reading it, here or in the caller's block, is an UnsafeArchiveError.
+    """
+    # A class per archive: tarfile makes the TarInfo objects, so the running count rides on it.
+    guarded = type("GuardedTarInfo", (_GuardedTarInfo,), {"guard": _HeaderGuard(limits, label)})
+    name, fileobj = (source, None) if isinstance(source, Path) else (None, source)
+    with (
+        reading_archive(label),
+        tarfile.open(name, mode, cast("IO[bytes] | None", fileobj), tarinfo=guarded) as tar,
+    ):
+        yield tar
 
 
 def safe_extract(
@@ -178,32 +356,31 @@ def safe_extract(
                 )
             spooled.write(block)
         spooled.seek(0)
-        with reading_archive(label):
+        with reading_tar(spooled, label=label, limits=limits) as tar:
             return _extract_checked(
-                spooled, dest.resolve(), MemberCheck(limits, label=label, stored_bytes=None)
+                tar, dest.resolve(), MemberCheck(limits, label=label, stored_bytes=None)
             )
 
 
-def _extract_checked(fileobj: IO[bytes], dest: Path, check: MemberCheck) -> list[Path]:
-    with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
-        admitted = [(member, check.admit(member)) for member in tar]
-        written: list[Path] = []
-        for member, rel in admitted:
-            target = (dest / rel).resolve()
-            if target != dest and dest not in target.parents:
-                raise UnsafeArchiveError(f"archive entry {member.name!r} resolves outside {dest}")
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            if source is None:
-                raise UnsafeArchiveError(f"cannot read archive entry {member.name!r}")
-            with target.open("wb") as out:
-                copy_exactly(source, out, member)
-            # Keep the executable bit, drop setuid/setgid/sticky and group/other writes.
-            target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
-            written.append(Path(*rel.parts))
+def _extract_checked(tar: tarfile.TarFile, dest: Path, check: MemberCheck) -> list[Path]:
+    admitted = [(member, check.admit(member)) for member in tar]
+    written: list[Path] = []
+    for member, rel in admitted:
+        target = (dest / rel).resolve()
+        if target != dest and dest not in target.parents:
+            raise UnsafeArchiveError(f"archive entry {member.name!r} resolves outside {dest}")
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        if source is None:
+            raise UnsafeArchiveError(f"cannot read archive entry {member.name!r}")
+        with target.open("wb") as out:
+            copy_exactly(source, out, member)
+        # Keep the executable bit, drop setuid/setgid/sticky and group/other writes.
+        target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
+        written.append(Path(*rel.parts))
     return written
 
 

@@ -25,7 +25,7 @@ from orchestrator.host.archive import (
     CONTAINER_OUTPUT_LIMITS,
     ArchiveLimits,
     MemberCheck,
-    reading_archive,
+    reading_tar,
 )
 from orchestrator.host.source import LockedCrate
 from orchestrator.model.hashing import sha256_file
@@ -140,7 +140,7 @@ def _add_crate(out: tarfile.TarFile, crate: LockedCrate, data: bytes) -> None:
     label = f"crate {crate.name} {crate.version}"
     check = MemberCheck(CRATE_LIMITS, label=label, stored_bytes=len(data))
     entries: list[tuple[PurePosixPath, tarfile.TarInfo, bytes]] = []
-    with reading_archive(label), tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+    with reading_tar(io.BytesIO(data), label=label, limits=CRATE_LIMITS, mode="r:gz") as tar:
         for member in tar:
             path = check.admit(member)
             if path.parts[0] != root:
@@ -169,7 +169,7 @@ def _add_crate(out: tarfile.TarFile, crate: LockedCrate, data: bytes) -> None:
 def _add_git_dependencies(out: tarfile.TarFile, tree: Path, registry: set[str]) -> None:
     label = f"cargo vendor output {tree.name}"
     check = MemberCheck(CONTAINER_OUTPUT_LIMITS, label=label, stored_bytes=None)
-    with reading_archive(label), tarfile.open(tree) as tar:
+    with reading_tar(tree, label=label, limits=CONTAINER_OUTPUT_LIMITS) as tar:
         members = sorted(
             ((check.admit(m), m) for m in tar),
             key=lambda pair: pair[0],

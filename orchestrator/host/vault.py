@@ -22,12 +22,12 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, UnsafeArchiveError
 from orchestrator.host.archive import (
     VAULT_ARCHIVE_LIMITS,
     MemberCheck,
     copy_exactly,
-    reading_archive,
+    reading_tar,
 )
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.model.hashing import sha256_file
@@ -178,16 +178,21 @@ class Vault:
         check = MemberCheck(VAULT_ARCHIVE_LIMITS, label=label, stored_bytes=archive.stat().st_size)
         self.root.mkdir(parents=True, exist_ok=True)
         with (
-            reading_archive(label),
-            tarfile.open(archive, "r") as tar,
+            reading_tar(archive, label=label, limits=VAULT_ARCHIVE_LIMITS) as tar,
             scratch_dir(self.cache_dir, "vault-import") as tmp,
         ):
             admitted = [(member, check.admit(member)) for member in tar]
             staged: list[tuple[str, Path]] = []
             lock_bytes: bytes | None = None
+            index: bytes | None = None
             for member, path in admitted:
                 handle = tar.extractfile(member) if member.isfile() else None
                 if handle is None:
+                    continue
+                if path.parts == (EXPORT_INDEX,):
+                    if member.size > MAX_LOCKFILE_BYTES:
+                        raise UnsafeArchiveError(f"{label}: its {EXPORT_INDEX} is too large")
+                    index = handle.read()
                     continue
                 if path.parts[0] == "sha256" and len(path.parts) == 2:
                     digest = _check_digest(path.parts[1])
@@ -209,6 +214,7 @@ class Vault:
                     if member.size > MAX_LOCKFILE_BYTES:
                         raise VaultError(f"{archive}: {member.name} is too large for a lockfile")
                     lock_bytes = handle.read()
+            _check_index(label, index, {digest for digest, _ in staged})
             for digest, staged_path in staged:  # each matched its name: move it in
                 target = self.path(digest)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -220,6 +226,32 @@ class Vault:
                 partial.write_bytes(lock_bytes)
                 partial.replace(lockfile_dest)
         return [digest for digest, _ in staged]
+
+
+def _check_index(label: str, index: bytes | None, staged: set[str]) -> None:
+    """An export names itself (an index of its blobs); a tar without one, or one that lacks
+    a blob its index lists (cut short, or edited), is refused whole."""
+    if index is None:
+        raise UnsafeArchiveError(
+            f"{label} is a tar archive but not a vault export: it holds no {EXPORT_INDEX}",
+            hint="Pass an archive written by `orchestrator vault export`; nothing was imported.",
+        )
+    try:
+        listed = json.loads(index)["blobs"]
+    except (ValueError, KeyError, TypeError):
+        listed = None
+    if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
+        raise UnsafeArchiveError(
+            f"{label} is not a vault export: its {EXPORT_INDEX} holds no list of blobs",
+            hint="Pass an archive written by `orchestrator vault export`; nothing was imported.",
+        )
+    missing = sorted(set(listed) - staged)
+    if missing:
+        raise VaultCorruptError(
+            f"{label} lacks {len(missing)} blob(s) its {EXPORT_INDEX} lists "
+            f"(sha256/{missing[0]} first): it was cut short or altered, and nothing was "
+            "imported from it"
+        )
 
 
 def _normalise(info: tarfile.TarInfo) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -61,7 +62,7 @@ def _extract(data: bytes, dest: Path, limits: ArchiveLimits = SMALL) -> list[Pat
     [
         (lambda t: [_file(t, f"f{i}") for i in range(11)], "more than 10 entries"),
         (lambda t: _file(t, "big", b"y" * (1 << 20) + b"y"), "declare more than 1.0 MiB"),
-        (lambda t: _file(t, "n" * 100_000), "100000-byte name"),
+        (lambda t: _file(t, "n" * 5000), "5000-byte name"),
         (lambda t: _file(t, "dir/" + "p" * 300 + "/f"), "name part over 255 bytes"),
         (lambda t: (_file(t, "a"), _file(t, "a/b")), "inside 'a', a file"),
         (lambda t: (_file(t, "a/b"), _file(t, "a")), "is a file and a folder"),
@@ -120,9 +121,9 @@ def test_a_stream_longer_than_the_limits_allow_is_cut_off(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        (b"", "not a readable tar archive"),
-        (b"this is not a tar file at all\n" * 40, "not a readable tar archive"),
-        (_tar(lambda t: _file(t, "cut", b"q" * 5000))[:1536], "not a readable tar archive"),
+        (b"", "not a tar archive"),
+        (b"this is not a tar file at all\n" * 40, "not a tar archive"),
+        (_tar(lambda t: _file(t, "cut", b"q" * 5000))[:1536], "not a tar archive"),
     ],
     ids=["empty", "text", "truncated"],
 )
@@ -164,7 +165,7 @@ def test_vault_import_refuses_too_many_entries(tmp_path: Path) -> None:
 def test_vault_import_of_a_name_of_100k_characters_is_exit_41(tmp_path: Path) -> None:
     code, output = _import(tmp_path, _tar(lambda t: _file(t, "n" * 100_000)))
     assert code == 41, output
-    assert "100000-byte name" in output
+    assert "PAX extended header at byte 0 declares 97.7 KiB" in output  # before it is read
     assert "Traceback" not in output
 
 
@@ -177,7 +178,7 @@ def test_vault_import_of_a_non_tar_names_the_file(tmp_path: Path, payload: bytes
     code, output = _import(tmp_path, payload)
     assert code == 41, output
     assert "vault.tar" in output
-    assert "not a readable tar archive" in output
+    assert "not a tar archive" in output
     assert "Traceback" not in output
 
 
@@ -203,7 +204,8 @@ def test_vault_import_takes_a_good_archive(tmp_path: Path) -> None:
     digest = hashlib.sha256(blob).hexdigest()
 
     def build(tar: tarfile.TarFile) -> None:
-        _file(tar, "vault-export.json", b"{}")
+        index = {"lockfile": "release.lock", "blobs": [digest]}
+        _file(tar, "vault-export.json", json.dumps(index).encode())
         _file(tar, "release.lock", b"lock text")
         _file(tar, f"sha256/{digest}", blob)
 
