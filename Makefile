@@ -17,15 +17,19 @@ help:
 	@echo "make lint         ruff, mypy, rendered Dockerfiles and JSON Schemas up to date"
 	@echo "make clean        remove leftover containers and the virtualenv"
 
+# The distribution was called `orchestrator` before it took its PyPI name: an editable
+# install under that name goes first, or both would claim bin/orchestrator.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip uninstall --quiet --yes orchestrator 2>/dev/null || true
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 # Host tools (Debian/Ubuntu hosts): mmdebstrap makes the root filesystems; minisign is
-# what downstream users verify signatures with, so the tests check against the real one.
-HOST_TOOLS := mmdebstrap minisign
+# what downstream users verify signatures with, so the tests check against the real one;
+# shellcheck lints the generated install.sh.
+HOST_TOOLS := mmdebstrap minisign shellcheck
 host-deps:
 	@missing=""; for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \

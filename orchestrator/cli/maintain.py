@@ -39,6 +39,9 @@ def render(
 ) -> None:
     """Render dockerfiles/<flavor>.Dockerfile from images/templates/ (default toolchain).
 
+    Works on the checkout of orchestrator around the working directory; outside one,
+    --check checks the copy an installed orchestrator carries.
+
     \b
     Examples:
       orchestrator render

@@ -82,7 +82,8 @@ def release(
         typer.Option(
             "--force",
             help="Build every target, even one whose published artifact is current (same "
-            "inputs, binaries and signatures intact), which is otherwise reported as cached.",
+            "inputs, binaries and signatures intact), which is otherwise reported as cached; "
+            "and run every step, none taken from the step cache (what runs is stored again).",
         ),
     ] = False,
     allow_dirty: AllowDirtyOption = False,
@@ -104,7 +105,10 @@ def release(
 
     A target whose published artifact is current (the same inputs, hashed: sources, lock,
     toolchain, image, flags, profiles, settings; its binaries and signatures intact) is not
-    built again: it shows as `cached`. --force builds it anyway.
+    built again: it shows as `cached`. --force builds it anyway. Within a build, a step
+    whose inputs are unchanged (today the plain baseline build, shared by targets that
+    differ only in CPU level) is taken from the step cache (<cache>/steps); --force runs
+    it again.
 
     \b
     Examples:

@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
@@ -41,6 +42,7 @@ from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import crate_snapshot
 from orchestrator.host.staging import staging_area
+from orchestrator.host.step_cache import StepCache
 from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
@@ -50,6 +52,7 @@ from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 
 StepExecutor = Callable[[Pipeline, StepLog], None]
+StepCacheUse = Literal["use", "refresh", "off"]
 
 EXECUTORS: Mapping[StepName, StepExecutor] = {
     StepName.BASE_IMAGE: toolchain.base_image,
@@ -111,7 +114,11 @@ def run_build(
     signer: Signer,
     keep_containers: bool = False,
     retrain: bool = False,
+    step_cache: StepCacheUse = "use",
 ) -> BuildOutcome:
+    """Run the plan's steps and publish. `step_cache`: "use" skips a step whose outputs
+    the step cache holds and stores what runs; "refresh" (release --force) runs every
+    step and stores; "off" (reproduce: everything from the lock) neither reads nor writes."""
     with ShieldedExitStack() as stack:
         pipeline = Pipeline(
             options=options,
@@ -125,6 +132,9 @@ def run_build(
             started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
             retrain=retrain,
+            step_cache=None
+            if step_cache == "off"
+            else StepCache(options.cache_dir / "steps", read=step_cache == "use"),
         )
         run_steps(pipeline)
         published, manifest = pipeline.state.published, pipeline.state.manifest

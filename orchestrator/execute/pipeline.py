@@ -24,11 +24,18 @@ from orchestrator.errors import (
 )
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
+from orchestrator.host.step_cache import StepCache
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured
 from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
-from orchestrator.model.records import BuildManifest, DistroRun, FileDigest, GateInfo
+from orchestrator.model.records import (
+    BuildManifest,
+    DistroRun,
+    FileDigest,
+    GateInfo,
+    ReusedStep,
+)
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -227,6 +234,7 @@ class BuildState:
     artifact: Path | None = None  # the staged artifact folder
     binary: Path | None = None  # the staged binary
     variants: dict[str, FileDigest] = field(default_factory=dict)
+    reused: dict[str, ReusedStep] = field(default_factory=dict)  # steps the step cache skipped
     manifest: BuildManifest | None = None
     published: Path | None = None
 
@@ -246,6 +254,7 @@ class Pipeline:
     started: str
     keep_containers: bool = False
     retrain: bool = False
+    step_cache: StepCache | None = None  # None: no step is skipped or stored (reproduce)
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
     _volume: str | None = None

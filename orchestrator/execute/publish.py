@@ -21,7 +21,7 @@ from orchestrator.execute.variants import keep_variants
 from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.model.callgrind import FORMULA
-from orchestrator.model.hashing import sha256_file
+from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import (
     ArtifactInfo,
     BinaryFile,
@@ -52,6 +52,7 @@ from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome
+from orchestrator.supply.archives import archive_name, crate_docs, write_archive
 from orchestrator.supply.attest import (
     ReleaseIndex,
     Signer,
@@ -59,6 +60,7 @@ from orchestrator.supply.attest import (
     write_release_index,
 )
 from orchestrator.supply.chain import SignedChain
+from orchestrator.supply.installer import INSTALLER, render_installer
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
 T = TypeVar("T")
@@ -141,6 +143,8 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     # artifact, everything is flushed to disk, and only then renamed into place together.
     index = pipeline.staging / ".release-index"
     index.mkdir()
+    # The archive and installer are staged with the index: they appear with it, or not at all.
+    staged = _stage_archive(pipeline, manifest, artifact, index, log)
     with _PUBLISHING:
         signed = write_release_index(
             release_dir,
@@ -148,6 +152,7 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
             index,
             chain=SignedChain.read(release_dir, pipeline.signer.key.public),
             incoming=(plan.artifact_dir, artifact),
+            staged=staged,
         )
         fsync_tree(artifact)
         fsync_tree(index)
@@ -163,6 +168,31 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
         pipeline.reporter.warn(f"left out of the release's signature: {entry}")
     state.manifest, state.published = manifest, destination
     log.detail = str(destination)
+
+
+def _stage_archive(
+    pipeline: Pipeline, manifest: BuildManifest, artifact: Path, index: Path, log: StepLog
+) -> list[str]:
+    """Write `<artifact>.tar.xz` and install.sh, each signed, into the staged index folder;
+    their release-relative names."""
+    plan, options = pipeline.plan, pipeline.options
+    archive = write_archive(
+        index / archive_name(plan.artifact_dir),
+        top=plan.artifact_dir,
+        binaries=[artifact / b.file for b in manifest.artifact.binaries],
+        docs=crate_docs(plan.source.archive),
+        mtime=options.source_date_epoch,
+    )
+    installer = index / INSTALLER
+    installer.write_text(render_installer(options.binary, options.version))
+    installer.chmod(0o755)
+    inputs = content_hash(manifest.inputs.dump())[:16]
+    written = []
+    for path in (archive, installer):
+        comment = f"orchestrator: {path.name} {options.binary} {options.version} inputs:{inputs}"
+        written += [path.name, pipeline.signer.sign(path, trusted_comment=comment).name]
+    log.line(f"archive {archive.name}: {archive.stat().st_size} bytes; {INSTALLER}")
+    return written
 
 
 def _copy_logs(source: Path, dest: Path) -> None:
@@ -299,6 +329,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         action_key=action_key(plan, options),
         gate=gate,
         engine=_engine(pipeline),
+        reused_steps=dict(state.reused) or None,
     )
 
 

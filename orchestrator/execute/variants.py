@@ -11,13 +11,22 @@ import shutil
 from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
-from orchestrator.execute.pipeline import Pipeline, cargo, fetch_file, variant_binary
+from orchestrator.execute.pipeline import (
+    BIN_DIR,
+    Pipeline,
+    cargo,
+    fetch_file,
+    run,
+    variant_binary,
+)
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
+from orchestrator.host.step_cache import StepEntry, files_tar
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
 from orchestrator.model.records import FileDigest, VariantsRecord, write_record
+from orchestrator.plan.step_keys import baseline_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -49,8 +58,33 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
         box.put_archive(PATHS.root, item.archive)
     log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
     box.put_archive(PATHS.root, vendor.read_bytes())
+    # Read by the build but not part of its key (the plan cannot know them).
+    inputs = {"vendored_crates_sha256": sha256_file(vendor)}
+    key, cache = baseline_key(plan), pipeline.step_cache
+    entry = cache.get(key, StepName.BUILD_BASELINE, inputs, log.warn, log.line) if cache else None
+    if entry is not None:
+        _restore_baseline(pipeline, entry, log)
+        return
     cargo(box, plan.variants["baseline"].build, log, StepName.BUILD_BASELINE)
-    pipeline.copy_binaries("baseline", log)
+    copied = pipeline.copy_binaries("baseline", log)
+    if cache is not None:
+        fetched = {name: fetch_file(box, path, pipeline.scratch) for name, path in copied.items()}
+        stored = cache.put(
+            key, StepName.BUILD_BASELINE, fetched, made_by=plan.artifact_dir, inputs=inputs
+        )
+        log.line(f"baseline binaries kept in the step cache: {stored.folder}")
+
+
+def _restore_baseline(pipeline: Pipeline, entry: StepEntry, log: StepLog) -> None:
+    """Put the cached baseline binaries where the later steps read them."""
+    names = list(pipeline.plan.variants["baseline"].binaries)
+    run(pipeline.box, ["mkdir", "-p", BIN_DIR], log, StepName.BUILD_BASELINE)
+    log.line(f"+ docker cp <step cache {entry.record.key[:12]}> {BIN_DIR}/baseline")
+    pipeline.box.put_archive(
+        BIN_DIR, files_tar("baseline", {name: entry.file(name) for name in names})
+    )
+    pipeline.state.reused[StepName.BUILD_BASELINE] = entry.reused()
+    log.mark_cached(entry.describe(pipeline.plan.artifact_dir))
 
 
 def build_release(pipeline: Pipeline, log: StepLog) -> None:

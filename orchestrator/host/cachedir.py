@@ -29,6 +29,7 @@ CACHE_SUBFOLDERS = frozenset(
         "keys",
         "vault",
         "contexts",
+        "steps",
         "tmp",
     }
 )

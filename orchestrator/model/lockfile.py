@@ -246,6 +246,8 @@ class LockedTarget(Record):
     output: LockOutput
     # package.binaries after the main one
     other_outputs: list[LockOutput] = Field(default_factory=list)
+    # <artifact>.tar.xz beside the artifact folder (null: published before archives existed)
+    archive: LockOutput | None = None
     built_on: EngineRecord | None = None  # the Docker Engine that built it (informative)
 
 

@@ -296,6 +296,15 @@ def _build_v1_to_v2(document: JsonDict) -> JsonDict:
     return {**document, "schema": "orchestrator/build", "schema_version": 2}
 
 
+class ReusedStep(Record):
+    """A step whose outputs came from the step cache: its key, who built them, when."""
+
+    key: str
+    made_by: str  # the artifact whose build ran the step
+    built_at: str
+    files: dict[str, FileDigest]
+
+
 class BuildManifest(Record):
     """build.json: what one artifact is, what it was built from and how, what was checked."""
 
@@ -332,6 +341,9 @@ class BuildManifest(Record):
     action_key: str | None = None
     gate: GateInfo | None = None  # the speed gate's counts and decision
     engine: EngineRecord | None = None  # where it was built
+    # Steps not run because the step cache held their outputs (execute/step_cache.py),
+    # step name -> where they came from; None or absent when every step ran.
+    reused_steps: dict[str, ReusedStep] | None = None
 
 
 # -- variants.json and profile records (cache) -----------------------------------------
@@ -381,6 +393,29 @@ class ProfileSidecar(Record):
 
     def sealed_fields(self) -> JsonDict:
         return {"sha256": self.sha256, "size": self.size, "details": self.details}
+
+
+class StepEntryRecord(Record):
+    """<cache>/steps/<key>/step.json: the outputs of one cached step and what made them."""
+
+    SCHEMA = "orchestrator/step"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/step"] = Field("orchestrator/step", alias="schema")
+    schema_version: Literal[1] = 1
+    step: str
+    key: str
+    files: dict[FileName, FileDigest]
+    made_by: str
+    built_at: str
+    # Inputs known only when the step runs (e.g. the vendored crates' digest): an entry
+    # whose inputs differ from the running step's is not used.
+    inputs: dict[str, str]
+    # HMAC by a key kept outside the cache (host/cache_seal.py)
+    seal: str | None = None
+
+    def sealed_fields(self) -> JsonDict:
+        return self.model_dump(mode="json", by_alias=True, exclude={"seal"})
 
 
 R = TypeVar("R", bound=Record)

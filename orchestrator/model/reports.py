@@ -199,6 +199,13 @@ class CacheState(Record):
         "is built for this target, and `steps` is empty",
     )
     artifact_reason: str = Field("", description="why the target is built, or why it is not")
+    baseline: bool = Field(
+        False,
+        description="the plain baseline build is not run: the step cache holds its outputs, "
+        "or an earlier target of this release builds the same baseline (not verified here: "
+        "a tampered entry or other vendored crates still run it)",
+    )
+    baseline_reason: str = Field("", description="where the reused baseline comes from")
 
     def labelled(self) -> dict[str, bool | None]:
         if self.artifact:
@@ -208,6 +215,7 @@ class CacheState(Record):
             "toolchain image": self.toolchain_image,
             "crates": self.crates,
             "pgo profile": self.pgo_profile,
+            "baseline build": self.baseline,  # whence: baseline_reason (--json)
         }
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
 
-from orchestrator.config.resources import repository_root, resource_dir
+from orchestrator.config.resources import (
+    bundled_dir,
+    checkout_around,
+    repository_root,
+    resource_dir,
+)
 from orchestrator.config.toolchains import ToolchainSpec, load_toolchain
 from orchestrator.errors import ConfigError, StaleRenderError
 from orchestrator.flavors import FLAVORS, Flavor
@@ -49,14 +54,34 @@ def render_dockerfile(
         raise ConfigError(f"rendering {flavor.template}: {exc}") from exc
 
 
-def dockerfiles_dir() -> Path:
-    root = repository_root()
-    if root is None:
-        raise ConfigError(
-            "`orchestrator render` writes into a source checkout's dockerfiles/ folder",
-            hint="Run it from a git checkout of orchestrator (pip install -e .).",
+@dataclass(frozen=True)
+class RenderTree:
+    """What `render` reads and writes: one tree's templates, toolchain pins and Dockerfiles."""
+
+    templates: Path
+    toolchains: Path
+    dockerfiles: Path
+    writable: bool
+
+
+def render_tree(cwd: Path | None = None) -> RenderTree:
+    """The checkout around the working directory, else the one this package runs from.
+
+    A maintainer checks the checkout they are in, whichever orchestrator runs (an installed
+    one included). With no checkout at all, an installed wheel checks its own bundled copy,
+    which it must never write to.
+    """
+    root = checkout_around(cwd or Path.cwd()) or repository_root()
+    if root is not None:
+        return RenderTree(
+            root / "images" / "templates", root / "toolchains", root / "dockerfiles", True
         )
-    return root / "dockerfiles"
+    return RenderTree(
+        bundled_dir("images") / "templates",
+        bundled_dir("toolchains"),
+        bundled_dir("dockerfiles"),
+        writable=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -67,15 +92,24 @@ class RenderResult:
 
 def render_all(*, check: bool, output_dir: Path | None = None) -> list[RenderResult]:
     """Render every flavor with the default toolchain; in check mode, only compare."""
-    output_dir = output_dir or dockerfiles_dir()
-    toolchain = load_toolchain(DEFAULT_TOOLCHAIN)
+    tree = render_tree()
+    if output_dir is not None:
+        tree = replace(tree, dockerfiles=output_dir, writable=True)
+    if not check and not tree.writable:
+        raise ConfigError(
+            "`orchestrator render` writes into a checkout's dockerfiles/, and no checkout of "
+            "orchestrator holds the working directory",
+            hint="Run it inside a git checkout of orchestrator; outside one, --check checks "
+            "the installed copy.",
+        )
+    toolchain = load_toolchain(DEFAULT_TOOLCHAIN, tree.toolchains)
     results: list[RenderResult] = []
     for name, flavor in FLAVORS.items():
-        text = render_dockerfile(flavor, toolchain)
-        path = output_dir / f"{name}.Dockerfile"
+        text = render_dockerfile(flavor, toolchain, templates=tree.templates)
+        path = tree.dockerfiles / f"{name}.Dockerfile"
         changed = not path.is_file() or path.read_text() != text
         if changed and not check:
-            output_dir.mkdir(parents=True, exist_ok=True)
+            tree.dockerfiles.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.replace(path)

@@ -47,6 +47,7 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.target import Target
 from orchestrator.runtime.images import package_set_dir
+from orchestrator.supply.archives import archive_name
 
 
 def vault_for(options: Options) -> Vault:
@@ -128,12 +129,18 @@ def _locked_target(
         LockOutput(file=b.file, sha256=b.sha256, size=b.size)
         for b in manifest.artifact.other_binaries
     ]
+    archive = artifact.parent / archive_name(artifact.name)
     return LockedTarget(
         level=target.level,
         inputs=LockInputs.model_validate(plan_inputs(plan)),
         resolved=resolved,
         output=output,
         other_outputs=others,
+        archive=LockOutput(
+            file=archive.name, sha256=sha256_file(archive), size=archive.stat().st_size
+        )
+        if archive.is_file()
+        else None,
         built_on=manifest.engine,
     )
 

@@ -54,6 +54,7 @@ from orchestrator.release.target import Target, targets
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
+from orchestrator.supply.archives import archive_name
 from orchestrator.supply.attest import Signer
 
 __all__ = [  # record_release, check_lock and vault_for live in release/pin.py
@@ -89,7 +90,8 @@ class Reproduced:
     seconds: float = 0.0
     error: str = ""  # the first line of the error's message
     inputs_differing: list[str] = field(default_factory=list)
-    others_differing: list[str] = field(default_factory=list)  # other binaries, by name
+    # other binaries and the archive, by name
+    others_differing: list[str] = field(default_factory=list)
     report: Path | None = None
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
 
@@ -418,7 +420,10 @@ def _reproduce_one(
     reporter = Reporter(run.console, run.cache / "runs" / run.engine.session / result.artifact)
     started = time.monotonic()
     try:
-        outcome = run_build(target.options, plan, run.engine, reporter, signer=run.signer)
+        # Everything from the lock: no step's outputs come from a cache.
+        outcome = run_build(
+            target.options, plan, run.engine, reporter, signer=run.signer, step_cache="off"
+        )
     except OrchestratorError as error:
         result.fail(error)
         return
@@ -429,6 +434,12 @@ def _reproduce_one(
         rebuilt = outcome.binary.parent / other.file
         if not rebuilt.is_file() or sha256_file(rebuilt) != other.sha256:
             result.others_differing.append(other.file)
+    # The archive packs those bytes with the locked sources' docs at SOURCE_DATE_EPOCH:
+    # it must come out byte for byte as locked too (a lock made before archives has none).
+    if entry.archive is not None:
+        rebuilt = outcome.artifact.parent / archive_name(result.artifact)
+        if not rebuilt.is_file() or sha256_file(rebuilt) != entry.archive.sha256:
+            result.others_differing.append(entry.archive.file)
     expected = run.release_dir / result.artifact / entry.output.file
     if not result.identical and expected.is_file():
         report = outcome.artifact.parent.parent / f"{result.artifact}.diffoscope.txt"

@@ -22,6 +22,7 @@ from orchestrator.errors import ConfigError, DockerUnavailableError, Orchestrato
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.publish import update_release_index
 from orchestrator.flavors import get_flavor
+from orchestrator.host.step_cache import StepCache
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
@@ -35,6 +36,7 @@ from orchestrator.model.reports import (
 )
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
+from orchestrator.plan.step_keys import baseline_key
 from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import in_ci, marks_for
 from orchestrator.release.action_cache import look_up
@@ -103,7 +105,15 @@ def dry_run(
 
     planned = []
     cache = options.cache_dir
+    steps = StepCache(cache / "steps")
+    baselines: dict[str, str] = {}  # baseline key -> the first target that builds it
     for target, plan in plan_targets(chosen):
+        key = baseline_key(plan)
+        first = baselines.setdefault(key, plan.artifact_dir)
+        if first != plan.artifact_dir:
+            baseline = f"same inputs as {first}"
+        else:
+            baseline = "in the step cache" if steps.contains(key) else ""
         profile = (
             cache / "profiles" / "pgo" / f"{plan.pgo.profile_key}.profdata" if plan.pgo else None
         )
@@ -116,6 +126,8 @@ def dry_run(
             pgo_profile=None if profile is None else profile.is_file(),
             artifact=lookup.hit,
             artifact_reason=lookup.reason,
+            baseline=bool(baseline),
+            baseline_reason=baseline,
         )
         images = (plan.image.reference, plan.base_image.reference)
         answered = fits(needs.get(target.flavor, Needs()), images, facts)
@@ -195,6 +207,7 @@ def run_release(
             bench_runs=bench_runs,
             prefix=prefix,
             live=live,
+            force=force,
         )
         if failure is None and not result.speedup_note:
             if live is not None:

@@ -128,6 +128,7 @@ def build_target(
     bench_runs: int,
     prefix: str = "",
     live: LiveLine | None = None,
+    force: bool = False,
 ) -> str | None:
     """Build one target on `engine` and fill `result`; the failure line to announce when
     it failed (result.exception holds the error), None when it was built."""
@@ -140,7 +141,15 @@ def build_target(
         live=live,
     )
     try:
-        outcome = run_build(target.options, plan, engine, reporter, signer=signer, retrain=retrain)
+        outcome = run_build(
+            target.options,
+            plan,
+            engine,
+            reporter,
+            signer=signer,
+            retrain=retrain,
+            step_cache="refresh" if force else "use",
+        )
     except OrchestratorError as error:
         result.status, result.exception = "failed", error
         result.error = (error.message.splitlines() or [""])[0]

@@ -7,6 +7,9 @@ The release folder holds, next to its artifact folders:
                                            bench reports): one signature covers them all
   provenance.intoto.jsonl (+ .minisig)     a DSSE envelope around the SLSA statement
   minisign.pub                             the public key that signed all of it
+  <artifact folder>.tar.xz (+ .minisig)    each target's archive (supply/archives.py),
+  install.sh (+ .minisig)                  and the installer (supply/installer.py): listed
+                                           in SHA256SUMS like the release files
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.supply.archives import archive_folder
 from orchestrator.supply.minisign import SecretKey, SigningError, dsse_sign, write_key_pair
 from orchestrator.supply.provenance import PAYLOAD_TYPE, statement
 
@@ -172,6 +176,7 @@ def write_release_index(
     chain: SignedChain,
     incoming: tuple[str, Path] | None = None,
     vouched: Collection[str] = (),
+    staged: Collection[str] = (),
 ) -> ReleaseIndex:
     """Write the release-level checksums, provenance and signatures into `out_dir`, for the
     artifacts of `release_dir` plus `incoming` (folder name, staged folder), which replaces
@@ -181,7 +186,12 @@ def write_release_index(
     `chain` (the signature being replaced, checked under this key) vouches for it exactly,
     or when it is in `vouched` (release-relative paths the calling command wrote itself).
     Anything else is left out of the signature, so that `verify` names it, and listed in
-    the result's `left_out`."""
+    the result's `left_out`.
+
+    `staged` names release-level files (an archive, its signature, install.sh) that the
+    caller already wrote into `out_dir`: they replace their namesakes with the index. An
+    archive (and its signature) goes with its artifact folder: signed only when the folder
+    is."""
     left_out: list[str] = []
     located: dict[str, tuple[Path, BuildManifest]] = {}
     folders = (
@@ -201,8 +211,8 @@ def write_release_index(
             read_record(release_dir / folder / "build.json", BuildManifest),
         )
     if incoming is not None:
-        folder, staged = incoming
-        located[folder] = (staged, read_record(staged / "build.json", BuildManifest))
+        folder, staged_folder = incoming
+        located[folder] = (staged_folder, read_record(staged_folder / "build.json", BuildManifest))
     artifacts = [(folder, located[folder][1]) for folder in sorted(located)]
     lines = []
     for folder, (where, manifest) in sorted(located.items()):
@@ -213,14 +223,19 @@ def write_release_index(
             path = where / name
             if path.is_file():
                 lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
-    signed_files = set()
-    for path in release_files(release_dir, artifact_folders={*folders, *located}):
-        name = path.relative_to(release_dir).as_posix()
-        if not (_vouched_by_caller(name, vouched) or chain.matches(name)):
-            left_out.append(f"{name}: {_unvouched_reason(chain, name)}")
-            continue
-        signed_files.add(name)
-        lines.append(f"{sha256_file(path)}  {name}\n")
+    signed = _signed_release_files(
+        release_dir,
+        out_dir,
+        chain=chain,
+        folders={*folders, *located},
+        signed_folders=set(located),
+        vouched=vouched,
+        staged=staged,
+        left_out=left_out,
+    )
+    lines += [f"{digest}  {name}\n" for name, digest in signed]
+    signed_files = {name for name, _ in signed}
+    archives = sorted((name, digest) for name, digest in signed if archive_folder(name))
     checksums = out_dir / CHECKSUMS
     checksums.write_text("".join(lines))
     release = release_dir.name
@@ -232,7 +247,9 @@ def write_release_index(
         else content_hash([m.inputs.dump() for _, m in artifacts])[:16]
     )
     payload = json.dumps(
-        statement(release=release, artifacts=artifacts), sort_keys=True, separators=(",", ":")
+        statement(release=release, artifacts=artifacts, files=sorted(archives)),
+        sort_keys=True,
+        separators=(",", ":"),
     ).encode()
     envelope = dsse_sign(PAYLOAD_TYPE, payload, signer.key)
     provenance = out_dir / PROVENANCE
@@ -248,6 +265,35 @@ def write_release_index(
     for path in written:
         path.chmod(0o644)  # published files are for everyone to read
     return ReleaseIndex(written, left_out)
+
+
+def _signed_release_files(
+    release_dir: Path,
+    out_dir: Path,
+    *,
+    chain: SignedChain,
+    folders: set[str],
+    signed_folders: set[str],
+    vouched: Collection[str],
+    staged: Collection[str],
+    left_out: list[str],
+) -> list[tuple[str, str]]:
+    """(name, sha256) of the release-level files to sign: those vouched for, then the
+    staged ones; what is refused goes to `left_out`."""
+    signed = []
+    for path in release_files(release_dir, artifact_folders=folders):
+        name = path.relative_to(release_dir).as_posix()
+        if name in staged:
+            continue
+        owner = archive_folder(name.removesuffix(SIGNATURE_SUFFIX))
+        if owner is not None and owner not in signed_folders:
+            left_out.append(f"{name}: the artifact folder {owner} is not signed")
+        elif not (_vouched_by_caller(name, vouched) or chain.matches(name)):
+            left_out.append(f"{name}: {_unvouched_reason(chain, name)}")
+        else:
+            signed.append((name, sha256_file(path)))
+    signed += [(name, sha256_file(out_dir / name)) for name in sorted(staged)]
+    return signed
 
 
 def _unvouched_reason(chain: SignedChain, name: str) -> str:

@@ -62,6 +62,7 @@ def statement(
     *,
     release: str,
     artifacts: Sequence[tuple[str, BuildManifest]],  # (artifact folder, its build.json)
+    files: Sequence[tuple[str, str]] = (),  # release-level outputs (archives): name, sha256
 ) -> dict[str, object]:
     """One statement for the release: every artifact a subject, every input a dependency."""
     subjects: list[dict[str, object]] = []
@@ -79,6 +80,7 @@ def statement(
             dependencies[f"{dep['uri']}#{dep.get('digest')}"] = dep
         started.append(manifest.started_at)
         finished.append(manifest.finished_at)
+    subjects.extend({"name": name, "digest": {"sha256": digest}} for name, digest in files)
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects,

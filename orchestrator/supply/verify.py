@@ -16,6 +16,7 @@ from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
 from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
+from orchestrator.supply.archives import archive_name, archived_files
 from orchestrator.supply.attest import (
     CHECKSUMS,
     INDEX_FILES,
@@ -23,6 +24,7 @@ from orchestrator.supply.attest import (
     PUBLIC_KEY,
     SIGNATURE_SUFFIX,
 )
+from orchestrator.supply.installer import INSTALLER
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries, sbom_subject
@@ -175,6 +177,25 @@ class Verifier:
 
         self._record(path, "sbom", run)
 
+    def archive(self, path: Path, binaries: list[Path]) -> None:
+        """The archive holds exactly the folder's binaries (executable), and docs beside."""
+
+        def run() -> str:
+            files = archived_files(path)
+            for binary in binaries:
+                mode, digest = files.get(binary.name, (0, ""))
+                if digest != sha256_file(binary):
+                    raise VerificationError(f"{binary.name} in the archive is not the signed one")
+                if mode != 0o755:
+                    raise VerificationError(f"{binary.name} is mode {mode:o} in the archive")
+            extra = sorted(set(files) - {b.name for b in binaries})
+            executable = [name for name in extra if files[name][0] & 0o111]
+            if executable:
+                raise VerificationError(f"executables the artifact lacks: {executable}")
+            return f"{len(binaries)} binaries match the artifact; docs: {', '.join(extra)}"
+
+        self._record(path, "archive", run)
+
     def glibc(self, binary: Path, portability: PortabilityInfo | None) -> None:
         """The binary's own ELF, read again: the glibc it needs is the one build.json
         recorded, and no newer than the floor it was built for (a build made before floors
@@ -237,6 +258,13 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
         verifier.sbom(folder / SBOM_FILE, folder.name, shipped)
         for binary in shipped:
             verifier.glibc(binary, manifest.portability)
+        archive = release_dir / archive_name(folder.name)
+        if archive.exists():  # releases made before archives have none
+            binaries[archive.name] = folder.name  # a provenance subject too
+            verifier.signature(archive)
+            verifier.archive(archive, shipped)
+    if (release_dir / INSTALLER).exists():
+        verifier.signature(release_dir / INSTALLER)
     verifier.signature(release_dir / PROVENANCE)
     verifier.provenance(release_dir / PROVENANCE, binaries)
     verifier.coverage(sorted(set(binaries.values())))

@@ -36,7 +36,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"errors", "progress", "config", "model", "flavors", "plan", "supply", "host"}
         | {"runtime", "execute", "release"}
     ),
-    "tools": frozenset({"model"}),  # schemas.py publishes the records' JSON Schemas
+    # schemas.py publishes the records' JSON Schemas into schemas/ (config locates it)
+    "tools": frozenset({"model", "config"}),
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),
 }

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.config.resources import resource_dir
 from orchestrator.model.lockfile import LockDocument
 from orchestrator.model.records import BuildManifest, Record
 from orchestrator.model.release_summary import ReleaseSummary
@@ -40,7 +41,7 @@ PUBLISHED: tuple[type[Record], ...] = (
 )
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SUFFIX = ".schema.json"
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"
+DEFAULT_DIR = resource_dir("schemas")
 
 
 def schema_file_name(model: type[Record]) -> str:

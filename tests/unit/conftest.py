@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,8 +32,21 @@ def _private_config_home(
     monkeypatch.delenv("ORCHESTRATOR_CACHE_KEY", raising=False)
 
 
-# Stands in for the crate's source tar: plans only hash it.
-FAKE_SOURCE = SourceSnapshot(archive=b"tar", archive_sha256="a" * 64, cargo_lock_sha256="b" * 64)
+def _fake_source_tar() -> bytes:
+    """A crate's top folder as the source snapshot packs it: publication reads its docs."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in (("src/README.md", b"# fake crate\n"), ("src/Cargo.toml", b"")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+# Stands in for the crate's source tar: plans only hash it, publication reads its README.
+FAKE_SOURCE = SourceSnapshot(
+    archive=_fake_source_tar(), archive_sha256="a" * 64, cargo_lock_sha256="b" * 64
+)
 
 
 def plan_for(

@@ -140,7 +140,14 @@ def test_a_tampered_folder_is_never_cached_nor_signed_again(
     )
     assert expected in lookup.reason
     signed = update_release_index(artifact.parent, signer)
-    assert signed.left_out == [f"{plan.artifact_dir}/: {lookup.reason.split(': ', 1)[1]}"]
+    archive = f"{plan.artifact_dir}.tar.xz"  # goes with its folder
+    assert signed.left_out == [
+        f"{plan.artifact_dir}/: {lookup.reason.split(': ', 1)[1]}",
+        *(
+            f"{name}: the artifact folder {plan.artifact_dir} is not signed"
+            for name in (archive, f"{archive}.minisig")
+        ),
+    ]
     listed = (artifact.parent / "SHA256SUMS").read_text()
     assert plan.artifact_dir not in listed
     checks, _ = verify_release(artifact.parent, None)

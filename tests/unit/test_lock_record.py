@@ -110,6 +110,7 @@ def test_dumps_keeps_the_on_disk_layout_byte_for_byte(plan: BuildPlan, raw: dict
         "resolved",
         "output",
         "other_outputs",
+        "archive",
         "built_on",
     }
     assert raw["targets"][0]["other_outputs"] == []  # one binary: nothing beside it

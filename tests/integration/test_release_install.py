@@ -1,0 +1,262 @@
+"""The release's archives and install.sh, for real: a two-level release (x86-64-v2 and
+x86-64-v3) of the mixed-language fixture, installed in the bare Debian 11 and 13 containers
+of the `distros` check, with no network and the release mounted read-only.
+
+Bare Debian has no xz-utils (it is not Essential), so the containers get the host's `xz`
+run through the host's own loader and libraries: a stand-in for `apt-get install xz-utils`.
+Without it the installer must stop with a clear error, which is tested too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests.integration.conftest import REPO, managed_containers, orchestrator
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = REPO / "tests" / "fixtures" / "mixed-language"
+RELEASE = "mixed-language-0.1.0"
+PORTABLE = f"{RELEASE}-linux-x86_64-cpu"
+V3 = f"{PORTABLE}-v3"
+BINARY = "mixed-language"
+# Small and fast: the archives are what these tests are about, not the optimizations.
+CONFIG = """
+[package]
+crate = "."
+
+[build]
+source_date_epoch = 1700000000
+
+[flavors.cpu]
+levels = ["x86-64-v2", "x86-64-v3"]
+
+[pgo]
+enabled = false
+
+[bolt]
+enabled = false
+
+[gate]
+policy = "off"
+
+[test]
+enabled = false
+reason = "the install tests are about the archives"
+
+[release]
+distro_check = "load"
+
+[validate]
+command = ["3000"]
+"""
+V3_FLAGS = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
+
+
+def _host_is_v3() -> bool:
+    flags = next(
+        (
+            line
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("flags")
+        ),
+        "",
+    ).split()
+    return all(flag in flags for flag in V3_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def published(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = tmp_path_factory.mktemp("install") / "mixed-language"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
+    (project / "orchestrator.toml").write_text(CONFIG)
+    (project / "README.md").write_text("# mixed-language\n")
+    (project / "LICENSE").write_text("MIT\n")
+    artifacts = project.parent / "artifacts"
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty"])
+    assert run.returncode == 0, run.output
+    assert managed_containers(docker_client) == []
+    return artifacts / RELEASE
+
+
+@pytest.fixture(scope="module")
+def xz_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with `xz`: the host's binary, its libraries and loader, and a wrapper."""
+    folder = tmp_path_factory.mktemp("xz")
+    binary = shutil.which("xz")
+    if binary is None:
+        pytest.skip("the host has no xz to lend the bare containers")
+    listing = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    libs = folder / "lib"
+    libs.mkdir()
+    loader = ""
+    for line in listing.splitlines():
+        path = next((word for word in line.split() if word.startswith("/")), None)
+        if path is None:
+            continue
+        shutil.copy(path, libs / Path(path).name)
+        if "ld-linux" in path:
+            loader = Path(path).name
+    shutil.copy(binary, libs / "xz.bin")
+    wrapper = folder / "bin" / "xz"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f'#!/bin/sh\nexec /opt/xz/lib/{loader} --library-path /opt/xz/lib /opt/xz/lib/xz.bin "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return folder
+
+
+def _distro_images(published: Path) -> dict[str, str]:
+    """suite -> the bare image the release's `distros` check ran its binaries in."""
+    manifest = json.loads((published / PORTABLE / "build.json").read_text())
+    return {run["suite"]: run["image"] for run in manifest["portability"]["distros"]}
+
+
+def _in_container(
+    client: docker.DockerClient,
+    image: str,
+    release: Path,
+    script: str,
+    *,
+    xz: Path | None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    volumes = {str(release): {"bind": "/release", "mode": "ro"}}
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    if xz is not None:
+        volumes[str(xz)] = {"bind": "/opt/xz", "mode": "ro"}
+        path = f"/opt/xz/bin:{path}"
+    container = client.containers.run(
+        image,
+        ["sh", "-c", script],
+        detach=True,
+        network_mode="none",
+        volumes=volumes,
+        environment={"HOME": "/root", "PATH": path, **(env or {})},
+    )
+    try:
+        status = container.wait(timeout=300)
+        return int(status["StatusCode"]), container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
+INSTALL = (
+    "sh /release/install.sh --from /release && "
+    f'sha256sum "$HOME/.local/bin/{BINARY}" && "$HOME/.local/bin/{BINARY}" 3000'
+)
+
+
+def _sha256(path: Path) -> str:
+    return subprocess.run(
+        ["sha256sum", str(path)], capture_output=True, text=True, check=True
+    ).stdout[:64]
+
+
+def test_the_release_has_deterministic_archives_listed_and_verified(published: Path) -> None:
+    sums = (published / "SHA256SUMS").read_text()
+    for folder in (PORTABLE, V3):
+        archive = published / f"{folder}.tar.xz"
+        assert f"{_sha256(archive)}  {archive.name}\n" in sums
+        with tarfile.open(archive, "r:xz") as tar:
+            names = sorted(tar.getnames())
+        assert names == sorted(
+            [folder, *(f"{folder}/{n}" for n in (BINARY, "LICENSE", "README.md"))]
+        )
+    assert "  install.sh\n" in sums
+    lock = json.loads((published / "release.lock").read_text())
+    archives = {t["archive"]["file"]: t["archive"]["sha256"] for t in lock["targets"]}
+    assert archives == {f"{f}.tar.xz": _sha256(published / f"{f}.tar.xz") for f in (PORTABLE, V3)}
+    verified = orchestrator(["verify", str(published)])
+    assert verified.returncode == 0, verified.output
+    assert "archive" in verified.output
+
+
+@pytest.mark.parametrize("suite", ["bullseye", "trixie"])
+def test_install_sh_installs_the_best_archive_that_runs(
+    published: Path, xz_shim: Path, docker_client: docker.DockerClient, suite: str
+) -> None:
+    image = _distro_images(published)[suite]
+    # this machine's CPU: v3 when it has the flags, and the portable archive otherwise
+    best = V3 if _host_is_v3() else PORTABLE
+    code, output = _in_container(docker_client, image, published, INSTALL, xz=xz_shim)
+    assert code == 0, output
+    assert f"fetching {best}.tar.xz" in output
+    assert _sha256(published / best / BINARY) in output
+    assert "rounds: 3000" in output
+    # told that the CPU lacks AVX2: the portable archive
+    code, output = _in_container(
+        docker_client,
+        image,
+        published,
+        INSTALL,
+        xz=xz_shim,
+        env={"ORCHESTRATOR_INSTALL_LEVEL": "v2"},
+    )
+    assert code == 0, output
+    assert f"fetching {PORTABLE}.tar.xz" in output
+    assert _sha256(published / PORTABLE / BINARY) in output
+
+
+@pytest.fixture
+def tampered(published: Path, tmp_path: Path) -> Iterator[Path]:
+    copy = tmp_path / RELEASE
+    shutil.copytree(published, copy)
+    archive = copy / f"{PORTABLE}.tar.xz"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    yield copy
+
+
+def test_install_sh_refuses_a_tampered_archive(
+    tampered: Path, xz_shim: Path, docker_client: docker.DockerClient, published: Path
+) -> None:
+    image = _distro_images(published)["trixie"]
+    script = 'sh /release/install.sh --cpu-level v2; echo "exit $?"; ls "$HOME/.local/bin" || true'
+    code, output = _in_container(docker_client, image, tampered, script, xz=xz_shim)
+    assert code == 0, output
+    assert "not installed" in output and "exit 1" in output
+    assert BINARY not in output.split("exit 1", 1)[1]
+
+
+def test_install_sh_says_when_xz_is_missing(
+    published: Path, docker_client: docker.DockerClient
+) -> None:
+    image = _distro_images(published)["bullseye"]
+    script = 'sh /release/install.sh; echo "exit $?"; ls "$HOME/.local/bin" 2>&1 || true'
+    code, output = _in_container(docker_client, image, published, script, xz=None)
+    assert code == 0, output
+    assert "xz is needed" in output and "exit 1" in output
+    assert BINARY not in output.split("exit 1", 1)[1]
+
+
+def test_a_reproduction_gives_the_same_archive_bytes(published: Path, tmp_path: Path) -> None:
+    project = published.parent.parent / "mixed-language"
+    workdir = tmp_path / "w"
+    run = orchestrator(
+        [
+            "reproduce",
+            str(published),
+            "--source",
+            str(project),
+            "--workdir",
+            str(workdir),
+            "--artifact",
+            V3,
+            "--reuse-images",
+        ]
+    )
+    assert run.returncode == 0, run.output
+    rebuilt = next(workdir.rglob(f"{V3}.tar.xz"))
+    assert rebuilt.read_bytes() == (published / f"{V3}.tar.xz").read_bytes()
