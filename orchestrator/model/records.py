@@ -341,7 +341,7 @@ class BuildManifest(Record):
     action_key: str | None = None
     gate: GateInfo | None = None  # the speed gate's counts and decision
     engine: EngineRecord | None = None  # where it was built
-    # Steps not run because the step cache held their outputs (execute/step_cache.py),
+    # Steps not run because the step cache held their outputs (host/step_cache.py),
     # step name -> where they came from; None or absent when every step ran.
     reused_steps: dict[str, ReusedStep] | None = None
 

@@ -4,7 +4,7 @@ Two targets whose step reads the same inputs get the same key and share one run 
 the plain `cargo build --release` baseline of `cpu` and `cpu-v3` (same features) reads
 no target-cpu, so it is built once per release and reused across runs. What only the
 running step knows (the vendored crates' digest) is checked against the entry when it
-is used (execute/step_cache.py). Pure: no I/O.
+is used (host/step_cache.py). Pure: no I/O.
 """
 
 from __future__ import annotations

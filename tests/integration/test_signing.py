@@ -30,7 +30,7 @@ def _minisign(release_dir: Path, name: str, key: Path) -> subprocess.CompletedPr
 def test_minisign_and_verify_accept_the_release(release: Release) -> None:
     release_dir = release.artifacts / ARTIFACT.parent
     key = release_dir / "minisign.pub"
-    for name in SIGNED:
+    for name in (*SIGNED, f"{ARTIFACT.name}.tar.xz", "install.sh"):
         result = _minisign(release_dir, name, key)
         assert result.returncode == 0, (name, result.stderr)
         assert "Trusted comment: orchestrator:" in result.stdout
@@ -42,8 +42,9 @@ def test_minisign_and_verify_accept_the_release(release: Release) -> None:
     )
     run = orchestrator(["verify", str(release_dir)])
     assert run.returncode == 0, run.output
-    # 8 of signatures, checksums, SBOM, provenance and coverage; 1 re-reading the ELF
-    assert "all 9 checks passed" in run.output
+    # 8 of signatures, checksums, SBOM, provenance and coverage; 1 re-reading the ELF;
+    # the archive's signature and contents, and install.sh's signature
+    assert "all 12 checks passed" in run.output
     assert "needs glibc 2.28 <= floor 2.28" in run.output
 
 
