@@ -26,9 +26,10 @@ from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
+from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
-from orchestrator.model.records import BuildManifest, VariantsRecord, read_record, record_text
+from orchestrator.model.records import BuildManifest, read_record, record_text
 from orchestrator.model.reports import BenchReport, BenchVariant, CountedVariant
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine

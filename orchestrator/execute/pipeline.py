@@ -23,7 +23,8 @@ from orchestrator.errors import (
     StepFailedError,
 )
 from orchestrator.execute.profiles import ProfileRecord
-from orchestrator.host.archive import ChunkReader, safe_extract, single_file_tar
+from orchestrator.host.archive import ChunkReader, safe_extract
+from orchestrator.host.packing import single_file_tar
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from orchestrator.errors import ProfileError
 from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
+from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.records import ProfileSidecar, read_record, write_record
+from orchestrator.model.records import read_record, write_record
 
 
 @dataclass

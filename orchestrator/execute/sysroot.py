@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
-from orchestrator.host.archive import single_file_tar
+from orchestrator.host.packing import single_file_tar
 from orchestrator.model.elf import ElfReadError, hide_versions_above
 from orchestrator.plan.portable import GLIBC_LIBRARIES, SysrootPlan
 from orchestrator.plan.steps import StepName

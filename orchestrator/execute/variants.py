@@ -22,10 +22,11 @@ from orchestrator.execute.pipeline import (
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.host.step_cache import StepEntry, files_tar
+from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
-from orchestrator.model.records import FileDigest, VariantsRecord, write_record
+from orchestrator.model.records import FileDigest, write_record
 from orchestrator.plan.step_keys import baseline_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog

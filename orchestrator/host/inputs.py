@@ -16,7 +16,8 @@ from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
-from orchestrator.host.archive import ArchiveLimits, normalise_member, pack_tree, safe_extract
+from orchestrator.host.archive import ArchiveLimits, safe_extract
+from orchestrator.host.packing import normalise_member, pack_tree
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.runs import TrainInput

@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from orchestrator.config.nesting import loads_toml
 from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
-from orchestrator.host.archive import pack_tree
+from orchestrator.host.packing import pack_tree
 from orchestrator.host.staging import staging_root
 from orchestrator.host.system import source_identity
 from orchestrator.model.hashing import sha256_bytes, sha256_file

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
+from orchestrator.model.cache_records import StepEntryRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.model.records import (
     FileDigest,
     RecordError,
     ReusedStep,
-    StepEntryRecord,
     read_record,
     write_record,
 )

@@ -33,6 +33,7 @@ from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.inputs import unpack_locked_inputs
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
+from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import (
     LockDocument,
@@ -43,7 +44,6 @@ from orchestrator.model.lockfile import (
     drift,
     read_lock,
 )
-from orchestrator.model.records import ProfileSidecar
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs

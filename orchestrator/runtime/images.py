@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +106,16 @@ def ensure_base_image(
     *,
     offline: bool = False,
 ) -> ImageOutcome:
+    return _once_per_engine(
+        engine, plan, log, lambda: _import_base(engine, base, plan, cache_dir, log, offline=offline)
+    )
+
+
+def _once_per_engine(
+    engine: Engine, plan: ImagePlan, log: StepLog, make: Callable[[], ImageOutcome]
+) -> ImageOutcome:
+    """The image `plan` names: found on the engine, or made by `make` under the engine's
+    lock for that reference (another run making it meanwhile is waited for, then used)."""
     existing = _existing(engine, plan)
     if existing is not None:
         log.mark_cached(f"{plan.reference} exists")
@@ -117,7 +127,7 @@ def ensure_base_image(
             return existing
         if waited:
             log.line(f"the other run left no {plan.reference}: making it here")
-        return _import_base(engine, base, plan, cache_dir, log, offline=offline)
+        return make()
 
 
 def _import_base(
@@ -208,18 +218,11 @@ def ensure_toolchain_image(
     log: StepLog,
     offline: bool = False,
 ) -> ImageOutcome:
-    existing = _existing(engine, plan)
-    if existing is not None:
-        log.mark_cached(f"{plan.reference} exists")
-        return existing
-    with engine.image_lock(plan.reference, on_wait=log.line) as waited:
-        existing = _existing(engine, plan)
-        if existing is not None:  # another run built it while this one waited
-            log.mark_cached(f"{plan.reference} built by another run meanwhile")
-            return existing
-        if waited:
-            log.line(f"the other run left no {plan.reference}: building it here")
-        return _build_toolchain(
+    return _once_per_engine(
+        engine,
+        plan,
+        log,
+        lambda: _build_toolchain(
             engine,
             base=base,
             base_image=base_image,
@@ -231,7 +234,8 @@ def ensure_toolchain_image(
             cache_dir=cache_dir,
             log=log,
             offline=offline,
-        )
+        ),
+    )
 
 
 def _build_toolchain(

@@ -84,14 +84,14 @@ class Verifier:
         self.checks.append(Check(name, check, True, detail))
         return True
 
-    def signature(self, path: Path) -> None:
+    def signature(self, path: Path) -> bool:
         def run() -> str:
             signature = path.with_name(path.name + SIGNATURE_SUFFIX)
             if not signature.is_file():
                 raise VerificationError(f"missing {signature.name}")
             return verify_file(path, signature.read_text(), self.key).trusted_comment
 
-        self._record(path, "signature", run)
+        return self._record(path, "signature", run)
 
     def checksums(self, listing: Path) -> None:
         def run() -> str:
@@ -261,8 +261,10 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
         archive = release_dir / archive_name(folder.name)
         if archive.exists():  # releases made before archives have none
             binaries[archive.name] = folder.name  # a provenance subject too
-            verifier.signature(archive)
-            verifier.archive(archive, shipped)
+            # Its contents are read only once it is known to be the signed file: a
+            # stranger's tar.xz could declare headers or sizes meant to exhaust the reader.
+            if verifier.signature(archive):
+                verifier.archive(archive, shipped)
     if (release_dir / INSTALLER).exists():
         verifier.signature(release_dir / INSTALLER)
     verifier.signature(release_dir / PROVENANCE)

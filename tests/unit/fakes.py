@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.host.archive import single_file_tar
+from orchestrator.host.packing import single_file_tar
 from orchestrator.runtime.engine import (
     LABEL_HOST,
     LABEL_KIND,

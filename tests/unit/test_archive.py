@@ -8,7 +8,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from orchestrator.errors import UnsafeArchiveError
-from orchestrator.host.archive import ChunkReader, pack_tree, safe_extract
+from orchestrator.host.archive import ChunkReader, safe_extract
+from orchestrator.host.packing import pack_tree
 
 
 def _tar(build: Callable[[tarfile.TarFile], None]) -> io.BytesIO:

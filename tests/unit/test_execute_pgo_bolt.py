@@ -15,8 +15,9 @@ from orchestrator.execute import pipeline as pipeline_module
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.execute.profiles import store_profile
 from orchestrator.model.bolt_report import PerfCapabilities
+from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import ProfileSidecar, read_record
+from orchestrator.model.records import read_record
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.engine import Privileges
 from orchestrator.runtime.perf import PerfAccess

@@ -22,8 +22,8 @@ from orchestrator.errors import (
 from orchestrator.execute import crates, toolchain
 from orchestrator.execute import pipeline as pipeline_module
 from orchestrator.execute.pipeline import BIN_DIR, fetch_file, put_file, run, run_workloads
-from orchestrator.host.archive import single_file_tar
 from orchestrator.host.crates import crate_file
+from orchestrator.host.packing import single_file_tar
 from orchestrator.host.source import LockedCrate
 from orchestrator.host.vault import VaultError
 from orchestrator.model.layout import PATHS

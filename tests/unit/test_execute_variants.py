@@ -15,9 +15,10 @@ from orchestrator.execute import variants
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.host.source import snapshot
+from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import VariantsRecord, read_record
+from orchestrator.model.records import read_record
 
 from .conftest import plan_for
 from .execute_rig import answers, make_options, make_rig

@@ -171,7 +171,7 @@ def test_the_loser_waits_then_uses_the_winners_toolchain_image(
         )
     assert loser.builds == [] and not outcome.built
     assert outcome.id == loser.images[TOOLCHAIN.reference].id
-    assert "built by another run meanwhile" in handle.getvalue()
+    assert "made by another run meanwhile" in handle.getvalue()
 
 
 def test_a_winner_that_built_nothing_leaves_the_build_to_the_loser(

@@ -31,14 +31,9 @@ from orchestrator.flavors.gpu import (
     cuda_embedded,
     cuda_supported,
 )
+from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
 from orchestrator.model.lockfile import LockfileError, read_lock
-from orchestrator.model.records import (
-    BuildManifest,
-    ProfileSidecar,
-    RecordError,
-    VariantsRecord,
-    read_record,
-)
+from orchestrator.model.records import BuildManifest, RecordError, read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.runtime.engine import API_TIMEOUT_S, Engine
 from orchestrator.runtime.reach import _endpoint

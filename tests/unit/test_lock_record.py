@@ -17,6 +17,7 @@ from orchestrator.cli import app
 from orchestrator.config.options import Options, resolve
 from orchestrator.execute.profiles import load_profile
 from orchestrator.host.vault import Vault
+from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.lockfile import (
     SCHEMA_VERSION,
     LockDocument,
@@ -27,7 +28,7 @@ from orchestrator.model.lockfile import (
     read_lock,
     write_lock,
 )
-from orchestrator.model.records import ProfileSidecar, read_record
+from orchestrator.model.records import read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.reproduce import (

@@ -10,12 +10,11 @@ import pytest
 
 from orchestrator.config.options import resolve
 from orchestrator.model import records
+from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
 from orchestrator.model.records import (
     BuildManifest,
     FileDigest,
-    ProfileSidecar,
     RecordError,
-    VariantsRecord,
     parse_record,
     read_record,
     record_text,

@@ -23,7 +23,8 @@ from orchestrator.execute.pipeline import BIN_DIR, Pipeline
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.model.records import FileDigest, StepEntryRecord, read_record, write_record
+from orchestrator.model.cache_records import StepEntryRecord
+from orchestrator.model.records import FileDigest, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import baseline_key
 from orchestrator.plan.steps import StepName
