@@ -153,6 +153,22 @@ class App(typer.Typer):
 
         return decorator
 
+    def group_command(
+        self,
+        **kwargs: Any,  # noqa: ANN401 - typer's own keyword options, passed through
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """The group's own command: what `orchestrator GROUP [OPTIONS]` runs when no
+        subcommand is named (`release` and `release assemble`)."""
+        kwargs.setdefault("invoke_without_command", True)
+        kwargs.setdefault("context_settings", _help_names())
+        register = super().callback(**kwargs)
+
+        def decorator(command: Callable[P, R]) -> Callable[P, R]:
+            register(_exit_on_error(command))
+            return command
+
+        return decorator
+
 
 app = App(
     help=(

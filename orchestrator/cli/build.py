@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -29,18 +30,21 @@ from orchestrator.cli.app import (
     styled,
 )
 from orchestrator.cli.output import emit_json, json_option, text_console
-from orchestrator.config.options import lock_blocker
+from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
+from orchestrator.config.run_files import run_problems
 from orchestrator.errors import (
     ConfigError,
 )
 
 if TYPE_CHECKING:
     from orchestrator.execute.bench import VariantStats
+    from orchestrator.model.records import BuildManifest
     from orchestrator.model.reports import CountedVariant
 
 
 @app.command()
 def build(
+    ctx: typer.Context,
     flavor: FlavorOption = "cpu",
     config: ConfigOption = None,
     toolchain: ToolchainOption = None,
@@ -65,26 +69,101 @@ def build(
     bolt_policy: Annotated[str | None, setting_option("bolt.policy")] = None,
     privileged: Annotated[bool | None, setting_option("profiling.privileges")] = None,
     allow_privileged: Annotated[bool | None, setting_option("profiling.allow_privileged")] = None,
+    gate: Annotated[str | None, setting_option("gate.policy")] = None,
+    glibc_floor: Annotated[str | None, setting_option("release.glibc_floor")] = None,
+    distro_check: Annotated[str | None, setting_option("release.distro_check")] = None,
     retrain: Annotated[
         bool,
         typer.Option("--retrain", help="Profile again even when a stored profile matches."),
     ] = False,
+    release_target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            metavar="NAME",
+            help="Build one target of the release (a name from `release --dry-run`, e.g. "
+            "linux-x86_64-cpu-v3) into an UNSIGNED folder under --out, for `release "
+            "assemble` on the machine with the key. Its plan is the release's: the flavor, "
+            "level and build options come from the config.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="With --target: where its folder goes (default: <artifacts>/targets).",
+        ),
+    ] = None,
+    bench_runs: Annotated[
+        int,
+        typer.Option(
+            "--bench-runs",
+            min=0,
+            metavar="N",
+            help="With --target: quick runs for release.json's speedup column (0: skip).",
+        ),
+    ] = 3,
 ) -> None:
     """Build, test, optimize (PGO, BOLT), validate and publish one flavor into artifacts/.
+
+    With --target, build one target of the release on this machine (a CI runner) into an
+    unsigned folder; `orchestrator release assemble` checks, signs and publishes the
+    folders of every target on the one machine that holds the signing key.
 
     \b
     Examples:
       orchestrator build --flavor cpu --target-cpu x86-64-v3
       orchestrator build --bolt-mode instrument --bolt-policy require
       orchestrator build --no-pgo --no-bolt     # the plain release profile only
+      orchestrator build --target linux-x86_64-cpu-v3 --out targets/
     """
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
+    from orchestrator.host.step_times import earlier_step_seconds
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.chain import check_signing_key
 
+    overrides = {
+        "build.toolchain": toolchain,
+        "build.target_cpu": target_cpu,
+        "pgo.enabled": pgo,
+        "bolt.enabled": bolt,
+        "bolt.mode": bolt_mode,
+        "bolt.policy": bolt_policy,
+        "profiling.privileges": privileged,
+        "profiling.allow_privileged": allow_privileged,
+        "gate.policy": gate,
+        "release.glibc_floor": glibc_floor,
+        "release.distro_check": distro_check,
+    }
+    if release_target is not None:
+        changed = [key for key, value in overrides.items() if value is not None]
+        source = ctx.get_parameter_source("flavor")
+        if source is not None and source.name != "DEFAULT":
+            changed.insert(0, "flavor")
+        if changed:
+            raise ConfigError(
+                f"--target builds the release's own plan; {', '.join(changed)} would change it",
+                hint="Set them in the config file, or build without --target.",
+            )
+        _build_release_target(
+            config,
+            artifacts_dir,
+            cache_dir,
+            release_target,
+            out,
+            bench_runs=bench_runs,
+            retrain=retrain,
+            dry_run=dry_run,
+        )
+        return
+    if out is not None:
+        raise ConfigError(
+            "--out goes with --target", hint="--artifacts-dir sets where a build goes."
+        )
     options = resolve_options(
         config,
         {
@@ -98,12 +177,17 @@ def build(
             "bolt.policy": bolt_policy,
             "profiling.privileges": privileged,
             "profiling.allow_privileged": allow_privileged,
+            "gate.policy": gate,
+            "release.glibc_floor": glibc_floor,
+            "release.distro_check": distro_check,
         },
     )
     plan = prepare_plan(options, flavor)
     blocker = lock_blocker(options)
     if blocker:  # a build needs no lock, but `release` and `lock` of this setup would fail
         err_console.print(styled("warning:", "yellow bold", f" cannot be locked: {blocker}"))
+    for problem in run_problems(options):  # init's placeholders, files nobody provides
+        err_console.print(styled("warning:", "yellow bold", f" {problem}"))
     if dry_run:
         console.print_json(json.dumps(plan_summary(plan)))
         return
@@ -114,7 +198,13 @@ def build(
     stale = engine.remove_stale_containers() + engine.remove_stale_volumes()
     if stale:
         console.print(f"removed {stale} container(s)/volume(s) left by an earlier run")
-    reporter = Reporter(console, options.cache_dir / "runs" / engine.session, verbose=verbose)
+    reporter = Reporter(
+        console,
+        options.cache_dir / "runs" / engine.session,
+        verbose=verbose,
+        plan_steps=[step.name for step in plan.steps],
+        estimates=earlier_step_seconds(options.artifacts_dir, flavor),
+    )
     console.print(
         f"building {options.binary} {options.version} ({flavor}, "
         f"{plan.toolchain.name}, target-cpu {plan.target_cpu}); "
@@ -131,7 +221,70 @@ def build(
     )
     console.print(styled("published", "bold green", f" {outcome.artifact}"))
     console.print(f"  binary  {outcome.binary}")
+    console.print(f"  ships   {shipped_description(outcome.manifest)}")
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
+
+
+def shipped_description(manifest: BuildManifest) -> str:
+    """Which variant the binary is, and why: the speed gate's pick or the plan's last."""
+    gate = manifest.gate
+    made_with = ", ".join(manifest.artifact.optimizations) or "the release profile"
+    if gate is not None and gate.shipped:
+        return f"{gate.shipped} (the speed gate's pick; built with {made_with})"
+    why = f", gate skipped: {gate.skipped}" if gate is not None and gate.skipped else ""
+    return f"the most optimized variant ({made_with}{why})"
+
+
+def _build_release_target(
+    config: Path | None,
+    artifacts_dir: Path | None,
+    cache_dir: Path | None,
+    name: str,
+    out: Path | None,
+    *,
+    bench_runs: int,
+    retrain: bool,
+    dry_run: bool,
+) -> None:
+    """`build --target NAME`: the release's plan for that target, built unsigned."""
+    from orchestrator.host.cachedir import ensure_cache_dir
+    from orchestrator.plan.serialize import plan_summary
+    from orchestrator.release.run import plan_targets
+    from orchestrator.release.shard import build_target_folder, pick_target
+    from orchestrator.release.target import targets
+    from orchestrator.runtime.engine import Engine
+
+    options = resolve_options(
+        config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
+    )
+    chosen = targets(options, list(options.flavors))
+    blocker = lock_blocker(options)
+    if blocker:  # assemble writes release.lock from this folder's pins: refuse before work
+        raise ConfigError(f"cannot build a release target: {blocker}", hint=LOCK_BLOCKER_HINT)
+    target, plan = pick_target(plan_targets(chosen), name)
+    if dry_run:
+        console.print_json(json.dumps(plan_summary(plan)))
+        return
+    ensure_cache_dir(options.cache_dir)
+    destination = out if out is not None else options.artifacts_dir / "targets"
+    engine = Engine.connect()
+    console.print(
+        f"building {plan.artifact_dir} (target-cpu {plan.target_cpu}) unsigned into {destination}"
+    )
+    folder = build_target_folder(
+        target,
+        plan,
+        engine,
+        console,
+        destination,
+        bench_runs=bench_runs,
+        retrain=retrain,
+        force=False,
+    )
+    console.print(styled("built", "bold green", f" {folder} (unsigned)"))
+    console.print(
+        "  next    orchestrator release assemble <every target's folder>  (where the key is)"
+    )
 
 
 class Metric(StrEnum):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from orchestrator.cli.app import (
     cache_root,
     console,
     resolve_options,
+    setting_option,
+    styled,
 )
 from orchestrator.cli.output import emit_json, json_option
 from orchestrator.errors import (
@@ -82,6 +85,14 @@ def show_config(
 @app.command()
 def doctor(
     config: ConfigOption = None,
+    allow_privileged: Annotated[
+        bool | None,
+        setting_option(
+            "profiling.allow_privileged",
+            "let the perf probe try a --privileged container as its last resort, as a build "
+            "with this setting would",
+        ),
+    ] = None,
     json_output: Annotated[bool, json_option("orchestrator/doctor")] = False,
 ) -> None:
     """Check this host: Docker, BuildKit, disk, privileges, perf in containers, qemu-user.
@@ -93,10 +104,12 @@ def doctor(
     from orchestrator.runtime.doctor import run_checks
 
     try:
-        cache_dir = resolve_options(config).cache_dir
+        options = resolve_options(config, {"profiling.allow_privileged": allow_privileged})
+        cache_dir, allowed = options.cache_dir, options.profiling_allow_privileged
     except OrchestratorError:
         cache_dir = cache_root(None)  # doctor also helps before any project is set up
-    checks = run_checks(cache_dir)
+        allowed = bool(allow_privileged)
+    checks = run_checks(cache_dir, allow_privileged=allowed)
     blockers = [c.name for c in checks if c.status == "fail"]
     if json_output:  # the blocker error still follows, on stderr, with its exit code
         from orchestrator.model.reports import DoctorCheck, DoctorReport
@@ -220,9 +233,13 @@ def init(
     """Write a commented orchestrator.toml for the Rust project in DIR.
 
     The package (or the workspace member with a binary), its binaries and features come
-    from Cargo.toml; the training workload and validate command from the README's
-    examples where it has one (else `--help`, marked as a placeholder). The file works
-    with `orchestrator build --dry-run` at once.
+    from Cargo.toml. Workloads (and the validate and bench commands) are read from the
+    crate without building it: README and docs examples, scripts, the integration tests'
+    invocations, the binary's clap subcommands filled with the tree's data files. Each
+    names only files of the tree and does more than --help/--version; runs that cannot
+    work are left out with the reason as a comment. When none is found, a marked
+    PLACEHOLDER is written: `build --dry-run` warns and `release` refuses until it is
+    replaced.
 
     \b
     Examples:
@@ -246,9 +263,35 @@ def init(
     what = f"{found.package} (workspace member)" if found.member else found.package
     console.print(f"wrote {target}")
     console.print(f"  package   {what}, binary {found.binaries[0]}")
-    workload = " ".join(found.workload)
-    origin = f"from {found.workload_source}" if found.workload_source else "a placeholder: edit it"
-    console.print(f"  workload  {workload} ({origin})")
+    for candidate in found.proposal.workloads:
+        console.print(f"  workload  {' '.join(candidate.args)} (from {candidate.source})")
+    if not found.proposal.workloads:
+        console.print(f"  workload  {' '.join(found.placeholder_run)} (PLACEHOLDER)")
+    if found.proposal.rejected:
+        console.print(
+            f"  skipped   {len(found.proposal.rejected)} example run(s) that cannot work as "
+            "workloads (why: comments in the file)"
+        )
+    here = root == Path.cwd().resolve()
+    shown = CONFIG_FILENAME if here else str(target)
+    git = "git" if here else f"git -C {shlex.quote(str(root))}"
+    config_flag = "" if here else f" --config {shlex.quote(str(target))}"
+    if not found.proposal.workloads:
+        console.print(
+            styled(
+                "first:",
+                "yellow bold",
+                f" edit {shown}: replace the PLACEHOLDER runs "
+                "([train], [validate], [bench]); `release` refuses them",
+            )
+        )
     console.print("next:")
-    console.print(f"  orchestrator build --dry-run --config {target}   # the plan, nothing built")
-    console.print(f"  orchestrator build --config {target}             # build, train, validate")
+    console.print(
+        f"  {git} add {CONFIG_FILENAME} && {git} commit -m 'Add orchestrator.toml'"
+        "   # release refuses uncommitted changes",
+        soft_wrap=True,  # whole lines, to copy
+    )
+    console.print(
+        f"  orchestrator build{config_flag}   # build, train, validate (--dry-run: the plan only)",
+        soft_wrap=True,
+    )

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from orchestrator.cli.app import (
     AllowDirtyOption,
+    App,
     ArtifactsOption,
     CacheOption,
     ConfigOption,
@@ -27,6 +29,7 @@ from orchestrator.cli.app import (
 from orchestrator.cli.complete import complete_flavor_list
 from orchestrator.cli.output import emit_json, json_option, text_console
 from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
+from orchestrator.config.run_files import check_runs
 from orchestrator.errors import (
     ConfigError,
     OrchestratorError,
@@ -34,7 +37,6 @@ from orchestrator.errors import (
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
     from rich.console import Console
 
@@ -44,8 +46,13 @@ if TYPE_CHECKING:
     from orchestrator.runtime.engine import Engine
 
 
-@app.command()
+release_app = App(no_args_is_help=False)
+app.add_typer(release_app, name="release")
+
+
+@release_app.group_command()
 def release(
+    ctx: typer.Context,
     config: ConfigOption = None,
     flavors: Annotated[
         str | None,
@@ -110,12 +117,19 @@ def release(
     differ only in CPU level) is taken from the step cache (<cache>/steps); --force runs
     it again.
 
+    Across CI runners: `orchestrator build --target NAME` builds each target unsigned on
+    its own machine, and `orchestrator release assemble FOLDER...` signs and publishes them
+    on the one that holds the key (`orchestrator ci github` writes that workflow).
+
     \b
     Examples:
       orchestrator release --dry-run     # the plan, and which targets are cached
       orchestrator release --flavors cpu --bench-runs 0
       orchestrator release --force       # build every target again
+      orchestrator release assemble targets/*
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE
@@ -145,7 +159,24 @@ def release(
         raise ConfigError(f"cannot release: {blocker}", hint=LOCK_BLOCKER_HINT)
     if blocker:
         err_console.print(styled("warning:", "yellow bold", f" a release would fail: {blocker}"))
+    check_runs(  # placeholders of `init`, files nobody provides: refused before work
+        options,
+        refuse=not dry_run,
+        warn=lambda text: err_console.print(
+            styled("warning:", "yellow bold", f" a release would fail: {text}")
+        ),
+    )
     if dry_run:
+        changed = [] if allow_dirty else dirty_files(options)
+        if changed:
+            err_console.print(
+                styled(
+                    "warning:",
+                    "yellow bold",
+                    f" a release would refuse: uncommitted changes ({', '.join(changed[:5])}); "
+                    "commit them or pass --allow-dirty",
+                )
+            )
         _print_plan(options, chosen, json_output=json_output)
         return
     _refuse_dirty(options, allow_dirty=allow_dirty)
@@ -172,7 +203,7 @@ def release(
         out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
     several = len({result.engine for result in results if result.engine}) > 1
     table = Table(
-        "target",
+        Column("target", overflow="fold"),  # never cut: its end tells targets apart
         *(["engine"] if several else []),
         "status",
         "time",
@@ -213,6 +244,78 @@ def release(
         raise ReleaseIncompleteError(
             f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
         )
+
+
+@release_app.command("assemble")
+def release_assemble(
+    folders: Annotated[
+        list[Path],
+        typer.Argument(
+            help="The unsigned folder of every target, from `orchestrator build --target`.",
+            metavar="FOLDER",
+        ),
+    ],
+    config: ConfigOption = None,
+    flavors: Annotated[
+        str | None,
+        typer.Option(
+            "--flavors",
+            help="Comma-separated flavors the release has (default: build.flavors).",
+            metavar="LIST",
+            autocompletion=complete_flavor_list,
+        ),
+    ] = None,
+    artifacts_dir: ArtifactsOption = None,
+    cache_dir: CacheOption = None,
+    allow_dirty: AllowDirtyOption = False,
+) -> None:
+    """Check, sign and publish a release built across machines.
+
+    Each FOLDER is one target built with `orchestrator build --target` (on a CI runner,
+    unsigned). Every folder must be intact (each file as its target.json lists it, nothing
+    added) and built from the plan this checkout makes (the same action key: sources,
+    Cargo.lock, toolchain, settings, orchestrator version), and every target of the release
+    must have one. Then, on this machine only, the binaries, archives and install.sh are
+    signed, and release.json, SHA256SUMS, provenance and release.lock are written: the same
+    bytes as `orchestrator release` on one machine.
+
+    \b
+    Examples:
+      orchestrator release assemble targets/*
+      ORCHESTRATOR_SIGNING_KEY=signing.key orchestrator release assemble downloaded/*/
+    """
+    from orchestrator.host.cachedir import ensure_cache_dir
+    from orchestrator.model.layout import release_dir_name
+    from orchestrator.model.lockfile import LOCK_FILE
+    from orchestrator.release.run import RELEASE_JSON, plan_targets, run_report
+    from orchestrator.release.shard import assemble, check_folders
+    from orchestrator.release.target import targets
+    from orchestrator.supply.chain import check_signing_key
+
+    started = time.monotonic()
+    options = resolve_options(
+        config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
+    )
+    names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
+    chosen = targets(options, names)
+    blocker = lock_blocker(options)
+    if blocker:
+        raise ConfigError(f"cannot assemble: {blocker}", hint=LOCK_BLOCKER_HINT)
+    _refuse_dirty(options, allow_dirty=allow_dirty)
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    ensure_cache_dir(options.cache_dir)
+    signer = signer_for(options)  # the key first: a wrong one is refused before any check
+    check_signing_key(release_dir, signer.key.public)
+    checked = check_folders(plan_targets(chosen), folders)
+
+    def warn(text: str) -> None:
+        err_console.print(styled("warning:", "yellow bold", f" {text}"))
+
+    results, lock = assemble(options, checked, signer, console.print, warn)
+    sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE))
+    report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
+    console.print(f"pinned every input in {lock}")
+    _closing_lines(report, console)
 
 
 def connect_engines(contexts: Sequence[str]) -> list[Engine]:
@@ -292,20 +395,24 @@ def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool
     from orchestrator.release.run import dry_run as plan_release
     from orchestrator.release.run import plan_report
 
-    engines, unreachable = _engines_that_answer(options.engine_contexts)
+    # Reading every target's sources and asking each engine takes a while: a sign of life
+    # on a terminal (stderr, so that --json output stays clean; silent elsewhere).
+    with err_console.status("planning: reading the sources, asking Docker what it holds"):
+        engines, unreachable = _engines_that_answer(options.engine_contexts)
+        planned = plan_release(options, chosen, engines, unreachable)
     for name, why in unreachable.items():  # connect_engines refuses to start without it
         err_console.print(
             styled("warning:", "yellow bold", f" a release would fail: engine {name}: {why}")
         )
-    planned = plan_release(options, chosen, engines, unreachable)
     if json_output:
         emit_json(plan_report(options, planned, docker_reachable=bool(engines)))
         return
     several = len(options.engine_contexts) > 1
     table = Table(
         "target",
-        "artifact",
-        "image",
+        # Folded, never cut short: the end of a name is what tells targets apart (-cpu-v3).
+        Column("artifact", overflow="fold"),
+        Column("image", overflow="fold"),
         "cached",
         *(["engines"] if several else []),
         "steps",
@@ -361,14 +468,27 @@ def _engines_text(fits: Sequence[EngineFit]) -> str:
 
 def _refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
     from orchestrator.errors import SourceError
-    from orchestrator.host.source import crate_identity
 
-    if crate_identity(options).get("dirty") and not allow_dirty:
-        raise SourceError(
-            f"{options.crate_dir} has uncommitted changes: the release could not be "
-            "reproduced from its git commit",
-            hint="Commit them, or pass --allow-dirty (release.lock records it).",
+    changed = dirty_files(options)
+    if changed and not allow_dirty:
+        shown = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
         )
+        raise SourceError(
+            f"{options.crate_dir} has uncommitted changes ({shown}): the release could not "
+            "be reproduced from its git commit",
+            hint="Commit them, or pass --allow-dirty (release.lock records it). An "
+            "uncommitted orchestrator.toml alone is fine: the lock carries its text.",
+        )
+
+
+def dirty_files(options: Options) -> list[str]:
+    """What makes the crate's tree dirty for a release (empty: clean, or not in git)."""
+    from orchestrator.host.source import crate_identity, uncommitted_changes
+
+    if not crate_identity(options).get("dirty"):
+        return []
+    return uncommitted_changes(options) or ["(git status says so)"]
 
 
 @app.command()

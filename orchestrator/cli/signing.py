@@ -47,14 +47,15 @@ def keygen(
 ) -> None:
     """Make an Ed25519 key pair in minisign's format for signing releases.
 
-    The passphrase comes from ORCHESTRATOR_SIGNING_PASSPHRASE or is asked for. Keys inside a
-    repository are refused.
+    The passphrase comes from ORCHESTRATOR_SIGNING_PASSPHRASE or is asked for. A KEY inside
+    a git repository (wherever this runs from) is refused.
 
     \b
     Examples:
       orchestrator keygen ~/.config/orchestrator/signing.key
       orchestrator keygen --unencrypted ~/ci/signing.key     # CI only
     """
+    from orchestrator.supply.attest import check_key_destination
     from orchestrator.supply.attest import keygen as make_key
 
     if path.suffix == ".pub":  # its public key would be written over it
@@ -62,6 +63,7 @@ def keygen(
             f"{path} ends in .pub, the name its public key would get",
             hint="Name the secret key e.g. signing.key; keygen then writes signing.pub.",
         )
+    check_key_destination(path)  # before asking for a passphrase
     passphrase: str | None = None
     if not unencrypted:
         passphrase = os.environ.get("ORCHESTRATOR_SIGNING_PASSPHRASE")
@@ -72,7 +74,7 @@ def keygen(
                     hint="Or pass --unencrypted for a CI key you protect otherwise.",
                 )
             passphrase = typer.prompt("passphrase", hide_input=True, confirmation_prompt=True)
-    public = make_key(path, passphrase=passphrase, cwd=Path.cwd())
+    public = make_key(path, passphrase=passphrase)
     console.print(
         f"secret key: {path.expanduser()} ({'unencrypted' if unencrypted else 'encrypted'})"
     )

@@ -174,3 +174,35 @@ def resolve_binaries(path: Path, values: dict[str, Any], package_name: str) -> N
             hint="Every shipped binary is compared with its baseline build: add e.g. "
             f'runs = [{{binary = "{unvalidated[0]}", args = ["--version"]}}] under [validate].',
         )
+
+
+# ci.runners: FLAVOR=LABEL, a label as GitHub runner labels and GitLab runner tags are
+# written (no spaces or quotes: it is pasted into YAML as a plain word).
+_CI_RUNNER = re.compile(r"([a-z0-9]+)=([A-Za-z0-9][A-Za-z0-9._:/-]{0,99})")
+
+
+def check_ci_runners(
+    entries: tuple[str, ...], flavors: tuple[str, ...], where: str = ""
+) -> dict[str, list[str]]:
+    """ci.runners as labels by flavor, in the order given; ConfigError naming a bad entry
+    (`where`: the config file, to say where it came from)."""
+    labels: dict[str, list[str]] = {}
+    for entry in entries:
+        found = _CI_RUNNER.fullmatch(entry)
+        if found is None:
+            raise ConfigError(
+                f"{where}ci.runners: {entry!r} is not FLAVOR=LABEL",
+                hint='One label per entry, e.g. runners = ["cuda=self-hosted", "cuda=gpu"]; a '
+                "label is letters, digits and . _ : / -.",
+            )
+        flavor, label = found.groups()
+        if flavor not in flavors:
+            raise ConfigError(
+                f"{where}ci.runners: {entry!r} names the unknown flavor {flavor!r}; "
+                + did_you_mean(flavor, flavors)
+                + "known: "
+                + ", ".join(flavors)
+            )
+        if label not in labels.setdefault(flavor, []):
+            labels[flavor].append(label)
+    return labels

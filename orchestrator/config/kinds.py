@@ -89,6 +89,10 @@ def check_kind(value: object, kind: Kind, where: str) -> object:
         ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
     else:
         ok = isinstance(value, list) and all(_is_run(item) for item in value)
+    if not ok and value == "":
+        raise ConfigError(
+            f"{where}: empty; expected {KIND_TEXT[kind]} (leave it out for the default)"
+        )
     if not ok:
         raise ConfigError(
             f"{where}: expected {KIND_TEXT[kind]}, got {type(value).__name__} {value!r}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.checks import check_run_settings, resolve_binaries
+from orchestrator.config.checks import check_ci_runners, check_run_settings, resolve_binaries
 from orchestrator.config.crate_files import (
     CrateCargoConfig,
     read_cargo_package,
@@ -37,6 +37,7 @@ from orchestrator.config.settings import (
 )
 from orchestrator.config.suggest import did_you_mean, suggest
 from orchestrator.config.toolchains import check_toolchain_name
+from orchestrator.config.typos import check_environment, check_flag_conflicts, check_flag_not_empty
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -71,6 +72,7 @@ class FlavorSettings:
     levels: tuple[str, ...] = flavor_default_of("levels")  # empty: just build.target_cpu
     gpu_targets: tuple[str, ...] = flavor_default_of("gpu_targets")  # empty: flavor's list
     kernels: str = flavor_default_of("kernels")  # embedded | runtime
+    test_every_level: bool = flavor_default_of("test_every_level")  # off: first level's flags
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class Options:
     engine_contexts: tuple[str, ...] = default_of("engines.contexts")
     engine_jobs: int = default_of("engines.jobs")
     engine_require: tuple[str, ...] = default_of("engines.require")
+    ci_runners: tuple[str, ...] = default_of("ci.runners")
     profiling_privileges: bool = default_of("profiling.privileges")
     profiling_allow_privileged: bool = default_of("profiling.allow_privileged")
     limit_pids: int = default_of("limits.pids")
@@ -259,6 +262,7 @@ def resolve_cache_dir(env: Mapping[str, str], flag: Path | None = None) -> Path:
     """build.cache_dir for a command that reads no orchestrator.toml (`reproduce`, `vault`,
     `doctor` outside a project): the flag, else the declared environment variables, else
     the computed default; the same declaration `resolve` layers."""
+    check_environment(env)
     value: object = flag
     if value is None:
         found = _env_value(SETTINGS_BY_KEY["build.cache_dir"], env)
@@ -315,6 +319,7 @@ def _flag_value(key: str, value: object) -> object:
     if spec is None:
         raise ConfigError(f"internal: unknown CLI key {key}. " + did_you_mean(key, SETTINGS_BY_KEY))
     where = f"flag for {key}"
+    check_flag_not_empty(key, value)
     if isinstance(value, str) and spec.kind not in ("str", "path"):
         return parse_setting_text(spec, value, where)
     return check_choice(check_kind(toml_shape(value), spec.kind, where), spec, where)
@@ -337,6 +342,9 @@ def _layer(
     for key, value in cli.items():
         if value is not None:  # None: flag not given
             layers.set(key, _flag_value(key, value), "flag")
+    check_flag_conflicts(
+        {k: layers.values[k] for k, src in layers.sources.items() if src == "flag"}
+    )
     return layers
 
 
@@ -402,6 +410,7 @@ def resolve(
     """Resolve every setting once. `cli` maps dotted keys to flag values (None = unset);
     `commit_time` gives the default SOURCE_DATE_EPOCH (none: the 1980 fallback)."""
     env = dict(os.environ) if env is None else dict(env)
+    check_environment(env)  # a misspelt ORCHESTRATOR_* variable is an error, not ignored
     path, data = _load(config_path, env, cwd or Path.cwd())
     layers = _layer(path, data, env, cli or {})
     crate_dir, package_name, _version = _crate(layers)
@@ -427,6 +436,7 @@ def resolve(
                 + "known: "
                 + ", ".join(KNOWN_FLAVORS)
             )
+    check_ci_runners(values.get("ci_runners", ()), KNOWN_FLAVORS, f"{path}: ")
     flavor_settings: dict[str, FlavorSettings] = {}
     for name in KNOWN_FLAVORS:
         table: dict[str, Any] = {

@@ -1,20 +1,22 @@
 """`orchestrator init`: a first orchestrator.toml, guessed from the crate itself.
 
 What can be known is read from Cargo.toml files (the package or workspace member, its
-binaries and features); what cannot (which arguments make a representative workload) is
-guessed from the README's examples (`tool ARGS` or `cargo run --release -- ARGS` lines in
-code blocks) and, failing that, left as `--help` with a comment saying to replace it.
+binaries and features); which arguments make a representative workload is found by
+reading the crate (config/workload_scan.py: README and docs examples, scripts, the
+integration tests, the binary's clap arguments filled with the tree's data files). What
+could not be found is written as a marked placeholder (config/run_files.py), which
+`build --dry-run` warns about and `release` refuses.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config.crate_files import read_toml, workspace_members
+from orchestrator.config.run_files import placeholder
+from orchestrator.config.workload_scan import Proposal, find_workloads
 from orchestrator.errors import ConfigError
 
 
@@ -25,9 +27,25 @@ class Detected:
     member: bool  # a member of a workspace, named with [package] package
     binaries: tuple[str, ...]
     features: tuple[str, ...]
-    workload: tuple[str, ...]
-    workload_source: str  # where the workload came from, for the comment
+    proposal: Proposal
     others: tuple[str, ...]  # other members with binaries
+
+    @property
+    def workloads(self) -> tuple[tuple[str, ...], ...]:
+        """The proposed runs, or one placeholder run when none was found."""
+        if self.proposal.workloads:
+            return tuple(c.args for c in self.proposal.workloads)
+        return (self.placeholder_run,)
+
+    @property
+    def placeholder_run(self) -> tuple[str, ...]:
+        shape = self.proposal.shape
+        if not shape:
+            return (placeholder("the arguments of a run that does real work"),)
+        return tuple(
+            placeholder(f"a value for {word[1:-1]}") if word.startswith("<") else word
+            for word in shape
+        )
 
 
 def _binaries(manifest: Path, package: dict[str, Any], data: dict[str, Any]) -> list[str]:
@@ -42,48 +60,36 @@ def _binaries(manifest: Path, package: dict[str, Any], data: dict[str, Any]) -> 
     return list(dict.fromkeys(declared))
 
 
+def _main_file(folder: Path, binary: str, data: dict[str, Any], package: str) -> Path | None:
+    """The source file of `binary`'s main function, where its clap struct usually is."""
+    for table in data.get("bin", []):
+        if isinstance(table, dict) and table.get("name") == binary and table.get("path"):
+            return folder / str(table["path"])
+    if binary == package and (folder / "src" / "main.rs").is_file():
+        return folder / "src" / "main.rs"
+    for candidate in (
+        folder / "src" / "bin" / f"{binary}.rs",
+        folder / "src" / "bin" / binary / "main.rs",
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def _packages(
     root: Path, data: dict[str, Any]
-) -> list[tuple[dict[str, Any], list[str], dict[str, Any]]]:
-    """(package table, binaries, manifest) of the root package (`data`) and every member."""
+) -> list[tuple[dict[str, Any], list[str], dict[str, Any], Path]]:
+    """(package table, binaries, manifest, folder) of the root package (`data`) and every
+    member."""
     found = []
     if isinstance(data.get("package"), dict):
-        found.append((data["package"], _binaries(root / "Cargo.toml", data["package"], data), data))
+        binaries = _binaries(root / "Cargo.toml", data["package"], data)
+        found.append((data["package"], binaries, data, root))
     for manifest in workspace_members(root, data).values():
         member = read_toml(manifest)
-        found.append((member["package"], _binaries(manifest, member["package"], member), member))
+        binaries = _binaries(manifest, member["package"], member)
+        found.append((member["package"], binaries, member, manifest.parent))
     return found
-
-
-_FENCE = re.compile(r"^\s*(```|~~~)")
-
-
-def _readme_workload(root: Path, binary: str) -> tuple[str, ...]:
-    """The first example command line in the README that runs `binary` with arguments."""
-    for name in ("README.md", "README", "readme.md"):
-        readme = root / name
-        if readme.is_file():
-            break
-    else:
-        return ()
-    in_code = False
-    for line in readme.read_text(errors="replace").splitlines():
-        if _FENCE.match(line):
-            in_code = not in_code
-            continue
-        if not in_code:
-            continue
-        text = line.strip().removeprefix("$ ").strip()
-        try:
-            words = shlex.split(text, comments=True)
-        except ValueError:
-            continue
-        if words[:4] == ["cargo", "run", "--release", "--"] and len(words) > 4:
-            return tuple(words[4:])
-        plain = not any(w in {"|", ">", "<", "&&", ";"} for w in words)  # a lone command
-        if len(words) > 1 and Path(words[0]).name == binary and plain:
-            return tuple(words[1:])
-    return ()
 
 
 def detect(root: Path) -> Detected:
@@ -99,25 +105,25 @@ def detect(root: Path) -> Detected:
             hint="Run `cargo generate-lockfile` (and commit Cargo.lock), then init again.",
         )
     root_data = read_toml(root / "Cargo.toml")
-    packages = [(p, b, d) for p, b, d in _packages(root, root_data) if b]
+    packages = [(p, b, d, f) for p, b, d, f in _packages(root, root_data) if b]
     if not packages:
         raise ConfigError(
             f"no binary in {root}: orchestrator releases executables",
             hint="A package needs src/main.rs, src/bin/*.rs or a [[bin]] table.",
         )
-    package, binaries, data = packages[0]
+    package, binaries, data, folder = packages[0]
     member = root_data.get("package", {}).get("name") != package["name"]
     features = tuple(sorted(k for k in (data.get("features") or {}) if k != "default"))
-    workload = _readme_workload(root, binaries[0])
+    main_file = _main_file(folder, binaries[0], data, package["name"])
+    proposal = find_workloads(root, folder, binaries[0], main_file)
     return Detected(
         crate=".",
         package=package["name"],
         member=member,
         binaries=tuple(binaries),
         features=features,
-        workload=workload or ("--help",),
-        workload_source="the README" if workload else "",
-        others=tuple(p["name"] for p, _b, _d in packages[1:]),
+        proposal=proposal,
+        others=tuple(p["name"] for p, _b, _d, _f in packages[1:]),
     )
 
 
@@ -161,27 +167,66 @@ def render(found: Detected) -> str:
             f"# features = {_toml_list(found.features)}",
             "",
         ]
-    source = (
-        f"taken from {found.workload_source}"
-        if found.workload_source
-        else "a placeholder: replace it with a run that does real work"
-    )
+    lines += _run_sections(found)
     lines += [
-        "[train]",
-        "# Argument lists for the binary; PGO and BOLT learn from these runs. They run at",
-        "# the crate's root (relative paths work), read-only, without network.",
-        f"workloads = [{_toml_list(found.workload)}]  # {source}",
-        '# env = ["KEY=value"]',
-        "",
-        "[validate]",
-        "# Output that must not change between `cargo build --release` and the optimized binary.",
-        f"command = {_toml_list(found.workload)}",
-        "",
-        "[bench]",
-        f"command = {_toml_list(found.workload)}",
-        "",
         "[test]",
         '# args = ["--", "--skip", "slow_test"]',
         "",
     ]
     return "\n".join(lines)
+
+
+def _train_lines(found: Detected) -> list[str]:
+    proposal = found.proposal
+    lines = [
+        "[train]",
+        "# Argument lists for the binary; PGO and BOLT learn from these runs. They run at",
+        "# the crate's root (relative paths work), read-only, without network; data from",
+        "# outside the crate goes in `inputs` and is read at /build/inputs/<name>.",
+    ]
+    if proposal.workloads:
+        lines += [
+            "# Found by `orchestrator init`: each names only files of this tree and does more",
+            "# than --help/--version; none asks for sleep, dates, randomness or the network as",
+            "# far as its words tell. Same output twice? Not checked (nothing was built): the",
+            "# build's validation compares the runs of [validate] between its binaries.",
+        ]
+        runs = [(c.args, f"from {c.source}", c.note) for c in proposal.workloads]
+    else:
+        lines += [
+            "# PLACEHOLDER: init found no run that works (see the notes below). Replace it;",
+            "# `build --dry-run` warns and `release` refuses while it is here.",
+        ]
+        runs = [(found.placeholder_run, "PLACEHOLDER", "")]
+    if len(runs) == 1:
+        args, comment, note = runs[0]
+        lines += [f"# {note}"] if note else []
+        lines.append(f"workloads = [{_toml_list(args)}]  # {comment}")
+    else:
+        lines.append("workloads = [")
+        for args, comment, note in runs:
+            lines += [f"  # {note}"] if note else []
+            lines.append(f"  {_toml_list(args)},  # {comment}")
+        lines.append("]")
+    for rejected in proposal.rejected[:12]:
+        lines.append(
+            f"# not proposed, from {rejected.candidate.source}: "
+            f"{_toml_list(rejected.candidate.args)}: {rejected.reason}"
+        )
+    lines += ['# env = ["KEY=value"]', '# inputs = ["../data/big-input.csv"]', ""]
+    return lines
+
+
+def _run_sections(found: Detected) -> list[str]:
+    first = found.workloads[0]
+    marked = "  # PLACEHOLDER: replace it" if not found.proposal.workloads else ""
+    return [
+        *_train_lines(found),
+        "[validate]",
+        "# Output that must not change between `cargo build --release` and the optimized binary.",
+        f"command = {_toml_list(first)}{marked}",
+        "",
+        "[bench]",
+        f"command = {_toml_list(first)}{marked}",
+        "",
+    ]

@@ -211,6 +211,15 @@ SETTINGS: tuple[Setting, ...] = (
         attr="engine_require",
     ),
     Setting(
+        "ci.runners",
+        "list[str]",
+        (),
+        "runner labels (GitHub) or tags (GitLab) of a flavor's build job in the file `orchestrator "
+        'ci` writes, as FLAVOR=LABEL, one entry per label: ["cuda=self-hosted", "cuda=gpu"] '
+        "(a flavor named nowhere: ubuntu-latest on GitHub, any runner on GitLab)",
+        attr="ci_runners",
+    ),
+    Setting(
         "profiling.privileges",
         "bool",
         True,
@@ -327,6 +336,13 @@ FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
         "str",
         "embedded",
         'GPU kernels: "embedded" (compiled in, checked per target) or "runtime" (NVRTC/hiprtc)',
+    ),
+    FlavorKey(
+        "test_every_level",
+        "bool",
+        False,
+        "run `cargo test` with each level's own target-cpu (default: every level runs the "
+        "first level's test command, so the step cache runs it once per flavor)",
     ),
 )
 FLAVOR_KEYS: dict[str, Kind] = {f.name: f.kind for f in FLAVOR_SETTINGS}

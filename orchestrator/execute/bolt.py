@@ -21,9 +21,12 @@ from orchestrator.execute.pipeline import (
     variant_binary,
 )
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
+from orchestrator.execute.step_reuse import look_up, mark_reused, store
 from orchestrator.execute.validate import validate_binaries
+from orchestrator.host.step_cache import StepEntry, files_tar
 from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
+from orchestrator.plan.step_keys import bolt_optimize_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -131,21 +134,16 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     # Debug info the crate asked for must describe the rewritten code, not the old layout.
     asked_for_debug_info = _has_debug_info(pipeline, state.unbolted, log)
     keep_debug = [DEBUG_FLAG] if asked_for_debug_info and DEBUG_FLAG not in bolt.flags else []
-    text = run(
-        pipeline.box,
-        [
-            bolt.tools["llvm_bolt"],
-            state.unbolted,
-            f"-data={_profile_path(bolt)}",
-            *bolt.flags,
-            *keep_debug,
-            "-o",
-            output,
-        ],
-        log,
-        StepName.BOLT_OPTIMIZE,
-        keep_output=True,
-    )
+    argv = [
+        bolt.tools["llvm_bolt"],
+        state.unbolted,
+        f"-data={_profile_path(bolt)}",
+        *bolt.flags,
+        *keep_debug,
+        "-o",
+        output,
+    ]
+    text, entry = _rewrite(pipeline, argv, output, log)
     coverage = parse_report(text)
     report["coverage"] = coverage.as_dict()
     report["debug_info"] = _debug_info_verdict(pipeline, asked_for_debug_info, output, log)
@@ -159,6 +157,51 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     report["applied"] = True
     state.shipped = state.bolted = output
+    if entry is not None:
+        mark_reused(pipeline, log, StepName.BOLT_OPTIMIZE, entry)
+
+
+BOLT_LOG = "llvm-bolt.log"  # llvm-bolt's report of a cached rewrite, read again on reuse
+
+
+def _rewrite(
+    pipeline: Pipeline, argv: list[str], output: str, log: StepLog
+) -> tuple[str, StepEntry | None]:
+    """Run llvm-bolt (`argv`, writing `output`), or put its cached output there; its
+    report, and the entry used (None: it ran)."""
+    state = pipeline.state
+    if pipeline.step_cache is None or state.bolt_profile is None:
+        return run(pipeline.box, argv, log, StepName.BOLT_OPTIMIZE, keep_output=True), None
+    binary_sha = run(
+        pipeline.box, ["sha256sum", state.unbolted], log, StepName.BOLT_OPTIMIZE, keep_output=True
+    ).split()[0]
+    key = bolt_optimize_key(
+        pipeline.plan,
+        binary_sha256=binary_sha,
+        profile_sha256=state.bolt_profile.sha256,
+        argv=argv,
+    )
+    entry = look_up(pipeline, log, StepName.BOLT_OPTIMIZE, key, {})
+    name = PurePosixPath(output).name
+    if entry is not None:
+        folder = str(PurePosixPath(output).parent)
+        log.line(f"+ docker cp <step cache {key[:12]}> {output}")
+        pipeline.box.put_archive(
+            str(PurePosixPath(folder).parent),
+            files_tar(PurePosixPath(folder).name, {name: entry.file(name)}),
+        )
+        return entry.file(BOLT_LOG).read_text(), entry
+    text = run(pipeline.box, argv, log, StepName.BOLT_OPTIMIZE, keep_output=True)
+    store(
+        pipeline,
+        log,
+        StepName.BOLT_OPTIMIZE,
+        key,
+        container_files={name: output},
+        texts={BOLT_LOG: text},
+        inputs={},
+    )
+    return text, None
 
 
 def _has_debug_info(pipeline: Pipeline, binary: str, log: StepLog) -> bool:

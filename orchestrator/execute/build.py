@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.config.options import Options
+from orchestrator.config.target_cpus import check_recorded_cpu
 from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute import (
@@ -85,7 +86,7 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
     """Read every input from disk, then plan (the planning itself is pure)."""
     flavor = get_flavor(flavor_name)
     toolchain_spec = load_toolchain(options.toolchain)
-    return make_plan(
+    plan = make_plan(
         options,
         flavor,
         toolchain=toolchain_spec,
@@ -96,6 +97,11 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         inputs=pack_inputs(options),
         distros=load_distros(),
     )
+    # Where the toolchain's CPU list is recorded, a misspelt CPU fails here, dry run included.
+    check_recorded_cpu(
+        plan.target_cpu, plan.rust_target, toolchain_spec.name, always_known=flavor.known_cpus
+    )
+    return plan
 
 
 @dataclass(frozen=True)
@@ -111,14 +117,17 @@ def run_build(
     engine: Engine,
     reporter: Reporter,
     *,
-    signer: Signer,
+    signer: Signer | None,
     keep_containers: bool = False,
     retrain: bool = False,
     step_cache: StepCacheUse = "use",
+    unsigned_out: Path | None = None,
 ) -> BuildOutcome:
     """Run the plan's steps and publish. `step_cache`: "use" skips a step whose outputs
     the step cache holds and stores what runs; "refresh" (release --force) runs every
-    step and stores; "off" (reproduce: everything from the lock) neither reads nor writes."""
+    step and stores; "off" (reproduce: everything from the lock) neither reads nor writes.
+    Without a `signer` the finished folder is moved, unsigned, into `unsigned_out`
+    (`build --target`; `release assemble` signs and publishes it)."""
     with ShieldedExitStack() as stack:
         pipeline = Pipeline(
             options=options,
@@ -132,6 +141,7 @@ def run_build(
             started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
             retrain=retrain,
+            unsigned_out=unsigned_out,
             step_cache=None
             if step_cache == "off"
             else StepCache(options.cache_dir / "steps", read=step_cache == "use"),

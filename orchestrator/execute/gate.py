@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from orchestrator.errors import SpeedGateError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, run, variant_binary
+from orchestrator.execute.step_reuse import look_up, store
 from orchestrator.execute.validate import validate_binaries
+from orchestrator.host.step_cache import StepEntry
 from orchestrator.model.callgrind import Counts, parse_totals
 from orchestrator.model.gate import BASELINE, decide, gain
 from orchestrator.model.lockfile import LockDriftError
 from orchestrator.model.records import GateInfo
 from orchestrator.plan.gate import GatePlan, callgrind_argv
+from orchestrator.plan.step_keys import count_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -36,14 +39,54 @@ def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
     return found
 
 
+def _sha_lines(listing: str) -> list[tuple[str, str]]:
+    """(path, sha256) of each `sha256sum` output line."""
+    return [
+        (parts[1], parts[0])
+        for parts in (line.split(maxsplit=1) for line in listing.splitlines())
+        if len(parts) == 2
+    ]
+
+
+COUNTS_FILE = "callgrind.txt"  # the `events:`/`summary:` lines of one cached count
+
+
 def _count(
     pipeline: Pipeline, variant: str, binaries: dict[str, str], log: StepLog
-) -> list[Counts]:
+) -> tuple[list[Counts], list[StepEntry]]:
+    """The counts of each gate workload run by `binaries`, and the step cache entries
+    that stood in for runs (a count is keyed by the binaries' sha256, not their names)."""
     gate, plan = pipeline.plan.gate, pipeline.plan
     if gate is None:
         raise StepFailedError("internal: the speed gate runs without a gate plan")
+    shas: dict[str, str] = {}
+    if pipeline.step_cache is not None:
+        listing = run(
+            pipeline.box,
+            ["sha256sum", *binaries.values()],
+            log,
+            StepName.SPEED_GATE,
+            keep_output=True,
+        )
+        by_path = dict(_sha_lines(listing))
+        if set(binaries.values()) - set(by_path):
+            raise StepFailedError(f"sha256sum did not hash every binary of {variant}: {listing}")
+        shas = {name: by_path[path] for name, path in binaries.items()}
     counts: list[Counts] = []
+    reused: list[StepEntry] = []
     for index, workload in enumerate(gate.workloads):
+        key = ""
+        if shas:
+            key = count_key(
+                plan, binaries=shas, workload=workload, container=plan.build.environment
+            )
+            entry = look_up(pipeline, log, StepName.SPEED_GATE, key, {})
+            if entry is not None:
+                whence = entry.describe(plan.artifact_dir)
+                log.line(f"{variant} workload {index}: counted before ({whence})")
+                counts.append(parse_totals(entry.file(COUNTS_FILE).read_text().splitlines()))
+                reused.append(entry)
+                continue
         binary = binaries[workload.binary_or(plan.binary)]
         argv = callgrind_argv(
             f"{gate.work_dir}/{variant}-{index}", plan.run.stdin, [binary, *workload.args]
@@ -58,7 +101,20 @@ def _count(
             workdir=plan.run.workdir,
         )
         counts.append(parse_totals(output.splitlines()))
-    return counts
+        if key:
+            kept = "\n".join(
+                line for line in output.splitlines() if line.startswith(("events:", "summary:"))
+            )
+            store(
+                pipeline,
+                log,
+                StepName.SPEED_GATE,
+                key,
+                container_files={},
+                texts={COUNTS_FILE: kept + "\n"},
+                inputs={},
+            )
+    return counts, reused
 
 
 def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
@@ -78,9 +134,11 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
         **choices,
     }
     counts: dict[str, list[Counts]] = {}
+    reused: list[StepEntry] = []
     for name, binaries in measured.items():
         log.line(f"counting {name}: {len(gate.workloads)} workloads under callgrind")
-        counts[name] = _count(pipeline, name, binaries, log)
+        counts[name], hits = _count(pipeline, name, binaries, log)
+        reused += hits
     decision = decide(counts, list(choices), policy=gate.policy, min_gain=gate.min_gain)
     for reason in decision.reasons:
         log.line(f"gate: {reason}")
@@ -111,6 +169,10 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
         )
     saved = state.gate.gain_vs_baseline or 0.0
     log.detail = f"ships {decision.shipped}: {saved:.1%} fewer estimated cycles than cargo build"
+    if reused and len(reused) == len(measured) * len(gate.workloads):
+        # Every count came from the step cache: the decision itself is made again.
+        log.mark_cached(f"every count as before; {log.detail}")
+        state.reused[StepName.SPEED_GATE] = reused[0].reused()
 
 
 def _switch(pipeline: Pipeline, picked: dict[str, str], variant: str, log: StepLog) -> None:

@@ -1,10 +1,16 @@
 """The PGO steps: instrumented build, training in the profiling container, merge.
 
 A profile whose inputs are unchanged is taken from the cache: the three steps then say
-`cached` and only put the stored .profdata where the optimized build reads it.
+`cached` and only put the stored .profdata where the optimized build reads it. Two stores
+can hold it: the profile store (PgoPlan.profile_key, over the whole source snapshot, which
+release.lock names) and the step cache (plan/step_keys.py `pgo_key`, the same inputs but
+orchestrator's own config file), so that a change of a setting no build reads reuses it.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from orchestrator.errors import ProfileError, StepFailedError
 from orchestrator.execute.pipeline import (
@@ -17,8 +23,10 @@ from orchestrator.execute.pipeline import (
     variant_binary,
 )
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
+from orchestrator.execute.step_reuse import build_inputs, config_of, look_up, mark_reused, store
 from orchestrator.model.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
+from orchestrator.plan.step_keys import pgo_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -33,15 +41,43 @@ def _stored(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
     """The cached profile for this plan's profile key, unless --retrain."""
     if pipeline.retrain:
         return None
+    return load_profile(_store_path(pipeline), "PGO", log.warn)
+
+
+MERGED = "merged.profdata"
+DETAILS = "details.json"  # what llvm-profdata show said of it, as the profile store keeps
+
+
+def _store_path(pipeline: Pipeline) -> Path:
     pgo = _pgo(pipeline)
-    cache = pipeline.options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
-    return load_profile(cache, "PGO", log.warn)
+    return pipeline.options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
+
+
+def _from_step_cache(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
+    """The merged profile the step cache holds for the same inputs but the config file;
+    put into the profile store too (under this plan's profile key, which the lock names)."""
+    if pipeline.retrain or pipeline.step_cache is None:
+        return None
+    key = pgo_key(pipeline.plan, config_of(pipeline))
+    entry = look_up(pipeline, log, StepName.PGO_MERGE, key, build_inputs(pipeline))
+    if entry is None:
+        return None
+    details = json.loads(entry.file(DETAILS).read_text())
+    record = store_profile(entry.file(MERGED), _store_path(pipeline), dict(details))
+    record.cached = True
+    for step in (StepName.PGO_INSTRUMENT, StepName.PGO_TRAIN, StepName.PGO_MERGE):
+        pipeline.state.reused[step] = entry.reused()
+    mark_reused(pipeline, log, StepName.PGO_INSTRUMENT, entry, f"profile {record.sha256[:12]}")
+    return record
 
 
 def instrument(pipeline: Pipeline, log: StepLog) -> None:
     pipeline.state.pgo = _stored(pipeline, log)
     if pipeline.state.pgo is not None:
         log.mark_cached(f"profile {pipeline.state.pgo.sha256[:12]} unchanged inputs")
+        return
+    pipeline.state.pgo = _from_step_cache(pipeline, log)
+    if pipeline.state.pgo is not None:
         return
     cargo(pipeline.box, pipeline.plan.variants["pgo-generate"].build, log, StepName.PGO_INSTRUMENT)
     pipeline.copy_binaries("pgo-generate", log)
@@ -87,7 +123,16 @@ def merge(pipeline: Pipeline, log: StepLog) -> None:
         run(box, pgo.show_argv, log, StepName.PGO_MERGE, keep_output=True)
     )
     fetched = fetch_file(box, pgo.merged, pipeline.scratch)
-    cache = pipeline.options.cache_dir / "profiles" / "pgo" / f"{pgo.profile_key}.profdata"
-    record = store_profile(fetched, cache, {"raw_files": len(raw_files), **summary.as_dict()})
+    details: dict[str, object] = {"raw_files": len(raw_files), **summary.as_dict()}
+    record = store_profile(fetched, _store_path(pipeline), details)
     pipeline.state.pgo = record
+    store(
+        pipeline,
+        log,
+        StepName.PGO_MERGE,
+        pgo_key(pipeline.plan, config_of(pipeline)),
+        container_files={MERGED: pgo.merged},
+        texts={DETAILS: json.dumps(details, sort_keys=True)},
+        inputs=build_inputs(pipeline),
+    )
     log.detail = f"{len(raw_files)} .profraw -> {record.size} bytes, {summary.functions} functions"

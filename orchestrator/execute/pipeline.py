@@ -216,6 +216,7 @@ class BuildState:
     toolchain: ToolchainReport | None = None
     gpu: dict[str, object] | None = None
     vendor: Path | None = None
+    vendor_sha256: str = ""  # the vendored crates' digest, once a step cache lookup needs it
     shipped: str = ""  # the main binary in the container that will ship, as the steps go
     unbolted: str = ""  # the last main binary before BOLT
     bolted: str = ""  # the main binary BOLT made and validation passed ("" without one)
@@ -229,6 +230,8 @@ class BuildState:
     portability: Portability | None = None  # the main binary's
     other_glibc: dict[str, str | None] = field(default_factory=dict)  # the others' glibc_max
     expected: list[Captured] = field(default_factory=list)  # the baseline's, per validation run
+    # Validation runs whose baseline printed the same twice (execute/validate.py)
+    steady: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     distro_runs: list[DistroRun] = field(default_factory=list)
     crates: list[Crate] = field(default_factory=list)
     packages: list[DebPackage] = field(default_factory=list)
@@ -248,7 +251,7 @@ class Pipeline:
     plan: BuildPlan
     engine: Engine
     reporter: Reporter
-    signer: Signer
+    signer: Signer | None  # None: `build --target`, handed over unsigned to unsigned_out
     stack: ExitStack  # containers and the volume close with it
     scratch: Path  # host folder for files fetched from containers
     staging: Path  # private folder the artifact is assembled in
@@ -256,6 +259,7 @@ class Pipeline:
     keep_containers: bool = False
     retrain: bool = False
     step_cache: StepCache | None = None  # None: no step is skipped or stored (reproduce)
+    unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
     _volume: str | None = None
@@ -384,7 +388,12 @@ class Pipeline:
 
     def ship(self, variant: str, log: StepLog) -> None:
         """The variant's binaries are the ones to ship (BOLT may still rewrite the main one)."""
-        copied = self.copy_binaries(variant, log)
+        self.take(dict(self.copy_binaries(variant, log)))
+
+    def take(self, copied: dict[str, str]) -> None:
+        """Ship these binaries (name -> path in the build container, main first), copied
+        or restored from the step cache."""
+        copied = dict(copied)
         self.state.shipped = self.state.unbolted = copied.pop(self.plan.binary)
         self.state.others = copied
 

@@ -8,12 +8,15 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from orchestrator import __version__
 from orchestrator.config.kinds import Run
+from orchestrator.config.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
@@ -22,6 +25,7 @@ from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.hashing import content_hash, sha256_file
+from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import (
     ArtifactInfo,
     BinaryFile,
@@ -105,6 +109,7 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
             toolchain=state.packages,
             timestamp=options.source_date_epoch,
             others=[(other.name, sha256_file(other)) for other in others],
+            warn=log.warn,
         )
     )
     state.variants = keep_variants(pipeline, artifact, log)
@@ -125,62 +130,113 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     manifest = _manifest(pipeline, binary)
     write_record(artifact / "build.json", manifest)
     _copy_logs(pipeline.reporter.log_dir, artifact / "logs")
-    # Signed on the host, before publication; the key never enters a container.
-    for shipped in manifest.artifact.binaries:
-        signature = pipeline.signer.sign(
-            artifact / shipped.file,
-            trusted_comment=artifact_comment(manifest, plan.artifact_dir, shipped.file),
-        )
-        log.line(
-            f"signed {shipped.file} -> {signature.name} with key "
-            f"{pipeline.signer.key.public.id_text} ({pipeline.signer.source})"
-        )
-    sums = write_checksums(artifact)
-    log.line(sums.read_text().rstrip())
-    release_dir = options.artifacts_dir / plan.release_dir
-    destination = release_dir / plan.artifact_dir
-    # All or nothing: the release index for the new state is written beside the staged
-    # artifact, everything is flushed to disk, and only then renamed into place together.
-    index = pipeline.staging / ".release-index"
-    index.mkdir()
-    # The archive and installer are staged with the index: they appear with it, or not at all.
-    staged = _stage_archive(pipeline, manifest, artifact, index, log)
-    with _PUBLISHING:
-        signed = write_release_index(
-            release_dir,
-            pipeline.signer,
-            index,
-            chain=SignedChain.read(release_dir, pipeline.signer.key.public),
-            incoming=(plan.artifact_dir, artifact),
-            staged=staged,
-        )
+    if pipeline.signer is None:  # `build --target`: signed later, by `release assemble`
+        handed = _need(pipeline.unsigned_out) / plan.artifact_dir
+        handed.parent.mkdir(parents=True, exist_ok=True)
         fsync_tree(artifact)
-        fsync_tree(index)
-        commit(
-            release_dir,
-            index=index,
-            backup=pipeline.staging / ".previous",
-            artifact=(artifact, plan.artifact_dir),
-        )
-    for path in signed.written:
-        log.line(f"release index: wrote {path.name}")
-    for entry in signed.left_out:
-        pipeline.reporter.warn(f"left out of the release's signature: {entry}")
+        artifact.replace(handed)
+        state.manifest, state.published = manifest, handed
+        log.detail = f"{handed} (unsigned)"
+        return
+    destination = sign_and_publish(
+        ArtifactToPublish(
+            folder=artifact,
+            name=plan.artifact_dir,
+            manifest=manifest,
+            source_archive=plan.source.archive,
+        ),
+        options,
+        pipeline.signer,
+        staging=pipeline.staging,
+        say=log.line,
+        warn=pipeline.reporter.warn,
+    )
     state.manifest, state.published = manifest, destination
     log.detail = str(destination)
 
 
+@dataclass(frozen=True)
+class ArtifactToPublish:
+    """A finished, unsigned artifact folder: `folder` (under staging) becomes
+    <release>/<name>/ with its signatures; its archive's docs come from `source_archive`."""
+
+    folder: Path
+    name: str
+    manifest: BuildManifest
+    source_archive: bytes  # the crate's planned source snapshot (a tar)
+
+
+def sign_and_publish(
+    artifact: ArtifactToPublish,
+    options: Options,
+    signer: Signer,
+    *,
+    staging: Path,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> Path:
+    """Sign the binaries, write the folder's SHA256SUMS, make its archive and install.sh,
+    rewrite the release index, and move it all into the release at once; where it went.
+    The same for a build and for `release assemble`, so both publish the same bytes."""
+    folder, manifest = artifact.folder, artifact.manifest
+    # Signed on the host, before publication; the key never enters a container.
+    for shipped in manifest.artifact.binaries:
+        signature = signer.sign(
+            folder / shipped.file,
+            trusted_comment=artifact_comment(manifest, artifact.name, shipped.file),
+        )
+        say(
+            f"signed {shipped.file} -> {signature.name} with key "
+            f"{signer.key.public.id_text} ({signer.source})"
+        )
+    sums = write_checksums(folder)
+    say(sums.read_text().rstrip())
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    # All or nothing: the release index for the new state is written beside the staged
+    # artifact, everything is flushed to disk, and only then renamed into place together.
+    index = staging / ".release-index"
+    index.mkdir()
+    # The archive and installer are staged with the index: they appear with it, or not at all.
+    staged = _stage_archive(artifact, options, signer, index, say)
+    with _PUBLISHING:
+        signed = write_release_index(
+            release_dir,
+            signer,
+            index,
+            chain=SignedChain.read(release_dir, signer.key.public),
+            incoming=(artifact.name, folder),
+            staged=staged,
+        )
+        fsync_tree(folder)
+        fsync_tree(index)
+        commit(
+            release_dir,
+            index=index,
+            backup=staging / ".previous",
+            artifact=(folder, artifact.name),
+        )
+    for path in signed.written:
+        say(f"release index: wrote {path.name}")
+    for entry in signed.left_out:
+        warn(f"left out of the release's signature: {entry}")
+    return release_dir / artifact.name
+
+
 def _stage_archive(
-    pipeline: Pipeline, manifest: BuildManifest, artifact: Path, index: Path, log: StepLog
+    artifact: ArtifactToPublish,
+    options: Options,
+    signer: Signer,
+    index: Path,
+    say: Callable[[str], None],
 ) -> list[str]:
     """Write `<artifact>.tar.xz` and install.sh, each signed, into the staged index folder;
     their release-relative names."""
-    plan, options = pipeline.plan, pipeline.options
+    manifest = artifact.manifest
     archive = write_archive(
-        index / archive_name(plan.artifact_dir),
-        top=plan.artifact_dir,
-        binaries=[artifact / b.file for b in manifest.artifact.binaries],
-        docs=crate_docs(plan.source.archive),
+        index / archive_name(artifact.name),
+        top=artifact.name,
+        binaries=[artifact.folder / b.file for b in manifest.artifact.binaries],
+        docs=crate_docs(artifact.source_archive),
         mtime=options.source_date_epoch,
     )
     installer = index / INSTALLER
@@ -190,8 +246,8 @@ def _stage_archive(
     written = []
     for path in (archive, installer):
         comment = f"orchestrator: {path.name} {options.binary} {options.version} inputs:{inputs}"
-        written += [path.name, pipeline.signer.sign(path, trusted_comment=comment).name]
-    log.line(f"archive {archive.name}: {archive.stat().st_size} bytes; {INSTALLER}")
+        written += [path.name, signer.sign(path, trusted_comment=comment).name]
+    say(f"archive {archive.name}: {archive.stat().st_size} bytes; {INSTALLER}")
     return written
 
 
@@ -216,6 +272,10 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         skipped=plan.gate_skipped or None,
     )
     shipped_variant = gate.shipped  # None: the most optimized variant ships unmeasured
+    pgo_shipped = state.pgo is not None and shipped_variant != "release"
+    bolt_shipped = bool(bolt and bolt.applied) and shipped_variant in (None, "bolt", "pgo-bolt")
+    if bolt is not None:
+        bolt = bolt.model_copy(update={"shipped": bolt_shipped})
     return BuildManifest(
         orchestrator_version=__version__,
         artifact=ArtifactInfo(
@@ -237,15 +297,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             ],
             optimizations=[
                 name
-                for name, on in (
-                    ("lto-fat", True),
-                    ("pgo", state.pgo is not None and shipped_variant != "release"),
-                    (
-                        "bolt",
-                        bool(bolt and bolt.applied)
-                        and shipped_variant in (None, "bolt", "pgo-bolt"),
-                    ),
-                )
+                for name, on in (("lto-fat", True), ("pgo", pgo_shipped), ("bolt", bolt_shipped))
                 if on
             ],
         ),
@@ -281,6 +333,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             profile=state.pgo.as_dict(),
             profile_key=plan.pgo.profile_key if plan.pgo else None,
             coverage=state.coverage.as_dict() if state.coverage else None,
+            shipped=pgo_shipped,
         )
         if state.pgo
         else None,

@@ -11,23 +11,28 @@ import shutil
 from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
-from orchestrator.execute.pipeline import (
-    BIN_DIR,
-    Pipeline,
-    cargo,
-    fetch_file,
-    run,
-    variant_binary,
+from orchestrator.execute.pipeline import Pipeline, cargo, fetch_file, variant_binary
+from orchestrator.execute.step_reuse import (
+    build_inputs,
+    config_of,
+    look_up,
+    mark_reused,
+    restore_binaries,
+    store,
 )
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
-from orchestrator.host.step_cache import StepEntry, files_tar
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
 from orchestrator.model.records import FileDigest, write_record
-from orchestrator.plan.step_keys import baseline_key
+from orchestrator.plan.step_keys import (
+    baseline_key,
+    cargo_test_key,
+    optimized_key,
+    release_key,
+)
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -59,44 +64,59 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
         box.put_archive(PATHS.root, item.archive)
     log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
     box.put_archive(PATHS.root, vendor.read_bytes())
-    # Read by the build but not part of its key (the plan cannot know them).
-    inputs = {"vendored_crates_sha256": sha256_file(vendor)}
-    key, cache = baseline_key(plan), pipeline.step_cache
-    entry = cache.get(key, StepName.BUILD_BASELINE, inputs, log.warn, log.line) if cache else None
+    key = baseline_key(plan, config_of(pipeline))
+    inputs = build_inputs(pipeline)  # read by the build, not part of its key
+    entry = look_up(pipeline, log, StepName.BUILD_BASELINE, key, inputs)
     if entry is not None:
-        _restore_baseline(pipeline, entry, log)
+        restore_binaries(pipeline, log, StepName.BUILD_BASELINE, "baseline", entry)
+        mark_reused(pipeline, log, StepName.BUILD_BASELINE, entry)
         return
     cargo(box, plan.variants["baseline"].build, log, StepName.BUILD_BASELINE)
     copied = pipeline.copy_binaries("baseline", log)
-    if cache is not None:
-        fetched = {name: fetch_file(box, path, pipeline.scratch) for name, path in copied.items()}
-        stored = cache.put(
-            key, StepName.BUILD_BASELINE, fetched, made_by=plan.artifact_dir, inputs=inputs
-        )
-        log.line(f"baseline binaries kept in the step cache: {stored.folder}")
-
-
-def _restore_baseline(pipeline: Pipeline, entry: StepEntry, log: StepLog) -> None:
-    """Put the cached baseline binaries where the later steps read them."""
-    names = list(pipeline.plan.variants["baseline"].binaries)
-    run(pipeline.box, ["mkdir", "-p", BIN_DIR], log, StepName.BUILD_BASELINE)
-    log.line(f"+ docker cp <step cache {entry.record.key[:12]}> {BIN_DIR}/baseline")
-    pipeline.box.put_archive(
-        BIN_DIR, files_tar("baseline", {name: entry.file(name) for name in names})
-    )
-    pipeline.state.reused[StepName.BUILD_BASELINE] = entry.reused()
-    log.mark_cached(entry.describe(pipeline.plan.artifact_dir))
+    store(pipeline, log, StepName.BUILD_BASELINE, key, container_files=copied, inputs=inputs)
 
 
 def build_release(pipeline: Pipeline, log: StepLog) -> None:
+    key, inputs = release_key(pipeline.plan, config_of(pipeline)), build_inputs(pipeline)
+    entry = look_up(pipeline, log, StepName.BUILD_RELEASE, key, inputs)
+    if entry is not None:
+        pipeline.take(restore_binaries(pipeline, log, StepName.BUILD_RELEASE, "release", entry))
+        mark_reused(pipeline, log, StepName.BUILD_RELEASE, entry)
+        return
     cargo(pipeline.box, pipeline.plan.variants["release"].build, log, StepName.BUILD_RELEASE)
     pipeline.ship("release", log)
+    copied = {name: variant_binary("release", name) for name in pipeline.plan.binaries}
+    store(pipeline, log, StepName.BUILD_RELEASE, key, container_files=copied, inputs=inputs)
+
+
+CARGO_LOG = "cargo.log"  # the cached optimized build's output: its missing-profile warnings
 
 
 def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
     plan, state = pipeline.plan, pipeline.state
-    output = cargo(pipeline.box, plan.variants["optimized"].build, log, StepName.BUILD_OPTIMIZED)
-    pipeline.ship("optimized", log)
+    profile = state.pgo.sha256 if state.pgo is not None else None
+    key = optimized_key(plan, profile, config_of(pipeline))
+    inputs = build_inputs(pipeline)
+    entry = look_up(pipeline, log, StepName.BUILD_OPTIMIZED, key, inputs)
+    if entry is not None:
+        restored = restore_binaries(pipeline, log, StepName.BUILD_OPTIMIZED, "optimized", entry)
+        pipeline.take(restored)
+        output = entry.file(CARGO_LOG).read_text()
+    else:
+        output = cargo(pipeline.box, plan.variants["optimized"].build, log, "build-optimized")
+        pipeline.ship("optimized", log)
+        copied = {name: variant_binary("optimized", name) for name in plan.binaries}
+        texts = {CARGO_LOG: output}
+        store(
+            pipeline,
+            log,
+            "build-optimized",
+            key,
+            container_files=copied,
+            texts=texts,
+            inputs=inputs,
+        )
+    detail = ""
     if plan.pgo is not None and state.pgo is not None:
         functions = state.pgo.details.get("functions", 0)
         coverage = Coverage(
@@ -105,24 +125,47 @@ def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
             max_missing_ratio=plan.pgo.max_missing_ratio,
         )
         state.coverage = coverage
-        log.detail = (
+        detail = (
             f"{coverage.missing_functions} functions without profile ({coverage.missing_ratio:.1%})"
         )
         coverage.check()
+    if entry is not None:
+        mark_reused(pipeline, log, StepName.BUILD_OPTIMIZED, entry, detail)
+    else:
+        log.detail = detail
+
+
+TEST_LOG = "cargo-test.log"  # what the passing run printed: the record that it passed
 
 
 def test(pipeline: Pipeline, log: StepLog) -> None:
-    cargo(pipeline.box, pipeline.plan.test, log, StepName.TEST)
+    plan, state = pipeline.plan, pipeline.state
+    profile = state.pgo.sha256 if state.pgo is not None else None
+    key = cargo_test_key(plan, profile, config_of(pipeline))
+    inputs = build_inputs(pipeline)
+    entry = look_up(pipeline, log, StepName.TEST, key, inputs)
+    if entry is not None:
+        mark_reused(pipeline, log, StepName.TEST, entry)
+        return
+    output = cargo(pipeline.box, plan.test, log, StepName.TEST)
+    store(
+        pipeline,
+        log,
+        StepName.TEST,
+        key,
+        container_files={},
+        texts={TEST_LOG: output},
+        inputs=inputs,
+    )
 
 
 def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, FileDigest]:
     """Store every variant's main binary for `orchestrator bench`, keyed by the shipped one."""
     state = pipeline.state
     main = pipeline.plan.binary
-    names = {
-        "baseline": variant_binary("baseline", main),
-        "release": variant_binary("release", main),
-    }
+    names = {"baseline": variant_binary("baseline", main)}
+    if "release" in pipeline.plan.variants:  # planned only where something reads it
+        names["release"] = variant_binary("release", main)
     if pipeline.plan.pgo:
         names["pgo"] = state.unbolted
     if state.bolted:  # kept whether or not the speed gate shipped it

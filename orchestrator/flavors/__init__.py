@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.aarch64 import Aarch64Flavor
 from orchestrator.flavors.base import DeviceCode, Flavor
@@ -21,8 +22,11 @@ def get_flavor(name: str) -> Flavor:
     try:
         return FLAVORS[name]
     except KeyError:
+        what = "an empty flavor name" if not name.strip() else f"unknown flavor {name!r}"
+        meant = suggest(name, FLAVORS)
         raise ConfigError(
-            f"unknown flavor {name!r}", hint="Known flavors: " + ", ".join(FLAVORS)
+            what + (f"; did you mean {meant!r}?" if meant else ""),
+            hint="Known flavors: " + ", ".join(FLAVORS),
         ) from None
 
 

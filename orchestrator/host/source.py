@@ -12,7 +12,7 @@ from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.packing import pack_tree
 from orchestrator.host.staging import staging_root
-from orchestrator.host.system import source_identity
+from orchestrator.host.system import changed_paths, repository_path, source_identity
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.plan.build_plan import SourceSnapshot
@@ -70,8 +70,18 @@ def crate_snapshot(options: Options) -> SourceSnapshot:
 
 def crate_identity(options: Options) -> dict[str, object]:
     """The crate's git commit and whether it has local changes; the last release's own
-    artifacts in the crate (not ignored by git) do not make it dirty."""
-    return source_identity(options.crate_dir, own_folders(options))
+    artifacts in the crate (not ignored by git) do not make it dirty, nor does the config
+    file: the lock carries its text, and `reproduce` puts it back among the sources."""
+    config = repository_path(options.config_path)
+    recorded = [config] if config else []
+    return source_identity(options.crate_dir, own_folders(options), recorded=recorded)
+
+
+def uncommitted_changes(options: Options) -> list[str]:
+    """The files that make the crate dirty (crate_identity), from the repository's root."""
+    config = repository_path(options.config_path)
+    changed = changed_paths(options.crate_dir, own_folders(options)) or []
+    return sorted(path for path in changed if path != config)
 
 
 def snapshot(

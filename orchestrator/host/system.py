@@ -39,10 +39,52 @@ def git_commit_time(directory: Path) -> int | None:
     return int(out) if out and out.isdigit() else None
 
 
-def source_identity(crate_dir: Path, exclude: Sequence[PurePosixPath] = ()) -> dict[str, object]:
+def source_identity(
+    crate_dir: Path,
+    exclude: Sequence[PurePosixPath] = (),
+    *,
+    recorded: Sequence[str] = (),
+) -> dict[str, object]:
     """The git commit the sources come from, and whether the tree had local changes
-    outside `exclude` (folders relative to `crate_dir`)."""
+    outside `exclude` (folders relative to `crate_dir`) other than `recorded` (paths from
+    the repository's root whose content a lock carries itself: the config file)."""
     commit = git(crate_dir, "rev-parse", "HEAD")
+    changed = changed_paths(crate_dir, exclude)
+    if changed is None:
+        return {"git_commit": commit, "dirty": None}
+    return {"git_commit": commit, "dirty": any(path not in recorded for path in changed)}
+
+
+def changed_paths(crate_dir: Path, exclude: Sequence[PurePosixPath] = ()) -> list[str] | None:
+    """Files below `crate_dir` that differ from the commit (changed, added, deleted,
+    untracked), as paths from the repository's root; None without git or a repository."""
     left_out = [f":(exclude){folder.as_posix()}" for folder in exclude]
-    status = git(crate_dir, "status", "--porcelain", "--", ".", *left_out)
-    return {"git_commit": commit, "dirty": bool(status) if status is not None else None}
+    argv = ["git", "-C", str(crate_dir), "status", "--porcelain", "-z"]
+    argv += ["--untracked-files=all", "--", ".", *left_out]
+    try:
+        out = subprocess.run(argv, capture_output=True, check=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    entries = out.decode(errors="replace").split("\0")
+    paths: list[str] = []
+    index = 0
+    while index < len(entries):
+        entry = entries[index]
+        index += 1
+        if len(entry) < 4:  # the empty string after the last NUL
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":  # a rename or copy: its source path follows
+            index += 1
+    return paths
+
+
+def repository_path(path: Path) -> str | None:
+    """`path` relative to the root of the git repository holding it; None outside one."""
+    top = git(path.parent, "rev-parse", "--show-toplevel")
+    if not top:
+        return None
+    try:
+        return path.resolve().relative_to(Path(top).resolve()).as_posix()
+    except ValueError:
+        return None

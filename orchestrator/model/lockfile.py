@@ -161,6 +161,17 @@ class BoltInputs(Record):
     flags: list[str]
 
 
+class SharedPins(Record):
+    """What every target of a release shares in its lock: the base rootfs (and how it was
+    made), the vendored crates and the training inputs, by sha256 in the vault. A target
+    folder built on its own (`build --target`) carries them, for `release assemble`."""
+
+    rootfs_sha256: Sha256
+    mmdebstrap: RootfsRecipe
+    vendor_sha256: Sha256
+    inputs: list[LockInputArchive] = Field(default_factory=list)
+
+
 class LockInputs(Record):
     """What the plan fixes before anything runs (plan/serialize.py's `plan_inputs`)."""
 

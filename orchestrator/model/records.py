@@ -163,6 +163,9 @@ class PgoInfo(Record):
     profile: JsonDict
     profile_key: str | None
     coverage: JsonDict | None
+    # Whether the published binary was built with the profile (the speed gate may ship the
+    # release profile instead); added within version 2: null in older files.
+    shipped: bool | None = None
 
 
 class BoltInfo(Record):
@@ -172,7 +175,10 @@ class BoltInfo(Record):
     mode_reason: str | None = None
     profile: JsonDict | None = None
     coverage: JsonDict | None = None
-    applied: bool = False
+    applied: bool = False  # BOLT made a binary that validated: a candidate for the gate
+    # Whether the published binary is BOLT's (the gate may ship a variant without it);
+    # added within version 2: null in older files.
+    shipped: bool | None = None
     fallback_reason: str | None = None
     size: JsonDict | None = None  # bytes before and after BOLT, and their ratio
     sample_gate: JsonDict | None = None  # a sampled profile's count and the threshold

@@ -186,6 +186,17 @@ class BenchReport(Record):
 
 
 # -- orchestrator release --dry-run --json ----------------------------------------------
+class StepNote(Record):
+    """`release --dry-run`: whether one cached step of a target would run, and why."""
+
+    step: str
+    reused: bool | None = Field(
+        description="true: its outputs come from the step cache (or a stored profile) or "
+        "from an earlier target of this release; false: it runs; null: decided as it runs"
+    )
+    reason: str
+
+
 class CacheState(Record):
     """What the caches already hold for a target; null where it cannot be known."""
 
@@ -206,6 +217,11 @@ class CacheState(Record):
         "a tampered entry or other vendored crates still run it)",
     )
     baseline_reason: str = Field("", description="where the reused baseline comes from")
+    steps: list[StepNote] = Field(
+        default_factory=list,
+        description="each step the step cache may skip, in build order: run or reused, and "
+        "why (not verified here: a tampered entry or other vendored crates still run it)",
+    )
 
     def labelled(self) -> dict[str, bool | None]:
         if self.artifact:
@@ -216,6 +232,12 @@ class CacheState(Record):
             "crates": self.crates,
             "pgo profile": self.pgo_profile,
             "baseline build": self.baseline,  # whence: baseline_reason (--json)
+            **{
+                f"{note.step} ({note.reason})": True
+                for note in self.steps
+                # the baseline has its own label; pgo-instrument speaks for the PGO steps
+                if note.reused and note.step not in ("build-baseline", "pgo-train", "pgo-merge")
+            },
         }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator.config.checks import memory_bytes
 from orchestrator.config.kinds import Run
@@ -30,6 +30,9 @@ from orchestrator.plan.portable import (
 )
 from orchestrator.plan.runs import RunPlan, TrainInput, run_plan
 from orchestrator.plan.steps import Step, steps_of
+
+# BOLT rewrites the layout and needs the linker's relocations to do it.
+RELOCATIONS = "-Clink-arg=-Wl,--emit-relocs"
 
 # The seeds' release profile, injected with `cargo --config` so the user's Cargo.toml
 # is never edited.
@@ -106,6 +109,9 @@ class BuildPlan:
     variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
     test: CargoCommand
     test_skipped: str  # why `cargo test` does not run ([test] reason), or "" when it runs
+    test_cpu: str  # the target-cpu `cargo test` compiles for
+    # "" when `cargo test` runs with the shipped flags; else whose flags it runs with, and why
+    test_shared: str
     run: RunPlan
     pgo: PgoPlan | None
     bolt: BoltPlan | None
@@ -220,20 +226,70 @@ def _pgo_plan(
     )
 
 
-def make_plan(
+def shared_test_level(options: Options, flavor: Flavor, target_cpu: str) -> str:
+    """The level whose flags `cargo test` uses instead of `target_cpu`'s, or "" for its own.
+
+    The tests of one flavor's levels read the same sources, features and toolchain; only
+    -Ctarget-cpu tells them apart. Every level but the first runs the first level's test
+    command, so the step cache runs it once per flavor: unless the flavor asks for tests at
+    every level, or has one level, or this build's CPU is not one of its levels.
+    """
+    if options.settings_for(flavor.name).test_every_level:
+        return ""
+    levels = flavor.levels(options)
+    if len(levels) < 2 or target_cpu not in levels:
+        return ""
+    return levels[0]
+
+
+@dataclass(frozen=True)
+class _TestFlags:
+    cpu: str  # the target-cpu the tests are compiled for
+    flags: tuple[str, ...]
+    target_dir: str  # below PATHS.target, where a build with the same flags left its deps
+    shared: str  # "" for the shipped flags; else whose flags, and why
+
+
+def _test_flags(
     options: Options,
     flavor: Flavor,
+    target_cpu: str,
     *,
-    toolchain: ToolchainSpec,
-    base: BaseSpec,
-    dockerfile: str,
-    packages: Mapping[str, str],
-    source: SourceSnapshot,
-    inputs: tuple[TrainInput, ...] = (),
-    distros: tuple[DistroSpec, ...] = (),
-) -> BuildPlan:
-    flavor.validate(options)
-    target_cpu = flavor.target_cpu(options)
+    shipped: tuple[str, tuple[str, ...]],  # the shipped variant's name and rustflags
+    release_dir: str,
+    sysroot: SysrootPlan | None,
+) -> _TestFlags:
+    """The flags `cargo test` runs with: the shipped ones, or the flavor's first level's
+    release-profile flags. Those leave out the PGO profile (each level trains its own:
+    reading it would make the levels' test commands differ again) and BOLT's relocations
+    (they change nothing a test sees), and build where the first level's release build
+    left its dependencies."""
+    level = shared_test_level(options, flavor, target_cpu)
+    shipped_variant, shipped_flags = shipped
+    if not level:
+        return _TestFlags(target_cpu, shipped_flags, shipped_variant, "")
+    first = replace(options, target_cpu=level)
+    cpu = flavor.target_cpu(first)
+    return _TestFlags(
+        cpu,
+        _rustflags(first, flavor, release_dir, sysroot)[1],
+        "release",
+        f"the release-profile flags of {flavor.name}'s first level {cpu}: every "
+        f"level of {flavor.name} runs this one command, so the step cache runs it once "
+        f"(flavors.{flavor.name}.test_every_level = true tests each level)",
+    )
+
+
+def release_needed(options: Options, flavor: Flavor, gate: GatePlan | None) -> bool:
+    """Whether the release-profile build has a reader: it ships when there is no PGO and
+    no BOLT, and the speed gate counts it as a candidate (`best` may ship it, `require-all`
+    checks it against the baseline). Without a gate (policy off, an emulated target, no
+    workloads) the most optimized variant ships unmeasured and nothing reads it."""
+    return gate is not None or not (options.pgo or options.bolt)
+
+
+def _check_workloads(options: Options) -> None:
+    """PGO and BOLT train on workloads, and BOLT on the main binary's."""
     if (options.pgo or options.bolt) and not options.workloads:
         raise ConfigError(
             f"{options.config_path}: PGO and BOLT train on workloads, but [train] workloads "
@@ -248,6 +304,23 @@ def make_plan(
             hint=f"Add a workload for {options.binary} (a plain argument list), or build with "
             "--no-bolt.",
         )
+
+
+def make_plan(
+    options: Options,
+    flavor: Flavor,
+    *,
+    toolchain: ToolchainSpec,
+    base: BaseSpec,
+    dockerfile: str,
+    packages: Mapping[str, str],
+    source: SourceSnapshot,
+    inputs: tuple[TrainInput, ...] = (),
+    distros: tuple[DistroSpec, ...] = (),
+) -> BuildPlan:
+    flavor.validate(options)
+    target_cpu = flavor.target_cpu(options)
+    _check_workloads(options)
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
     settings = options.settings_for(flavor.name)
@@ -310,12 +383,14 @@ def make_plan(
         )
 
     runs = run_plan(options, inputs)
+    gate, gate_skipped = gate_plan(options, flavor)
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
         variant("baseline", baseline_flags, profile=False),
-        variant("release", rustflags),
     ]
+    if release_needed(options, flavor, gate):
+        variants.append(variant("release", rustflags))
     optimized_flags = rustflags
     pgo: PgoPlan | None = None
     if options.pgo:
@@ -338,8 +413,7 @@ def make_plan(
         )
     bolt: BoltPlan | None = None
     if options.bolt:
-        # BOLT rewrites the layout and needs the linker's relocations to do it.
-        optimized_flags = (*optimized_flags, "-Clink-arg=-Wl,--emit-relocs")
+        optimized_flags = (*optimized_flags, RELOCATIONS)
         bolt = BoltPlan(
             mode=bolt_mode(options, flavor),
             instrument_args=flavor.bolt_instrument_args(toolchain),
@@ -357,7 +431,15 @@ def make_plan(
         )
     if options.pgo or options.bolt:
         variants.append(variant("optimized", optimized_flags))
-    test = command("test", f"{PATHS.target}/{variants[-1].name}", optimized_flags, profile=True)
+    tests = _test_flags(
+        options,
+        flavor,
+        target_cpu,
+        shipped=(variants[-1].name, optimized_flags),
+        release_dir=release_dir,
+        sysroot=sysroot,
+    )
+    test = command("test", f"{PATHS.target}/{tests.target_dir}", tests.flags, profile=True)
     # Last: a "--" among them passes what follows to the test binaries.
     test = CargoCommand((*test.argv, *options.test_args), test.environment)
     fetch = CargoCommand(
@@ -375,7 +457,6 @@ def make_plan(
     )
 
     device_code = flavor.device_code(options)
-    gate, gate_skipped = gate_plan(options, flavor)
     steps = steps_of(
         options,
         base_reference=base_image.reference,
@@ -385,6 +466,8 @@ def make_plan(
         pgo=pgo is not None,
         bolt=(bolt.mode, bolt.flags) if bolt else None,
         optimized=variants[-1].name == "optimized",
+        release="release" in {v.name for v in variants},
+        test_cpu=tests.cpu if tests.shared else "",
         gate=gate,
         distros=tuple(d.title for d in distros) if options.distro_check != "off" else (),
         glibc_view=sysroot.glibc if sysroot and sysroot.view_dir else "",
@@ -408,6 +491,8 @@ def make_plan(
         variants={v.name: v for v in variants},
         test=test,
         test_skipped="" if options.test_enabled else options.test_reason.strip(),
+        test_cpu=tests.cpu,
+        test_shared=tests.shared,
         run=runs,
         pgo=pgo,
         bolt=bolt,

@@ -16,6 +16,9 @@ from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
 from orchestrator.model.hashing import content_hash
 from orchestrator.plan.build_plan import BuildPlan
 
+# The `encoded_rustflags` entry of `cargo test`, where its flags are not the shipped ones.
+TEST_FLAGS = "cargo-test"
+
 # Settings that say where things go or how a release is reported, never what a target's
 # build reads or checks: changing one keeps a published artifact current.
 _NOT_ACTION_INPUTS = frozenset(
@@ -31,6 +34,7 @@ _NOT_ACTION_INPUTS = frozenset(
         "signing.secret_key",  # instead, a cached artifact must verify under the key
         "limits.pids",  # a build either fits its limits or fails: they change no bytes
         "limits.memory",
+        "ci.runners",  # where `orchestrator ci`'s generated jobs run, not what they build
     }
 )
 
@@ -78,7 +82,12 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "environment": {
             k: v for k, v in sorted(final.environment.items()) if k != "CARGO_ENCODED_RUSTFLAGS"
         },
-        "encoded_rustflags": {name: variant.rustflags for name, variant in plan.variants.items()},
+        "encoded_rustflags": {
+            **{name: variant.rustflags for name, variant in plan.variants.items()},
+            # Only where the tests run another level's flags than the shipped (absent
+            # otherwise, as in locks written before the levels shared one test command).
+            **({TEST_FLAGS: cargo_test_rustflags(plan)} if plan.test_shared else {}),
+        },
         "cargo_test": list(plan.test.argv),
         "gpu_targets": list(plan.device_code.targets) if plan.device_code else [],
         "workloads": [w.shape() for w in plan.workloads],
@@ -90,6 +99,26 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "test_skipped": plan.test_skipped,
         "glibc_floor": plan.glibc_floor,
     }
+
+
+def cargo_test_rustflags(plan: BuildPlan) -> list[str]:
+    return plan.test.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
+
+def cargo_test_record(plan: BuildPlan) -> dict[str, object]:
+    """build.json's `tests`: the command as run and the target-cpu it compiled for (with
+    why, when that is the flavor's first level rather than the shipped one), or why the
+    tests did not run."""
+    if plan.test_skipped:
+        return {"ran": False, "reason": plan.test_skipped}
+    record: dict[str, object] = {
+        "ran": True,
+        "cargo": list(plan.test.argv),
+        "target_cpu": plan.test_cpu,
+    }
+    if plan.test_shared:
+        record |= {"rustflags": cargo_test_rustflags(plan), "shared": plan.test_shared}
+    return record
 
 
 def plan_summary(plan: BuildPlan) -> dict[str, object]:
@@ -114,6 +143,8 @@ def plan_summary(plan: BuildPlan) -> dict[str, object]:
         },
         "test": list(plan.test.argv),
         "test_skipped": plan.test_skipped or None,
+        "test_target_cpu": plan.test_cpu,
+        "test_shared": plan.test_shared or None,
         "run": plan.run.as_dict(),
         "pgo": {"profile_key": plan.pgo.profile_key} if plan.pgo else None,
         "bolt": {

@@ -63,6 +63,8 @@ def steps_of(
     pgo: bool,
     bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
     optimized: bool,
+    release: bool = True,  # the release-profile build has a reader (build_plan.release_needed)
+    test_cpu: str = "",  # set when `cargo test` runs another level's flags than the shipped
     gate: GatePlan | None = None,
     distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
     glibc_view: str = "",  # the sysroot's glibc, when the floor is older and needs a view
@@ -90,8 +92,9 @@ def steps_of(
     steps += [
         Step(StepName.FETCH_CRATES, "vendor crates listed in Cargo.lock", network=True),
         Step(StepName.BUILD_BASELINE, "plain cargo build --release (the yardstick)"),
-        Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"),
     ]
+    if release:
+        steps.append(Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"))
     if pgo:
         steps += [
             Step(StepName.PGO_INSTRUMENT, "instrumented build (-Cprofile-generate)"),
@@ -107,7 +110,8 @@ def steps_of(
         )
         steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
     if options.test_enabled:  # off only with a reason, which build.json records
-        steps.append(Step(StepName.TEST, "cargo test --release with the shipped flags"))
+        what = f"target-cpu {test_cpu}, shared by the levels" if test_cpu else "the shipped flags"
+        steps.append(Step(StepName.TEST, f"cargo test --release with {what}"))
     if bolt:
         mode, flags = bolt
         steps += [

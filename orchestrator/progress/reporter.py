@@ -139,10 +139,11 @@ class StepLog:
         live: LiveLine | None = None,
         *,
         warn: Callable[[str], None] | None = None,
+        status_prefix: Callable[[], str] | None = None,
     ) -> None:
         self._handle = handle
         self._warn = warn
-        self._status_prefix = Text(f"{name}: ")
+        self._status_prefix = status_prefix or (lambda: f"{name}: ")
         self._status = status
         self._echo = echo
         self._live = live
@@ -160,8 +161,9 @@ class StepLog:
         self.tail = [*self.tail[-39:], text]
         if self._echo is not None:
             self._echo.print(Text(text), soft_wrap=True, highlight=False)
-        elif self._status is not None and text.strip():
-            self._status.update(self._status_prefix + Text(text.strip()[:100], style="dim"))
+        elif self._status is not None and text.strip() and not text.startswith("+ "):
+            # A command's own line (+ ENV=... cargo ...) says less than where the step is.
+            self._status.update(Text(self._status_prefix()) + Text(text.strip()[:100], style="dim"))
         elif self._live is not None:
             self._live.output(text)
 
@@ -194,8 +196,13 @@ class Reporter:
         heartbeat_seconds: float = HEARTBEAT_SECONDS,
         prefix: str = "",
         live: LiveLine | None = None,
+        plan_steps: Sequence[str] = (),
+        estimates: Mapping[str, float] | None = None,
     ) -> None:
         self.console = console
+        # "step 5 of 14" and, where this machine ran the step before, the time it took
+        self.plan_steps = list(plan_steps)
+        self.estimates = dict(estimates or {})
         # Targets built side by side share the console: each line says whose it is, and
         # no spinner runs (one live display at a time). On a terminal their live lines
         # show the running step; elsewhere a heartbeat says what still runs.
@@ -221,12 +228,41 @@ class Reporter:
         """Whether step output is printed: with -v, and folded on GitHub Actions."""
         return self.verbose or self.github
 
+    def where(self, name: str) -> str:
+        """'step 5/14' when the plan's steps are known, else ''."""
+        if name not in self.plan_steps:
+            return ""
+        return f"step {self.plan_steps.index(name) + 1}/{len(self.plan_steps)}"
+
+    def time_left(self, name: str, elapsed: float) -> str:
+        """'about 3m0s left', or how far past the usual time it is; '' without history."""
+        usual = self.estimates.get(name)
+        if usual is None or usual < 1:
+            return ""
+        if elapsed <= usual:
+            return f"about {duration_text(usual - elapsed)} left"
+        return f"past the {duration_text(usual)} it took before"
+
+    def _progress(self, name: str, started: float) -> str:
+        elapsed = time.monotonic() - started
+        parts = [self.where(name), duration_text(elapsed), self.time_left(name, elapsed)]
+        return ", ".join(part for part in parts if part)
+
     def _heartbeat(self, name: str, started: float, sink: StepLog) -> None:
-        last = next((line.strip() for line in reversed(sink.tail) if line.strip()), "")
+        last = next(
+            (
+                line.strip()
+                for line in reversed(sink.tail)
+                if line.strip() and not line.startswith("+ ")
+            ),
+            "",
+        )
         shown = (last[:117] + "...") if len(last) > 120 else last
-        elapsed = duration_text(time.monotonic() - started)
         self._print(
-            Text(f"still running: {name} ({elapsed}, last output: {shown or 'none yet'})"),
+            Text(
+                f"still running: {name} ({self._progress(name, started)}, "
+                f"last output: {shown or 'none yet'})"
+            ),
             highlight=False,
             soft_wrap=True,
         )
@@ -250,8 +286,14 @@ class Reporter:
         if self.live is not None:  # its live line shows the step while it runs
             self.live.step(name)
         else:
+            where = ", ".join(
+                part for part in (self.where(name), self.time_left(name, 0.0)) if part
+            )
             self._print(
-                Text.assemble((f"{self.marks.start} {name}", "bold"), f": {title}"),
+                Text.assemble(
+                    (f"{self.marks.start} {name}", "bold"),
+                    f": {title}" + (f" ({where})" if where else ""),
+                ),
                 highlight=False,
                 soft_wrap=True,
             )
@@ -259,7 +301,11 @@ class Reporter:
             status: Status | None = None
             if self.spinner:
                 spinner = "dots" if self.marks is UNICODE_MARKS else "line"
-                status = self.console.status(Text(f"{name}: {title}"), spinner=spinner)
+                where = self.where(name)
+                status = self.console.status(
+                    Text(f"{name}" + (f" ({where})" if where else "") + f": {title}"),
+                    spinner=spinner,
+                )
                 status.start()
             if self.github:  # GitHub folds what follows until ::endgroup::
                 self._print(Text(f"::group::{name} log"), highlight=False, soft_wrap=True)
@@ -271,6 +317,7 @@ class Reporter:
                 name,
                 self.live,
                 warn=lambda text: self._step_warning(name, text),
+                status_prefix=lambda: f"{name} ({self._progress(name, started)}): ",
             )
             heartbeat: Heartbeat | None = None
             if self.ci or (self.prefix and self.live is None):

@@ -34,10 +34,13 @@ from orchestrator.model.lockfile import (
     LockedProfile,
     LockedTarget,
     LockfileError,
+    LockInputArchive,
     LockInputs,
     LockLimits,
     LockOutput,
     LockResolved,
+    RootfsRecipe,
+    SharedPins,
     drift,
     lock_document,
     write_lock,
@@ -55,9 +58,17 @@ def vault_for(options: Options) -> Vault:
 
 
 # -- writing the lock ---------------------------------------------------------------
-def _locked_target(
-    target: Target, plan: BuildPlan, manifest: BuildManifest, artifact: Path, vault: Vault
+def locked_target(
+    target: Target,
+    plan: BuildPlan,
+    manifest: BuildManifest,
+    artifact: Path,
+    vault: Vault,
+    *,
+    archive: Path | None,
 ) -> LockedTarget:
+    """A target's lock entry: its plan's inputs, what resolved them (the .debs and profiles,
+    put in the vault), and its outputs; `archive` is its <artifact>.tar.xz, if any."""
     options = target.options
     built = {
         "toolchain image": manifest.images.toolchain.input_hash,
@@ -129,7 +140,6 @@ def _locked_target(
         LockOutput(file=b.file, sha256=b.sha256, size=b.size)
         for b in manifest.artifact.other_binaries
     ]
-    archive = artifact.parent / archive_name(artifact.name)
     return LockedTarget(
         level=target.level,
         inputs=LockInputs.model_validate(plan_inputs(plan)),
@@ -139,7 +149,7 @@ def _locked_target(
         archive=LockOutput(
             file=archive.name, sha256=sha256_file(archive), size=archive.stat().st_size
         )
-        if archive.is_file()
+        if archive is not None
         else None,
         built_on=manifest.engine,
     )
@@ -157,14 +167,31 @@ def record_release(
         if not (artifact / "build.json").is_file():
             continue  # failed or never built: not part of the release
         manifest = read_record(artifact / "build.json", BuildManifest)
-        locked.append(_locked_target(target, plan, manifest, artifact, vault))
+        archive = artifact.parent / archive_name(artifact.name)
+        locked.append(
+            locked_target(
+                target,
+                plan,
+                manifest,
+                artifact,
+                vault,
+                archive=archive if archive.is_file() else None,
+            )
+        )
         plans.append(plan)
     if not locked:
         raise LockfileError(
             f"{release_dir} holds no published artifact of the configured targets",
             hint="Run `orchestrator release` first.",
         )
-    plan = plans[0]
+    return write_release_lock(
+        options, plans[0], shared_pins(options, plans[0], vault), locked, release_dir
+    )
+
+
+def shared_pins(options: Options, plan: BuildPlan, vault: Vault) -> SharedPins:
+    """What every target of a release shares in its lock (the base rootfs, the vendored
+    crates, the training inputs), each put in the vault from this machine's cache."""
     rootfs = options.cache_dir / "rootfs" / f"{plan.base_image.input_hash}.tar"
     if not rootfs.is_file():
         raise LockfileError(
@@ -178,6 +205,30 @@ def record_release(
             hint="Release again (orchestrator release): it vendors them afresh.",
         )
     rootfs_sha256 = vault.put(rootfs)
+    return SharedPins(
+        rootfs_sha256=rootfs_sha256,
+        mmdebstrap=RootfsRecipe.model_validate(_rootfs_recipe(plan, rootfs, rootfs_sha256)),
+        vendor_sha256=vault.put(vendor),
+        inputs=[
+            LockInputArchive(
+                name=item.name,
+                sha256=vault.put_bytes(item.archive, f"{item.name}.tar"),
+                size=len(item.archive),
+            )
+            for item in plan.run.inputs
+        ],
+    )
+
+
+def write_release_lock(
+    options: Options,
+    plan: BuildPlan,
+    pins: SharedPins,
+    locked: Sequence[LockedTarget],
+    release_dir: Path,
+) -> Path:
+    """release.lock from the targets' entries and what they share, for the sources of the
+    checkout `options` reads (the same for every target)."""
     identity = crate_identity(options)
     if not options.crate_dir.is_relative_to(options.project_dir):
         raise LockfileError(
@@ -201,22 +252,15 @@ def record_release(
             "source_date_epoch": options.source_date_epoch,
             "source_archive_sha256": plan.source.archive_sha256,
             "cargo_lock_sha256": plan.source.cargo_lock_sha256,
-            "vendor_sha256": vault.put(vendor),
+            "vendor_sha256": pins.vendor_sha256,
             "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
             "exclude": list(options.source_exclude),
-            "inputs": [
-                {
-                    "name": item.name,
-                    "sha256": vault.put_bytes(item.archive, f"{item.name}.tar"),
-                    "size": len(item.archive),
-                }
-                for item in plan.run.inputs
-            ],
+            "inputs": [item.dump() for item in pins.inputs],
         },
         base={
             **plan.base.as_dict(),
-            "mmdebstrap": _rootfs_recipe(plan, rootfs, rootfs_sha256),
-            "rootfs_sha256": rootfs_sha256,
+            "mmdebstrap": pins.mmdebstrap.dump(),
+            "rootfs_sha256": pins.rootfs_sha256,
         },
         targets=locked,
         # Settings of this run, like every target's: `reproduce` runs under the same.

@@ -36,12 +36,13 @@ from orchestrator.model.reports import (
 )
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.plan.step_keys import baseline_key
+from orchestrator.plan.step_keys import baseline_key, config_member
 from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import in_ci, marks_for
 from orchestrator.release.action_cache import look_up
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
 from orchestrator.release.schedule import Needs, fits, needs_by_flavor
+from orchestrator.release.step_plan import StepPlanner
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.api import EngineApi, engine_facts
 from orchestrator.runtime.engine import Engine
@@ -107,8 +108,10 @@ def dry_run(
     cache = options.cache_dir
     steps = StepCache(cache / "steps")
     baselines: dict[str, str] = {}  # baseline key -> the first target that builds it
+    # Per cached step: run or reused, and why.
+    planner = StepPlanner(cache, {}, config_member(options.config_path, options.crate_dir))
     for target, plan in plan_targets(chosen):
-        key = baseline_key(plan)
+        key = baseline_key(plan, planner.config)
         first = baselines.setdefault(key, plan.artifact_dir)
         if first != plan.artifact_dir:
             baseline = f"same inputs as {first}"
@@ -128,6 +131,7 @@ def dry_run(
             artifact_reason=lookup.reason,
             baseline=bool(baseline),
             baseline_reason=baseline,
+            steps=planner.notes(plan),
         )
         images = (plan.image.reference, plan.base_image.reference)
         answered = fits(needs.get(target.flavor, Needs()), images, facts)

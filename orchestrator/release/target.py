@@ -17,6 +17,7 @@ from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, locate, measure
 from orchestrator.execute.build import run_build
 from orchestrator.flavors import get_flavor
+from orchestrator.host.step_times import earlier_step_seconds
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import BuildManifest
 from orchestrator.model.release_summary import TargetSummary, bolt_summary
@@ -56,6 +57,7 @@ class TargetResult:
     engine: str | None = None  # the Docker context of the engine that built it
     moves: list[str] = field(default_factory=list)  # engines it left: "ctx: why"
     error: str = ""  # the first line of the error's message
+    folder: Path | None = None  # where its build put the artifact folder
     warnings: list[str] = field(default_factory=list)
     exception: OrchestratorError | None = field(default=None, repr=False, compare=False)
 
@@ -83,6 +85,29 @@ class TargetResult:
             bolt=self.bolt,
             engine=self.engine,
             moved_from=list(self.moves),
+        )
+
+    @classmethod
+    def from_summary(cls, target: Target, entry: TargetSummary) -> TargetResult:
+        """A result as a target folder's record describes its build (`release assemble`)."""
+        return cls(
+            target,
+            entry.artifact,
+            status=entry.status,
+            seconds=entry.seconds,
+            size=entry.size,
+            sha256=entry.sha256 or "",
+            speedup=entry.speedup_vs_baseline,
+            speedup_note=entry.speedup_note or "",
+            glibc=entry.glibc,
+            oldest_distribution=entry.oldest_distribution,
+            shipped_variant=entry.shipped_variant,
+            cycles_saved_vs_baseline=entry.cycles_saved_vs_baseline,
+            cycles_saved_vs_release=entry.cycles_saved_vs_release,
+            bolt=entry.bolt,
+            engine=entry.engine,
+            moves=list(entry.moved_from),
+            warnings=list(entry.warnings),
         )
 
     def take_build_facts(self, manifest: BuildManifest) -> None:
@@ -122,16 +147,18 @@ def build_target(
     plan: BuildPlan,
     engine: Engine,
     console: Console,
-    signer: Signer,
+    signer: Signer | None,
     *,
     retrain: bool,
     bench_runs: int,
     prefix: str = "",
     live: LiveLine | None = None,
     force: bool = False,
+    unsigned_out: Path | None = None,
 ) -> str | None:
     """Build one target on `engine` and fill `result`; the failure line to announce when
-    it failed (result.exception holds the error), None when it was built."""
+    it failed (result.exception holds the error), None when it was built. Without a
+    `signer`, the target folder goes unsigned into `unsigned_out` (`build --target`)."""
     target = result.target
     started = time.monotonic()
     reporter = Reporter(
@@ -139,6 +166,8 @@ def build_target(
         target.options.cache_dir / "runs" / engine.session / plan.artifact_dir,
         prefix=prefix,
         live=live,
+        plan_steps=[step.name for step in plan.steps],
+        estimates=earlier_step_seconds(target.options.artifacts_dir, target.flavor),
     )
     try:
         outcome = run_build(
@@ -149,6 +178,7 @@ def build_target(
             signer=signer,
             retrain=retrain,
             step_cache="refresh" if force else "use",
+            unsigned_out=unsigned_out,
         )
     except OrchestratorError as error:
         result.status, result.exception = "failed", error
@@ -160,6 +190,7 @@ def build_target(
     finally:
         result.seconds += time.monotonic() - started
     result.status, result.engine = "ok", engine.name
+    result.folder = outcome.artifact
     result.size = outcome.binary.stat().st_size
     result.sha256 = sha256_file(outcome.binary)
     result.take_build_facts(outcome.manifest)

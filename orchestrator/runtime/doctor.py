@@ -64,8 +64,8 @@ def _disk(path: Path, label: str) -> Check:
     return Check(f"disk ({label})", status, f"{free_gb:.0f} GB free at {existing}")
 
 
-def _perf(engine: Engine, image: str) -> Check:
-    access = find_perf_access(engine, image, allowed=True)
+def _perf(engine: Engine, image: str, *, allow_privileged: bool) -> Check:
+    access = find_perf_access(engine, image, allowed=True, allow_privileged=allow_privileged)
     mode = choose_mode("auto", access.capabilities)
     if mode.mode == "instrument":
         return Check(
@@ -86,9 +86,10 @@ DOCKER_SKIPPED = "skipped: Docker unreachable"
 _CONTAINER_CHECKS = ("privileged containers", "perf in a container")
 
 
-def run_checks(cache_dir: Path | None) -> list[Check]:
+def run_checks(cache_dir: Path | None, *, allow_privileged: bool = False) -> list[Check]:
     """Every check, in one order; those that need Docker are skipped, not dropped, when it
-    is unreachable, so one run shows everything that needs fixing."""
+    is unreachable, so one run shows everything that needs fixing. `allow_privileged`
+    (profiling.allow_privileged) lets the perf probe try --privileged last, as a build would."""
     engine: Engine | None = None
     try:
         engine = Engine.connect()
@@ -111,7 +112,7 @@ def run_checks(cache_dir: Path | None) -> list[Check]:
     if engine is None:
         checks += [Check(name, "skip", DOCKER_SKIPPED) for name in _CONTAINER_CHECKS]
     else:
-        checks += _container_checks(engine)
+        checks += _container_checks(engine, allow_privileged=allow_privileged)
     return checks
 
 
@@ -135,7 +136,7 @@ def _host_checks() -> list[Check]:
     ]
 
 
-def _container_checks(engine: Engine) -> list[Check]:
+def _container_checks(engine: Engine, *, allow_privileged: bool) -> list[Check]:
     """What containers may do on this Engine: --privileged, perf."""
     checks: list[Check] = []
     images = engine.managed_images()
@@ -171,5 +172,5 @@ def _container_checks(engine: Engine) -> list[Check]:
             )
         )
     else:
-        checks.append(_perf(engine, toolchain.tags[0]))
+        checks.append(_perf(engine, toolchain.tags[0], allow_privileged=allow_privileged))
     return checks

@@ -304,13 +304,35 @@ def _unvouched_reason(chain: SignedChain, name: str) -> str:
     return "not under any signature (added after publication)"
 
 
-def keygen(path: Path, *, passphrase: str | None, cwd: Path) -> Path:
-    """Write a new key pair outside any repository; returns the public key's path."""
+def repository_holding(path: Path) -> Path | None:
+    """The git work tree that holds `path` (a folder or file with a `.git` entry: a folder,
+    or a file in worktrees and submodules), found from the path itself, without git."""
+    return next((d for d in path.parents if (d / ".git").exists()), None)
+
+
+def check_key_destination(path: Path) -> Path:
+    """Where a new secret key may go, resolved: a new name outside any repository.
+
+    The repository is looked for around the key's own path, never the current folder's:
+    ~/.config/orchestrator/ is fine from anywhere, ../clone/signing.key never."""
     given = path.expanduser()
     if os.path.lexists(given):  # before resolving: a dangling link must not be written through
         raise SigningError(f"{given} exists; refusing to overwrite a key")
-    path = given.resolve()
-    refuse_inside_repository(path, cwd)
+    resolved = given.resolve()
+    repository = repository_holding(resolved)
+    if repository is not None:
+        raise SigningError(
+            f"refusing to write signing key {resolved}: it is inside the repository {repository}",
+            hint="Keep secret keys outside any repository, e.g. orchestrator keygen "
+            "~/.config/orchestrator/signing.key, and point signing.secret_key or "
+            "ORCHESTRATOR_SIGNING_KEY at it.",
+        )
+    return resolved
+
+
+def keygen(path: Path, *, passphrase: str | None) -> Path:
+    """Write a new key pair outside any repository; returns the public key's path."""
+    path = check_key_destination(path)
     if os.path.lexists(path):
         raise SigningError(f"{path} exists; refusing to overwrite a key")
     return write_key_pair(SecretKey.generate(), path, passphrase)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,85 +110,95 @@ def build_sbom(
     toolchain: Sequence[DebPackage],
     timestamp: int,
     others: Sequence[tuple[str, str]] = (),
+    warn: Callable[[str], object] = lambda _text: None,
 ) -> str:
     """The SBOM as CycloneDX 1.6 JSON, checked against the schema before it is returned.
+    The library's own warnings go to `warn` as one line each, never raw to the terminal.
 
     `name` is the main shipped binary, `cargo_package` the package it is built from,
     `others` (name, sha256) the other binaries the artifact ships, built from the same crates.
     """
-    bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, f"{artifact}:{binary_sha256}"))
-    bom.metadata.timestamp = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
-    bom.metadata.tools.components.add(
-        Component(
-            type=ComponentType.APPLICATION,
-            name="orchestrator",
-            version=__version__,
-            bom_ref=f"tool:orchestrator@{__version__}",
-        )
-    )
-    root = Component(
-        type=ComponentType.APPLICATION,
-        name=name,
-        version=version,
-        bom_ref=f"artifact:{artifact}",
-        purl=PackageURL("cargo", name=cargo_package, version=version),
-        hashes=[HashType(alg=HashAlgorithm.SHA_256, content=binary_sha256)],
-        properties=[Property(name="orchestrator:artifact", value=artifact)],
-    )
-    bom.metadata.component = root
-    compiled = []
-    for crate in crates:
-        component = Component(
-            type=ComponentType.LIBRARY,
-            name=crate.name,
-            version=crate.version,
-            bom_ref=f"crate:{crate.name}@{crate.version}",
-            purl=PackageURL("cargo", name=crate.name, version=crate.version),
-            licenses=[LicenseExpression(crate.license)] if crate.license else [],
-            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=crate.sha256)]
-            if crate.sha256
-            else [],
-            scope=ComponentScope.REQUIRED,
-        )
-        bom.components.add(component)
-        compiled.append(component)
-    for package in toolchain:
-        bom.components.add(
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")
+        bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, f"{artifact}:{binary_sha256}"))
+        bom.metadata.timestamp = dt.datetime.fromtimestamp(timestamp, tz=dt.UTC)
+        bom.metadata.tools.components.add(
             Component(
-                type=ComponentType.LIBRARY,
-                name=package.name,
-                version=package.version,
-                bom_ref=f"deb:{package.name}@{package.version}:{package.arch}",
-                purl=PackageURL(
-                    "deb",
-                    namespace="debian",
-                    name=package.name,
-                    version=package.version,
-                    qualifiers={"arch": package.arch},
-                ),
-                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=package.sha256)]
-                if package.sha256
-                else [],
-                # Built with, not shipped in, the binary.
-                scope=ComponentScope.EXCLUDED,
-                properties=[Property(name="orchestrator:role", value="toolchain")],
+                type=ComponentType.APPLICATION,
+                name="orchestrator",
+                version=__version__,
+                bom_ref=f"tool:orchestrator@{__version__}",
             )
         )
-    shipped = []
-    for other, digest in others:
-        component = Component(
+        root = Component(
             type=ComponentType.APPLICATION,
-            name=other,
+            name=name,
             version=version,
-            bom_ref=f"binary:{other}",
-            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
-            properties=[Property(name="orchestrator:role", value=SHIPPED_BINARY)],
+            bom_ref=f"artifact:{artifact}",
+            purl=PackageURL("cargo", name=cargo_package, version=version),
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=binary_sha256)],
+            properties=[Property(name="orchestrator:artifact", value=artifact)],
         )
-        bom.components.add(component)
-        bom.register_dependency(component, compiled)
-        shipped.append(component)
-    bom.register_dependency(root, [*compiled, *shipped])
-    text = JsonV1Dot6(bom).output_as_string(indent=2)
+        bom.metadata.component = root
+        compiled = []
+        for crate in crates:
+            component = Component(
+                type=ComponentType.LIBRARY,
+                name=crate.name,
+                version=crate.version,
+                bom_ref=f"crate:{crate.name}@{crate.version}",
+                purl=PackageURL("cargo", name=crate.name, version=crate.version),
+                licenses=[LicenseExpression(crate.license)] if crate.license else [],
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=crate.sha256)]
+                if crate.sha256
+                else [],
+                scope=ComponentScope.REQUIRED,
+            )
+            bom.components.add(component)
+            compiled.append(component)
+        for package in toolchain:
+            bom.components.add(
+                Component(
+                    type=ComponentType.LIBRARY,
+                    name=package.name,
+                    version=package.version,
+                    bom_ref=f"deb:{package.name}@{package.version}:{package.arch}",
+                    purl=PackageURL(
+                        "deb",
+                        namespace="debian",
+                        name=package.name,
+                        version=package.version,
+                        qualifiers={"arch": package.arch},
+                    ),
+                    hashes=[HashType(alg=HashAlgorithm.SHA_256, content=package.sha256)]
+                    if package.sha256
+                    else [],
+                    # Built with, not shipped in, the binary.
+                    scope=ComponentScope.EXCLUDED,
+                    properties=[Property(name="orchestrator:role", value="toolchain")],
+                )
+            )
+        shipped = []
+        for other, digest in others:
+            component = Component(
+                type=ComponentType.APPLICATION,
+                name=other,
+                version=version,
+                bom_ref=f"binary:{other}",
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)],
+                properties=[Property(name="orchestrator:role", value=SHIPPED_BINARY)],
+            )
+            bom.components.add(component)
+            bom.register_dependency(component, compiled)
+            shipped.append(component)
+        bom.register_dependency(root, [*compiled, *shipped])
+        text = JsonV1Dot6(bom).output_as_string(indent=2)
+    for caught in raised:
+        message = str(caught.message)
+        # A crate without dependencies has none to list: the graph is complete as it is
+        # (the toolchain's packages are built with, not shipped in, the binary).
+        if not message.startswith("The Component this BOM is describing"):
+            warn(f"SBOM: {message}")
     errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if errors is not None:
         raise SbomError(f"generated SBOM is not valid CycloneDX 1.6: {errors}")

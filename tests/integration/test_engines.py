@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import certifi
 import docker
 import pytest
 
+from orchestrator.config.options import resolve_cache_dir
 from tests.integration.conftest import REPO, STARTED_PIDS, Run, managed_containers, orchestrator
 from tests.integration.second_engine import SecondEngine, second_engine
 
@@ -162,6 +164,145 @@ def test_reproduce_on_the_other_engine_over_tls_gives_the_same_bytes(
     said = " ".join(run.output.split())  # the console wraps long lines
     assert f"on {second.tls_context} (Docker " in said  # where it rebuilt
     assert "the release built it on default (Docker " in said
+
+
+def _restored_cache(main: Path, where: Path) -> Path:
+    """A cache of its own holding what a CI runner's actions/cache would restore (rootfs,
+    .debs, vendored crates), hard-linked from `main`: no step cache, vault or key."""
+    for part in ("rootfs", "packages", "crates"):
+        shutil.copytree(main / part, where / part, copy_function=os.link)
+    return where
+
+
+def _published_bytes(release: Path) -> dict[str, bytes]:
+    """Every file of a release whose bytes do not record when or where it was built:
+    binaries, their signatures and SBOMs, archives, install.sh and their signatures."""
+    timed = {"build.json", "SHA256SUMS", "SHA256SUMS.minisig", "release.json", "release.lock"}
+    found = {}
+    for path in sorted(release.rglob("*")):
+        relative = path.relative_to(release).as_posix()
+        recorded_times = path.name in timed or path.name.startswith("provenance")
+        if path.is_file() and not recorded_times and "/logs/" not in f"/{relative}":
+            found[relative] = path.read_bytes()
+    return found
+
+
+def _lock_without_hosts(release: Path) -> dict[str, Any]:
+    lock: dict[str, Any] = json.loads((release / "release.lock").read_text())
+    for target in lock["targets"]:
+        target.pop("built_on")
+    return lock
+
+
+@pytest.fixture(scope="module")
+def shards(
+    project: Path, spread: Path, second: SecondEngine, tmp_path_factory: pytest.TempPathFactory
+) -> list[Path]:
+    """The CI path: each target built by `build --target` in a process of its own, with a
+    cache and output folder of its own (the second target on the second engine), no key
+    anywhere. `spread` first: its release signs with the cache's key, which assemble uses."""
+    tmp_path = tmp_path_factory.mktemp("shards")
+    config = ["--config", str(project / "orchestrator.toml")]
+    main_cache = resolve_cache_dir(os.environ, None)
+    folders = []
+    for index, artifact in enumerate(ARTIFACTS):
+        cache = _restored_cache(main_cache, tmp_path / f"cache-{index}")
+        on_second = index == 1
+        run = orchestrator(
+            [
+                "build",
+                *config,
+                "--target",
+                artifact.removeprefix(f"{RELEASE}-"),
+                "--out",
+                str(tmp_path / f"out-{index}"),
+                "--artifacts-dir",
+                str(tmp_path / f"artifacts-{index}"),
+                "--cache-dir",
+                str(cache),
+                "--bench-runs",
+                "0",
+            ],
+            env={"DOCKER_HOST": f"unix://{second.socket}"} if on_second else None,
+        )
+        assert run.returncode == 0, run.output
+        folder = tmp_path / f"out-{index}" / artifact
+        assert not list(folder.rglob("*.minisig")), "a runner signs nothing"
+        record = json.loads((folder / "target.json").read_text())
+        assert record["artifact"] == artifact
+        assert record["summary"]["engine"] == "current"
+        folders.append(folder)
+    assert not (tmp_path / "cache-0" / "keys").exists()
+    return folders
+
+
+def test_targets_built_apart_then_assembled_give_the_bytes_of_one_release(
+    project: Path, spread: Path, shards: list[Path], tmp_path: Path
+) -> None:
+    """`release assemble` signs the shards where the key is: the release is the spread
+    one, byte for byte, and its lock reproduces bit for bit from a shard's vault."""
+    config = ["--config", str(project / "orchestrator.toml")]
+    folders = shards
+    assembled = tmp_path / "assembled"
+    assemble = ["release", "assemble", *map(str, folders), *config]
+    assemble += ["--artifacts-dir", str(assembled), "--allow-dirty"]
+    run = orchestrator(assemble)
+    assert run.returncode == 0, run.output
+    ours, theirs = _published_bytes(assembled / RELEASE), _published_bytes(spread / RELEASE)
+    assert sorted(ours) == sorted(theirs)
+    assert [name for name in ours if ours[name] != theirs[name]] == []
+    assert any(name.endswith(".tar.xz") for name in ours)
+    assert _lock_without_hosts(assembled / RELEASE) == _lock_without_hosts(spread / RELEASE)
+    verify = orchestrator(["verify", str(assembled / RELEASE)])
+    assert verify.returncode == 0, verify.output
+
+    reproduced = orchestrator(
+        [
+            "reproduce",
+            str(assembled / RELEASE),
+            "--artifact",
+            ARTIFACTS[1],
+            "--reuse-images",
+            "--source",
+            str(project),
+            "--cache-dir",
+            str(shards[1].parent.parent / "cache-1"),
+            "--workdir",
+            str(tmp_path / "reproduced"),
+        ]
+    )
+    assert reproduced.returncode == 0, reproduced.output
+    assert "bit-identical" in reproduced.output
+
+
+def test_assemble_refuses_a_changed_folder_a_missing_target_and_another_checkout(
+    project: Path, shards: list[Path], tmp_path: Path
+) -> None:
+    """Refused before anything is written: a changed folder (69), a missing target, and
+    folders built from other sources than the checkout's (70)."""
+    config = ["--config", str(project / "orchestrator.toml")]
+    folders = shards
+    refused = tmp_path / "refused"
+    tampered = tmp_path / "tampered" / ARTIFACTS[0]
+    shutil.copytree(folders[0], tampered)
+    binary = next(p for p in tampered.iterdir() if p.name == "mixed-language")
+    binary.write_bytes(binary.read_bytes() + b"\0")
+    argv = [*config, "--artifacts-dir", str(refused), "--allow-dirty"]
+    run = orchestrator(["release", "assemble", str(tampered), *map(str, folders[1:]), *argv])
+    assert run.returncode == 69, run.output
+    assert "mixed-language changed" in run.output
+    run = orchestrator(["release", "assemble", *map(str, folders[1:]), *argv])
+    assert run.returncode == 70, run.output
+    assert f"no folder for 1 target(s): {ARTIFACTS[0]}" in run.output
+    changed = tmp_path / "changed"
+    shutil.copytree(project, changed)
+    with (changed / "src" / "main.rs").open("a") as source:
+        source.write("// another commit\n")
+    other = ["--config", str(changed / "orchestrator.toml"), "--artifacts-dir", str(refused)]
+    run = orchestrator(["release", "assemble", *map(str, folders), *other, "--allow-dirty"])
+    assert run.returncode == 70, run.output
+    assert "built from another plan" in run.output
+    assert not refused.exists()
 
 
 def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(

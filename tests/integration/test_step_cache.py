@@ -1,5 +1,6 @@
 """The step cache for real: a release of two CPU levels builds the plain baseline once,
-and the release's binaries are the same bytes when every step runs (--force)."""
+and the release's binaries are the same bytes when every step runs (--force); a PGO + BOLT
+target released again after each kind of change runs only the steps that read it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -88,3 +90,223 @@ def test_two_cpu_levels_build_the_baseline_once(
         assert _baseline_cargo_runs(again / artifact) == 1
         assert (again / artifact / NAME).read_bytes() == (release / artifact / NAME).read_bytes()
     assert managed_containers(docker_client) == []
+
+
+# -- every build step: one PGO + BOLT target, released again after each change ----------
+STEP_FIXTURE = REPO / "tests" / "fixtures" / "step-cache"
+STEP_NAME = "step-cache"
+STEP_ARTIFACT = f"{STEP_NAME}-0.0.1-linux-x86_64-cpu"
+STEP_CONFIG = """[package]
+crate = "."
+
+[build]
+source_date_epoch = 1700000000
+flavors = ["cpu"]
+
+[train]
+workloads = [["20000"]]
+
+[validate]
+command = ["300"]
+tolerance = {tolerance}
+
+[bolt]
+mode = "instrument"
+policy = "require"
+
+[gate]
+min_gain = {min_gain}
+
+[release]
+distro_check = "off"
+
+[bench]
+runs = {runs}
+"""
+# What each cached step leaves in build.json's reused_steps when its inputs are unchanged.
+CACHED_STEPS = {
+    "build-baseline",
+    "build-release",
+    "build-optimized",
+    "test",
+    "bolt-optimize",
+    "speed-gate",
+}
+PGO_STEPS = {"pgo-instrument", "pgo-train", "pgo-merge"}
+BY_CONTENT = {"bolt-optimize", "speed-gate"}
+CARGO_BUILD_STEPS = ("build-baseline", "build-release", "pgo-instrument", "build-optimized")
+
+
+class StepRelease:
+    """The fixture copied once; each `release` writes the config and releases it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path
+        self.project = tmp_path / "project"
+        shutil.copytree(STEP_FIXTURE, self.project, ignore=shutil.ignore_patterns("target"))
+        # Sources no earlier run built: the step cache (shared with other runs; the
+        # packages that built the image are there too) has no entry for them.
+        self.touch()
+        self.runs = 0
+
+    def touch(self) -> None:
+        with (self.project / "src" / "main.rs").open("a") as source:
+            source.write(f"// {uuid.uuid4().hex}\n")
+
+    def configure(self, *, tolerance: float = 0.0, min_gain: float = 0.01, runs: int = 0) -> None:
+        text = STEP_CONFIG.format(tolerance=tolerance, min_gain=min_gain, runs=runs)
+        (self.project / "orchestrator.toml").write_text(text)
+
+    def release(self, *extra: str, into: Path | None = None) -> tuple[str, Path]:
+        """Run a release; its output and the artifact folder."""
+        self.runs += 1
+        out = into or self.root / "artifacts"
+        config = ["--config", str(self.project / "orchestrator.toml"), "--bench-runs", "0"]
+        run = orchestrator(
+            ["release", *config, "--artifacts-dir", str(out), "--allow-dirty", *extra]
+        )
+        assert run.returncode == 0, run.output
+        return run.output, out / f"{STEP_NAME}-0.0.1" / STEP_ARTIFACT
+
+
+def _manifest(artifact: Path) -> dict[str, Any]:
+    return dict(json.loads((artifact / "build.json").read_text()))
+
+
+def _statuses(artifact: Path) -> dict[str, str]:
+    return {step["name"]: step["status"] for step in _manifest(artifact)["steps"]}
+
+
+def _cargo_builds(artifact: Path, step: str) -> int:
+    """`cargo build` commands the step's log shows it ran."""
+    logs = list((artifact / "logs").glob(f"*-{step}.log"))
+    return sum(
+        1
+        for log in logs
+        for line in log.read_text().splitlines()
+        if line.startswith("+ ") and " build " in line and "cargo" in line
+    )
+
+
+def _assert_all_reused(artifact: Path, output: str) -> None:
+    """Every cached step came from the step cache, built by the first release."""
+    reused = _manifest(artifact)["reused_steps"]
+    assert set(reused) == CACHED_STEPS | PGO_STEPS, output
+    assert all(entry["made_by"] == STEP_ARTIFACT for entry in reused.values())
+    assert all(_cargo_builds(artifact, step) == 0 for step in CARGO_BUILD_STEPS)
+    statuses = _statuses(artifact)
+    assert {statuses[step] for step in CACHED_STEPS | PGO_STEPS} == {"cached"}
+    assert "= build-optimized" in output and "(built " in output
+
+
+def test_every_build_step_is_reused_verified_and_rebuilt_only_for_what_changed(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    rig = StepRelease(tmp_path)
+    rig.configure()
+    _, first = rig.release()
+    # Keyed by binaries' content, not sources: an earlier run's identical binaries (a
+    # comment changes no code) may have left these; every step keyed by the sources runs.
+    assert set(_manifest(first).get("reused_steps") or {}) <= BY_CONTENT
+    assert all(_cargo_builds(first, step) == 1 for step in CARGO_BUILD_STEPS)
+    shipped = (first / STEP_NAME).read_bytes()
+    (log,) = (first / "logs").glob("*-build-release.log")
+    kept = next(line for line in log.read_text().splitlines() if "kept in the step cache" in line)
+    release_entry = Path(kept.split(": ", 1)[1])  # (the folder is replaced by each release)
+
+    # (a) Only bench.runs changed, on the command line: the target is current.
+    output, _ = rig.release("--bench-runs", "3")
+    assert f"{STEP_ARTIFACT}: cached" in output
+    # In the config file, which lies in the crate: the sources' snapshot changes, so the
+    # target is built again, and every build step is reused (the config is no build input).
+    rig.configure(runs=3)
+    output, again = rig.release()
+    _assert_all_reused(again, output)
+    assert (again / STEP_NAME).read_bytes() == shipped  # (e) with the step cache as without
+
+    # A setting no build step reads (the validation tolerance; the gate's min_gain, read
+    # only by its decision, the counts are reused) reruns only what reads it.
+    rig.configure(tolerance=0.01, min_gain=0.0101)
+    output, again = rig.release()
+    _assert_all_reused(again, output)
+    assert _statuses(again)["validate"] == "ok"
+    assert (again / STEP_NAME).read_bytes() == shipped
+
+    # (d) A tampered cached binary: rebuilt, with a warning on the console.
+    assert release_entry.name == _manifest(again)["reused_steps"]["build-release"]["key"]
+    with (release_entry / STEP_NAME).open("r+b") as binary:
+        binary.seek(100)
+        binary.write(b"tampered")
+    rig.configure(tolerance=0.02, min_gain=0.0101)
+    output, tampered = rig.release()
+    assert "ignoring the cached build-release outputs" in output
+    assert "does not match its recorded sha256" in output
+    assert _cargo_builds(tampered, "build-release") == 1
+    assert "build-release" not in _manifest(tampered)["reused_steps"]
+    assert _cargo_builds(tampered, "build-optimized") == 0
+    assert (tampered / STEP_NAME).read_bytes() == shipped
+
+    # (c) One source file touched: every build runs, no image or crate step does.
+    rig.touch()
+    output, touched = rig.release()
+    assert set(_manifest(touched).get("reused_steps") or {}) <= BY_CONTENT, output
+    assert all(_cargo_builds(touched, step) == 1 for step in CARGO_BUILD_STEPS)
+    statuses = _statuses(touched)
+    assert statuses["test"] == "ok"
+    for step in ("base-image", "toolchain-image", "fetch-crates"):
+        assert statuses[step] == "cached", (step, statuses)
+
+    # --force: every step runs, none from the step cache: the same bytes as the reuse.
+    output, forced = rig.release("--force", into=tmp_path / "forced")
+    assert _manifest(forced).get("reused_steps") is None
+    assert _cargo_builds(forced, "build-optimized") == 1
+    assert (forced / STEP_NAME).read_bytes() == (touched / STEP_NAME).read_bytes()
+    assert managed_containers(docker_client) == []
+
+
+# -- (b) one flavor's features changed: only that flavor's steps run ----------------------
+TWO_FLAVORS = """[package]
+crate = "."
+
+[build]
+source_date_epoch = 1700000000
+flavors = ["cpu", "aarch64"]
+
+[flavors.aarch64]
+features = [{features}]
+
+[pgo]
+enabled = false
+
+[bolt]
+enabled = false
+
+[test]
+enabled = false
+reason = "the step cache of the builds is what this release is about"
+
+[release]
+distro_check = "off"
+"""
+ARM_ARTIFACT = f"{STEP_NAME}-0.0.1-linux-aarch64-cpu"
+
+
+def test_changing_one_flavors_features_runs_only_that_flavors_builds(tmp_path: Path) -> None:
+    rig = StepRelease(tmp_path)
+    config = rig.project / "orchestrator.toml"
+    config.write_text(TWO_FLAVORS.format(features=""))
+    rig.release()
+    release = tmp_path / "artifacts" / f"{STEP_NAME}-0.0.1"
+    config.write_text(TWO_FLAVORS.format(features='"loud"'))
+    output, cpu = rig.release()
+    arm = release / ARM_ARTIFACT
+    # The cpu target is built again (its config lies among the sources) from the cache.
+    cpu_reused = _manifest(cpu)["reused_steps"]
+    assert "build-baseline" in cpu_reused, output
+    builds = [step for step in _statuses(cpu) if step.startswith("build-")]
+    assert all(_cargo_builds(cpu, step) == 0 for step in builds)
+    assert set(builds) <= set(cpu_reused)
+    # The aarch64 target's features changed: each of its builds ran.
+    assert _manifest(arm).get("reused_steps") is None
+    arm_builds = [step for step in _statuses(arm) if step.startswith("build-")]
+    assert arm_builds and all(_cargo_builds(arm, step) == 1 for step in arm_builds)

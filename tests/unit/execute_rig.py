@@ -130,7 +130,7 @@ def make_rig(
         plan=plan,
         engine=as_engine(engine),
         reporter=Reporter(console, tmp_path / "logs"),
-        signer=signer,  # type: ignore[arg-type]  # only publish signs
+        signer=signer,  # only publish signs
         stack=stack,
         scratch=scratch,
         staging=staging or tmp_path,

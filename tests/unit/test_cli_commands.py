@@ -94,7 +94,7 @@ def test_release_dry_run_without_docker(project: Path, monkeypatch: pytest.Monke
     assert "release plan (nothing is built)" in result.output
     assert "cpu x86-64-v2" in result.output
     assert "cpu x86-64-v3" in result.output
-    assert result.output.count("(Docker not reachable)") == 2
+    assert result.output.count("(Docker not") == 2  # "reachable)" may wrap to the next line
     assert "base-image toolchain-image" in result.output
     assert not (project / "out").exists()
 

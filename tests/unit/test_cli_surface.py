@@ -221,7 +221,7 @@ def test_the_doctor_table_shows_details_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checks = [Check(text, "fail", f"detail {text}") for text in TRICKY]
-    monkeypatch.setattr(doctor, "run_checks", lambda _cache: checks)
+    monkeypatch.setattr(doctor, "run_checks", lambda _cache, **_: checks)
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["doctor"], env={"ORCHESTRATOR_CONFIG": None})
     output = _no_traceback(result)

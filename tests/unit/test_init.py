@@ -1,6 +1,6 @@
 """`orchestrator init` on crates shaped like real ones: the file it writes names the right
 package, member and binary, takes a workload from the README when there is one, and works
-with `build --dry-run` at once."""
+with `build --dry-run` at once (which workloads it proposes: test_init_workloads.py)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_a_workspace_gets_its_member_binary_and_readme_workload(workspace: Path)
         "$ wordfreq count data/corpus.txt\n```\n"
     )
     output = _init(str(workspace))
-    assert "binary wordfreq" in output and "from the README" in output
+    assert "binary wordfreq" in output and "(from README.md)" in output
     text = (workspace / "orchestrator.toml").read_text()
     assert 'package = "wordfreq-cli"' in text and 'binary = "wordfreq"' in text
     assert 'workloads = [["count", "data/corpus.txt"]]' in text
@@ -62,7 +62,9 @@ def test_a_single_crate_without_readme_gets_a_marked_placeholder(project: Path) 
     text = (crate / "orchestrator.toml").read_text()
     assert 'binary = "demo"' in text and "other binaries of demo: helper" in text
     assert '# binaries = ["demo", "helper"]' in text
-    assert 'workloads = [["--help"]]  # a placeholder' in text
+    assert (
+        'workloads = [["<placeholder: the arguments of a run that does real work>"]]  # PLACEHOLDER'
+    ) in text
     assert "package = " not in text  # not a workspace member
     planned = runner.invoke(
         app, ["build", "--dry-run", "--config", str(crate / "orchestrator.toml")]

@@ -6,10 +6,19 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
+from orchestrator.model.lockfile import LockInputs
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.serialize import (
+    TEST_FLAGS,
+    action_key,
+    cargo_test_record,
+    plan_inputs,
+    plan_summary,
+)
+from orchestrator.release.target import targets
 
 from .conftest import plan_for
 
@@ -243,3 +252,140 @@ def test_a_malformed_crate_cargo_config_names_the_file(project: Path) -> None:
     (cargo / "config.toml").write_text("[build]\nrustflags = 3\n")
     with pytest.raises(ConfigError, match=r"config\.toml: build\.rustflags"):
         resolve(project / "orchestrator.toml", env={})
+
+
+# -- one `cargo test` per flavor, and only the builds something reads -----------------
+def _levels(options: Options, flavor: str, *levels: str, every: bool = False) -> Options:
+    settings = FlavorSettings(levels=levels, test_every_level=every)
+    return replace(options, flavor_settings={**options.flavor_settings, flavor: settings})
+
+
+def _level_plans(options: Options, flavor: str = "cpu") -> list[BuildPlan]:
+    """The plans of every level `release` builds for `flavor`, in order."""
+    return [plan_for(target.options, flavor) for target in targets(options, [flavor])]
+
+
+def _test_flags(plan: BuildPlan) -> list[str]:
+    return plan.test.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
+
+def test_every_level_runs_the_first_levels_test_command(options: Options) -> None:
+    v2, v3 = _level_plans(_levels(options, "cpu", "x86-64-v2", "x86-64-v3"))
+    # What the step cache keys the test on is the same for both levels...
+    assert v3.test == v2.test
+    assert v3.test_cpu == v2.test_cpu == "x86-64-v2"
+    # ...while what ships differs by its level.
+    assert "-Ctarget-cpu=x86-64-v3" in _flags(v3, "optimized")
+    flags = _test_flags(v3)
+    assert "-Ctarget-cpu=x86-64-v2" in flags and "-Ctarget-cpu=x86-64-v3" not in flags
+    # The first level's release-profile flags: not its PGO profile (each level trains its
+    # own), nor BOLT's relocations; built where that release build left its dependencies.
+    assert flags == _flags(v2, "release")
+    assert not any(f.startswith("-Cprofile-use") for f in flags)
+    assert "-Clink-arg=-Wl,--emit-relocs" not in flags
+    argv = list(v3.test.argv)
+    assert argv[argv.index("--target-dir") + 1] == "/build/target/release"
+    assert v2.variants["release"].build.environment == v3.test.environment
+    assert "first level x86-64-v2" in v3.test_shared and "test_every_level" in v3.test_shared
+    step = next(s for s in v3.steps if s.name == "test")
+    assert step.title == "cargo test --release with target-cpu x86-64-v2, shared by the levels"
+
+
+def test_test_every_level_tests_each_level_with_its_shipped_flags(options: Options) -> None:
+    v2, v3 = _level_plans(_levels(options, "cpu", "x86-64-v2", "x86-64-v3", every=True))
+    assert v2.test != v3.test
+    for plan, cpu in ((v2, "x86-64-v2"), (v3, "x86-64-v3")):
+        assert _test_flags(plan) == _flags(plan, "optimized")
+        assert plan.test_cpu == cpu and plan.test_shared == ""
+        argv = list(plan.test.argv)
+        assert argv[argv.index("--target-dir") + 1] == "/build/target/optimized"
+
+
+def test_one_level_or_a_cpu_outside_the_levels_tests_with_the_shipped_flags(
+    options: Options,
+) -> None:
+    (single,) = _level_plans(_levels(options, "cpu", "x86-64-v3"))
+    assert _test_flags(single) == _flags(single, "optimized") and single.test_shared == ""
+    # `build --target-cpu x86-64-v4` with levels v2 and v3: no level shares its tests.
+    other = plan_for(
+        replace(_levels(options, "cpu", "x86-64-v2", "x86-64-v3"), target_cpu="x86-64-v4")
+    )
+    assert other.test_cpu == "x86-64-v4"
+    assert "-Ctarget-cpu=x86-64-v4" in _test_flags(other)
+    # The first level's tests: its release flags, not the profile; what ships is unchanged.
+    first = _level_plans(_levels(options, "cpu", "x86-64-v2", "x86-64-v3"))[0]
+    plain = plan_for(options)
+    assert _flags(first, "optimized") == _flags(plain, "optimized")
+    assert _test_flags(first) == _flags(plain, "release")
+
+
+def test_aarch64_levels_share_the_first_ones_tests(options: Options) -> None:
+    generic, n1 = _level_plans(_levels(options, "aarch64", "generic", "neoverse-n1"), "aarch64")
+    assert n1.test == generic.test and n1.test_cpu == "generic"
+    assert "-Ctarget-cpu=neoverse-n1" in _flags(n1, "optimized")
+
+
+def test_shared_test_flags_are_pinned_in_the_lock_and_build_json(options: Options) -> None:
+    v3 = _level_plans(_levels(options, "cpu", "x86-64-v2", "x86-64-v3"))[1]
+    alone = plan_for(options)
+    assert TEST_FLAGS not in plan_inputs(alone)["encoded_rustflags"]  # locks stay as they were
+    inputs = plan_inputs(v3)
+    assert inputs["encoded_rustflags"][TEST_FLAGS] == _test_flags(v3)
+    LockInputs.model_validate(inputs)  # the lock's record takes it as it is
+    record = cargo_test_record(v3)
+    assert record["target_cpu"] == "x86-64-v2" and record["shared"] == v3.test_shared
+    assert record["rustflags"] == _test_flags(v3)
+    assert cargo_test_record(alone) == {
+        "ran": True,
+        "cargo": list(alone.test.argv),
+        "target_cpu": "x86-64-v2",
+    }
+    off = plan_for(replace(options, test_enabled=False, test_reason="needs a GPU"))
+    assert cargo_test_record(off) == {"ran": False, "reason": "needs a GPU"}
+    summary = plan_summary(v3)
+    assert summary["test_target_cpu"] == "x86-64-v2" and summary["test_shared"]
+    # Asking for tests at every level changes the key of the levels it changes.
+    every = _levels(options, "cpu", "x86-64-v2", "x86-64-v3", every=True)
+    shared = _levels(options, "cpu", "x86-64-v2", "x86-64-v3")
+    v3_every = _level_plans(every)[1]
+    assert plan_inputs(v3_every) != inputs
+    assert action_key(v3_every, targets(every, ["cpu"])[1].options) != action_key(
+        v3, targets(shared, ["cpu"])[1].options
+    )
+
+
+def _release_planned(plan: BuildPlan) -> bool:
+    steps = [s.name for s in plan.steps]
+    assert ("build-release" in steps) == ("release" in plan.variants)
+    return "release" in plan.variants
+
+
+@pytest.mark.parametrize(
+    ("change", "flavor", "planned"),
+    [
+        ({}, "cpu", True),  # gate best: release is a candidate that may ship
+        ({"gate_policy": "require-all"}, "cpu", True),  # every candidate checked vs baseline
+        ({"gate_policy": "off"}, "cpu", False),  # the most optimized ships unmeasured
+        ({"gate_policy": "off", "pgo": False}, "cpu", False),  # BOLT alone: the same
+        ({"gate_policy": "off", "pgo": False, "bolt": False}, "cpu", True),  # it ships
+        ({"pgo": False, "bolt": False}, "cpu", True),
+        ({}, "aarch64", False),  # under qemu callgrind counts nothing: no gate
+        ({"pgo": False, "bolt": False}, "aarch64", True),
+    ],
+)
+def test_the_release_profile_build_is_planned_only_where_something_reads_it(
+    options: Options, change: dict[str, object], flavor: str, planned: bool
+) -> None:
+    plan = plan_for(replace(options, **change), flavor)  # type: ignore[arg-type]
+    assert _release_planned(plan) is planned
+    assert (plan.gate is not None) or plan.final.name != "release" or planned
+    if not planned:  # what ships is the optimized build, and the baseline still is built
+        assert plan.final.name == "optimized"
+        assert next(iter(plan.variants)) == "baseline"
+        assert "release" not in plan_inputs(plan)["encoded_rustflags"]
+
+
+def test_the_gate_plans_the_release_build_with_pinned_reproductions_too(options: Options) -> None:
+    # A reproduction ships what its lock names; the gate's candidates include release.
+    plan = plan_for(replace(options, gate_pinned="pgo"))
+    assert plan.gate is not None and _release_planned(plan)

@@ -112,6 +112,7 @@ def test_publish_writes_a_signed_archive_and_installer_that_verify_covers(
         (archive.name, "signature"),
         ("provenance.intoto.jsonl", "provenance"),
     }
+    assert rig.pipeline.signer is not None
     signed = publish.update_release_index(release, rig.pipeline.signer)
     assert signed.left_out == [f"{archive.name}: not the file that was signed"]
     assert f"  {archive.name}\n" not in (release / "SHA256SUMS").read_text()

@@ -43,6 +43,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "package.package": ("demo", "demo"),  # the crate's own package, named
         "release.glibc_floor": ("2.31", "2.31"),
         "engines.require": ("cuda:gpu=nvidia, rocm:gpu=amd", ("cuda:gpu=nvidia", "rocm:gpu=amd")),
+        "ci.runners": ("cuda=self-hosted, cuda=gpu", ("cuda=self-hosted", "cuda=gpu")),
         "build.toolchain": ("rustc-1.85", "rustc-1.85"),  # a file in toolchains/
         "limits.pids": ("256", 256),
         "limits.memory": ("512MiB", "512MiB"),

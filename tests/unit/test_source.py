@@ -7,6 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from orchestrator.cli.release import _refuse_dirty
 from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import (
@@ -15,6 +16,7 @@ from orchestrator.host.source import (
     own_folders,
     registry_crates,
     snapshot,
+    uncommitted_changes,
 )
 from orchestrator.host.system import source_identity
 
@@ -136,3 +138,28 @@ def test_the_last_releases_own_folders_inside_the_crate_do_not_make_it_dirty(
     assert source_identity(crate)["dirty"] is True  # what git alone says
     (crate / "src" / "main.rs").write_text("fn main() { println!(); }\n")
     assert crate_identity(options)["dirty"] is True
+
+
+def test_an_uncommitted_config_alone_leaves_the_tree_clean_and_the_error_names_files(
+    project: Path,
+) -> None:
+    """`init` then `release`: the config `init` just wrote is the only change. The lock
+    carries its text (reproduce puts it back among the sources), so it does not make the
+    tree dirty; any other change does, and the refusal names the files."""
+    crate = project / "crate"
+    git = ["git", "-C", str(crate), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "crate"], check=True)
+    config = crate / "orchestrator.toml"
+    config.write_text('[package]\ncrate = "."\n[train]\nworkloads = [["--help"]]\n')
+    options = resolve(config, env={}, cwd=crate)
+    assert crate_identity(options)["dirty"] is False
+    assert uncommitted_changes(options) == []
+    (crate / "src" / "extra.rs").write_text("// new\n")
+    (crate / "src" / "main.rs").write_text("fn main() { println!(); }\n")
+    assert crate_identity(options)["dirty"] is True
+    assert sorted(uncommitted_changes(options)) == ["src/extra.rs", "src/main.rs"]
+    with pytest.raises(SourceError, match=r"uncommitted changes \(src/extra.rs, src/main.rs\)"):
+        _refuse_dirty(options, allow_dirty=False)
+    _refuse_dirty(options, allow_dirty=True)

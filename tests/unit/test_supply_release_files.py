@@ -445,15 +445,16 @@ def test_keys_inside_the_project_or_its_work_tree_are_refused(tmp_path: Path) ->
 
 
 def test_keygen(tmp_path: Path) -> None:
-    public = keygen(tmp_path / "keys" / "release.key", passphrase=None, cwd=tmp_path / "cwd")
+    public = keygen(tmp_path / "keys" / "release.key", passphrase=None)
     assert public == tmp_path / "keys" / "release.pub"
     secret = SecretKey.from_text((tmp_path / "keys" / "release.key").read_text(), None)
     assert PublicKey.load(public).raw == secret.public.raw
     with pytest.raises(SigningError, match="exists; refusing to overwrite a key"):
-        keygen(tmp_path / "keys" / "release.key", passphrase=None, cwd=tmp_path / "cwd")
+        keygen(tmp_path / "keys" / "release.key", passphrase=None)
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
     with pytest.raises(SigningError, match="inside the repository"):
-        keygen(tmp_path / "cwd" / "k.key", passphrase=None, cwd=tmp_path / "cwd")
-    assert not (tmp_path / "cwd").exists()
+        keygen(tmp_path / "repo" / "keys" / "k.key", passphrase=None)
+    assert not (tmp_path / "repo" / "keys").exists()
 
 
 def test_a_failed_index_write_leaves_no_temporary_file(
@@ -472,5 +473,5 @@ def test_keygen_refuses_a_dangling_symlink(tmp_path: Path) -> None:
     link = tmp_path / "signing.key"
     link.symlink_to(tmp_path / "elsewhere" / "victim.key")
     with pytest.raises(SigningError, match="exists; refusing to overwrite"):
-        keygen(link, passphrase=None, cwd=tmp_path / "project")
+        keygen(link, passphrase=None)
     assert not (tmp_path / "elsewhere").exists()

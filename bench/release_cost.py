@@ -1,0 +1,255 @@
+"""What a release costs in cargo builds: a fixture crate released cold, then after three
+small changes, counting the cargo builds that ran.
+
+    .venv/bin/python bench/release_cost.py [--fixture portable-cli] [--no-aarch64]
+
+The fixture (tests/fixtures/<name>, copied to a temporary folder: the repository's tree is
+never touched) is released for cpu at two levels (x86-64-v2, x86-64-v3) plus aarch64
+(cross-built, run under qemu), with `--bench-runs 0`. Scenarios, each on top of the last:
+
+  cold        a fresh cache folder: empty step cache, no stored PGO profile, no kept
+              variants; the package vault, rootfs tarballs and crate archives are
+              hard-linked from the host cache and the Docker images are present, so
+              nothing is downloaded and no image is built (a missing image is built
+              first, untimed, by a release without PGO and BOLT in a throwaway cache)
+  bench       one bench setting changed ([bench] runs)
+  features    one flavor's features changed ([flavors.cpu] default_features = false)
+  source      one source file changed (a comment appended to src/main.rs)
+
+A cargo build is a step that runs cargo on the sources: build-baseline, build-release,
+pgo-instrument, build-optimized and test (`cargo test` compiles the crate again). Each
+published build.json lists its steps with their status; a step taken from the step
+cache is `cached`, and a target whose published artifact is current (the action cache:
+release.json says `cached`) runs none. Counts are deterministic; the seconds are wall
+time measured once, on whatever else the machine is doing. The floor is two builds per
+target (instrumented and optimized); the ratio is the builds per built target over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from orchestrator.config.options import resolve_cache_dir  # noqa: E402
+
+CARGO_STEPS = ("build-baseline", "build-release", "pgo-instrument", "build-optimized", "test")
+# What a cold run may take from the host cache: content-addressed downloads, not results.
+SHARED = ("packages", "rootfs", "crates", "keys")
+LEVELS = ("x86-64-v2", "x86-64-v3")
+FLOOR = 2  # builds per target a PGO release needs at least: instrumented and optimized
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    seconds: float
+    built: list[str]  # artifacts built (not cached as a whole)
+    builds: Counter[str] = field(default_factory=Counter)  # cargo step -> times it ran
+    reused: Counter[str] = field(default_factory=Counter)  # cargo step -> from the step cache
+
+    @property
+    def total(self) -> int:
+        return sum(self.builds.values())
+
+    def row(self) -> str:
+        per = f"{self.total / len(self.built):.2f}" if self.built else "-"
+        ratio = f"{self.total / len(self.built) / FLOOR:.2f}" if self.built else "-"
+        return (
+            f"| {self.scenario} | {self.seconds:.0f} | {self.total} | {len(self.built)} "
+            f"| {per} | {ratio} |"
+        )
+
+    def detail(self) -> str:
+        ran = ", ".join(f"{name} x{n}" for name, n in sorted(self.builds.items())) or "none"
+        reused = ", ".join(f"{name} x{n}" for name, n in sorted(self.reused.items())) or "none"
+        return f"{self.scenario}: ran {ran}; reused from the step cache: {reused}"
+
+
+def orchestrator(args: list[str], env: dict[str, str] | None = None) -> str:
+    """The real CLI, as a user runs it; exits with its output when it fails."""
+    run = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode != 0:
+        sys.exit(
+            f"orchestrator {' '.join(args)} failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
+        )
+    return run.stdout
+
+
+def fresh_cache(target: Path, source: Path) -> Path:
+    """A cache folder holding only the host cache's downloads, hard-linked (copied across
+    file systems): what a cold release must not download again, and nothing it built."""
+    target.mkdir(parents=True)
+    for name in SHARED:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name, copy_function=_link_or_copy)
+    return target
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+class Project:
+    """A copy of the fixture whose orchestrator.toml this script writes: the fixture's own
+    settings, its flavors and levels replaced, and the tables a scenario adds."""
+
+    def __init__(self, root: Path, fixture: str, aarch64: bool) -> None:
+        self.dir = root / fixture
+        shutil.copytree(REPO / "tests" / "fixtures" / fixture, self.dir, ignore=_ignored)
+        self.config = self.dir / "orchestrator.toml"
+        lines = self.config.read_text().splitlines()
+        if "[build]" not in lines:
+            lines.append("[build]")
+        lines = [line for line in lines if not line.startswith("flavors =")]
+        flavors = ["cpu", "aarch64"] if aarch64 else ["cpu"]
+        lines.insert(lines.index("[build]") + 1, f"flavors = {json.dumps(flavors)}")
+        self.fixture_text = "\n".join(lines) + "\n"
+        self.bench_runs: int | None = None  # [bench] runs, when a scenario sets it
+        self.cpu_default_features = True
+        self.artifacts = root / "artifacts"
+        self.write()
+
+    def write(self) -> None:
+        text = self.fixture_text + f"\n[flavors.cpu]\nlevels = {json.dumps(list(LEVELS))}\n"
+        if not self.cpu_default_features:
+            text += "default_features = false\n"
+        if self.bench_runs is not None:  # into the fixture's [bench], or a table of its own
+            runs = f"[bench]\nruns = {self.bench_runs}\n"
+            text = text.replace("[bench]\n", runs, 1) if "[bench]\n" in text else text + runs
+        self.config.write_text(text)
+
+    def release(self, cache: Path, env: dict[str, str] | None = None) -> float:
+        started = time.monotonic()
+        orchestrator(
+            [
+                "release",
+                "--config",
+                str(self.config),
+                "--artifacts-dir",
+                str(self.artifacts),
+                "--cache-dir",
+                str(cache),
+                "--bench-runs",
+                "0",
+                "--allow-dirty",
+            ],
+            env,
+        )
+        return time.monotonic() - started
+
+    def images_present(self, cache: Path) -> bool:
+        plan = json.loads(
+            orchestrator(
+                [
+                    "release",
+                    "--dry-run",
+                    "--json",
+                    "--config",
+                    str(self.config),
+                    "--cache-dir",
+                    str(cache),
+                ]
+            )
+        )
+        return all(
+            t["cached"]["toolchain_image"] and t["cached"]["base_image"] for t in plan["targets"]
+        )
+
+    def count(self, scenario: str, seconds: float) -> Outcome:
+        """The cargo steps this release ran, from release.json and each build.json."""
+        (release,) = [p for p in self.artifacts.iterdir() if (p / "release.json").is_file()]
+        entries = json.loads((release / "release.json").read_text())["artifacts"]
+        built = [e["artifact"] for e in entries if e["status"] == "ok"]
+        outcome = Outcome(scenario, seconds, built)
+        for artifact in built:
+            manifest = json.loads((release / artifact / "build.json").read_text())
+            for step in manifest["steps"]:
+                if step["name"] in CARGO_STEPS and step["status"] == "ok":
+                    outcome.builds[step["name"]] += 1
+                elif step["name"] in CARGO_STEPS and step["status"] == "cached":
+                    outcome.reused[step["name"]] += 1
+        return outcome
+
+
+def _ignored(folder: str, names: list[str]) -> set[str]:
+    return {"target"} & set(names)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--fixture", default="portable-cli", help="under tests/fixtures/")
+    parser.add_argument("--no-aarch64", action="store_true", help="the two cpu levels only")
+    options = parser.parse_args()
+    base = resolve_cache_dir(dict(os.environ))
+    # Next to the host cache: hard links need the same file system.
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="orch-bench-cost-", dir=base.parent) as scratch:
+        root = Path(scratch)
+        project = Project(root, options.fixture, aarch64=not options.no_aarch64)
+        cache = fresh_cache(root / "cache", base)
+        if not project.images_present(cache):
+            print("building the missing images first (untimed: no PGO, no BOLT) ...", flush=True)
+            warm = fresh_cache(root / "warm-cache", base)
+            project.release(
+                warm, {"ORCHESTRATOR_PGO_ENABLED": "false", "ORCHESTRATOR_BOLT_ENABLED": "false"}
+            )
+            shutil.rmtree(project.artifacts)
+            shutil.rmtree(cache)
+            cache = fresh_cache(root / "cache", warm)  # with what the warm-up downloaded
+        outcomes = []
+        for scenario in ("cold", "bench", "features", "source"):
+            change(project, scenario)
+            print(f"release: {scenario} ...", flush=True)
+            outcomes.append(project.count(scenario, project.release(cache)))
+            print(outcomes[-1].detail(), flush=True)
+    targets = len(LEVELS) + (0 if options.no_aarch64 else 1)
+    print(
+        f"\n{options.fixture}: {targets} targets (cpu {', '.join(LEVELS)}"
+        f"{'' if options.no_aarch64 else ', aarch64'}); floor {FLOOR} builds per target\n"
+    )
+    print(
+        "| scenario | seconds | cargo builds | targets built | builds per target | ratio to floor |"
+    )
+    print("|---|---|---|---|---|---|")
+    for outcome in outcomes:
+        print(outcome.row())
+
+
+def change(project: Project, scenario: str) -> None:
+    """Make the scenario's one change (on top of the earlier ones)."""
+    if scenario == "bench":
+        project.bench_runs = 3
+    elif scenario == "features":
+        project.cpu_default_features = False
+    elif scenario == "source":
+        main_rs = project.dir / "src" / "main.rs"
+        main_rs.write_text(main_rs.read_text() + "\n// one changed line\n")
+    project.write()
+
+
+if __name__ == "__main__":
+    main()

