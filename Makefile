@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-.PHONY: release test unit fuzz integration lint host-deps clean help
+.PHONY: release test unit fuzz integration lint docs host-deps clean help
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 help:
@@ -15,6 +15,7 @@ help:
 	@echo "make unit         fast tests without Docker"
 	@echo "make fuzz         property-based fuzzing of lockfiles, archives, records (about a minute)"
 	@echo "make lint         ruff, mypy, rendered Dockerfiles and JSON Schemas up to date"
+	@echo "make docs         the documentation (docs/) as a static site in site/"
 	@echo "make clean        remove leftover containers and the virtualenv"
 
 # The distribution was called `orchestrator` before it took its PyPI name: an editable
@@ -54,6 +55,10 @@ lint: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
+
+# docs/ as a static site in site/ (git-ignored); --strict fails on a broken link or anchor.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Property-based fuzzing of lockfiles, archives and records; FUZZ_EXAMPLES bounds the time.
 FUZZ_EXAMPLES ?= 400

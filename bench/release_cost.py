@@ -11,7 +11,8 @@ never touched) is released for cpu at two levels (x86-64-v2, x86-64-v3) plus aar
               variants; the package vault, rootfs tarballs and crate archives are
               hard-linked from the host cache and the Docker images are present, so
               nothing is downloaded and no image is built (a missing image is built
-              first, untimed, by a release without PGO and BOLT in a throwaway cache)
+              first, untimed, by a release without PGO and BOLT in the host cache,
+              where the .debs it was built from stay for the lock)
   bench       one bench setting changed ([bench] runs)
   features    one flavor's features changed ([flavors.cpu] default_features = false)
   source      one source file changed (a comment appended to src/main.rs)
@@ -38,6 +39,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -159,22 +161,17 @@ class Project:
         )
         return time.monotonic() - started
 
+    def dry_run(self, cache: Path) -> list[dict[str, Any]]:
+        """`release --dry-run --json`'s targets: what the caches hold for each."""
+        argv = ["release", "--dry-run", "--json", "--config", str(self.config)]
+        argv += ["--artifacts-dir", str(self.artifacts), "--cache-dir", str(cache)]
+        targets: list[dict[str, Any]] = json.loads(orchestrator(argv))["targets"]
+        return targets
+
     def images_present(self, cache: Path) -> bool:
-        plan = json.loads(
-            orchestrator(
-                [
-                    "release",
-                    "--dry-run",
-                    "--json",
-                    "--config",
-                    str(self.config),
-                    "--cache-dir",
-                    str(cache),
-                ]
-            )
-        )
         return all(
-            t["cached"]["toolchain_image"] and t["cached"]["base_image"] for t in plan["targets"]
+            t["cached"]["toolchain_image"] and t["cached"]["base_image"]
+            for t in self.dry_run(cache)
         )
 
     def count(self, scenario: str, seconds: float) -> Outcome:
@@ -212,18 +209,21 @@ def main() -> None:
         project = Project(root, options.fixture, aarch64=not options.no_aarch64)
         cache = fresh_cache(root / "cache", base)
         if not project.images_present(cache):
+            # In the host cache: the lock needs the .debs an image was built from, and a
+            # later run finds them there (its results land there too, keyed by inputs).
             print("building the missing images first (untimed: no PGO, no BOLT) ...", flush=True)
-            warm = fresh_cache(root / "warm-cache", base)
-            project.release(
-                warm, {"ORCHESTRATOR_PGO_ENABLED": "false", "ORCHESTRATOR_BOLT_ENABLED": "false"}
-            )
+            no_pgo = {"ORCHESTRATOR_PGO_ENABLED": "false", "ORCHESTRATOR_BOLT_ENABLED": "false"}
+            project.release(base, no_pgo)
             shutil.rmtree(project.artifacts)
             shutil.rmtree(cache)
-            cache = fresh_cache(root / "cache", warm)  # with what the warm-up downloaded
+            cache = fresh_cache(root / "cache", base)  # with what the warm-up downloaded
         outcomes = []
         for scenario in ("cold", "bench", "features", "source"):
             change(project, scenario)
             print(f"release: {scenario} ...", flush=True)
+            for target in project.dry_run(cache) if scenario != "cold" else []:
+                reason = target["cached"]["artifact_reason"] or "-"
+                print(f"  action cache, {target['artifact']}: {reason}", flush=True)
             outcomes.append(project.count(scenario, project.release(cache)))
             print(outcomes[-1].detail(), flush=True)
     targets = len(LEVELS) + (0 if options.no_aarch64 else 1)

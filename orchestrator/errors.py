@@ -2,7 +2,7 @@
 
 The CLI maps these to exit codes in one place; pipeline code raises them and never
 prints or exits by itself. Raise a named subclass, never `OrchestratorError` itself: every
-subclass must declare an exit code of its own, listed in README.md's exit-code table
+subclass must declare an exit code of its own, listed in docs/exit-codes.md's table
 (tests/unit/test_mends_errors.py checks both), whose row is made from its `summary`.
 """
 
@@ -20,7 +20,7 @@ class OrchestratorError(Exception):
 
     exit_code = 1
     default_hint = ""
-    # Its code's meaning in one line of markdown: README.md's exit-code table is made of
+    # Its code's meaning in one line of markdown: docs/exit-codes.md's table is made of
     # these (python -m orchestrator.cli.exit_codes; tests/unit/test_exit_codes.py).
     summary = ""
 

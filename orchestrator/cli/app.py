@@ -176,7 +176,7 @@ app = App(
         "Typical use: `orchestrator doctor` once, then `orchestrator build --flavor cpu`. "
         "Settings come from orchestrator.toml (see `orchestrator config`), overridden by "
         "ORCHESTRATOR_* environment variables and flags. `orchestrator COMMAND --help` "
-        "describes a command; exit codes are listed in README.md.\n\n"
+        "describes a command; exit codes are listed in docs/exit-codes.md.\n\n"
         "\b\n"
         "Examples:\n"
         "  orchestrator doctor\n"

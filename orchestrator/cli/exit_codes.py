@@ -1,18 +1,21 @@
-"""README.md's exit-code table, made from the error classes themselves.
+"""The exit-code table of docs/exit-codes.md, made from the error classes themselves.
 
 The CLI turns an error into its class's `exit_code` (cli/app.py), so the classes are the
 truth; each one's `summary` is its row's meaning. `python -m orchestrator.cli.exit_codes`
-prints the table to paste between the README's markers, and tests/unit/test_exit_codes.py
-fails while README.md and the classes differ.
+prints the table; with `--write` it puts it between the markers of docs/exit-codes.md, and
+tests/unit/test_exit_codes.py fails while that page and the classes differ.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import orchestrator
+from orchestrator.config.resources import repository_root
 from orchestrator.errors import OrchestratorError
 
 # Codes that no error class carries: click's usage errors exit 2 on their own.
@@ -56,5 +59,23 @@ def exit_codes_markdown(classes: Iterable[type[OrchestratorError]] | None = None
     return "\n".join(lines) + "\n"
 
 
+def write_docs_table(page: Path) -> bool:
+    """Put the current table between the page's markers; True when the page changed."""
+    text = page.read_text()
+    head, rest = text.split(START, 1)
+    new = head + START + exit_codes_markdown().rstrip("\n") + END + rest.split(END, 1)[1]
+    if new == text:
+        return False
+    page.write_text(new)
+    return True
+
+
 if __name__ == "__main__":
-    print(START + exit_codes_markdown() + END.lstrip("\n"))
+    if sys.argv[1:] == ["--write"]:  # rewrite docs/exit-codes.md's table in a checkout
+        root = repository_root()
+        if root is None:
+            sys.exit("--write: not in a checkout of orchestrator")
+        changed = write_docs_table(root / "docs" / "exit-codes.md")
+        print("docs/exit-codes.md " + ("updated" if changed else "already current"))
+    else:
+        print(START + exit_codes_markdown() + END.lstrip("\n"))

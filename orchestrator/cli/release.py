@@ -11,6 +11,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from orchestrator.cli.app import (
+    INTERRUPTED,
     AllowDirtyOption,
     App,
     ArtifactsOption,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.release.target import Target, TargetResult
     from orchestrator.runtime.engine import Engine
+    from orchestrator.supply.attest import Signer
 
 
 release_app = App(no_args_is_help=False)
@@ -132,13 +134,8 @@ def release(
         return
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
-    from orchestrator.release.reproduce import record_release, vault_for
-    from orchestrator.release.run import (
-        ReleaseIncompleteError,
-        run_release,
-        run_report,
-    )
+    from orchestrator.release.ending import changed_note
+    from orchestrator.release.run import ReleaseIncompleteError, run_report
     from orchestrator.release.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -185,22 +182,16 @@ def release(
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)
     check_signing_key(release_dir, signer.key.public)  # before hours of building
-    results = run_release(
+    results, lock, changed, unpinned = _run_and_pin(
         options,
+        chosen,
         plans,
-        connect_engines(options.engine_contexts),
         out,
         signer,
         retrain=retrain,
         bench_runs=bench_runs,
-        announce=out.print,
         force=force,
     )
-    lock = None
-    if any(r.status in ("ok", "cached") for r in results):
-        lock = record_release(options, chosen, release_dir, vault_for(options))
-        sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))  # it covers the lock
-        out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
     several = len({result.engine for result in results if result.engine}) > 1
     table = Table(
         Column("target", overflow="fold"),  # never cut: its end tells targets apart
@@ -238,12 +229,86 @@ def release(
     report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
     if json_output:
         emit_json(report)
-    _closing_lines(report, out)
+    notes = (
+        [changed_note(changed, locked=lock is not None, failed=bool(report.failed))]
+        if changed
+        else []
+    )
+    _closing_lines(report, out, notes, unpinned=unpinned.message if unpinned else None)
     failed = report.failed
     if failed:
         raise ReleaseIncompleteError(
             f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
         )
+    if unpinned is not None:  # published, but not pinned: the lock's own error and code
+        raise unpinned
+
+
+def _run_and_pin(
+    options: Options,
+    chosen: Sequence[Target],
+    plans: Sequence[tuple[Target, BuildPlan]],
+    out: Console,
+    signer: Signer,
+    *,
+    retrain: bool,
+    bench_runs: int,
+    force: bool,
+) -> tuple[list[TargetResult], Path | None, list[str], OrchestratorError | None]:
+    """Build every target, then pin what was published in release.lock: the results, the
+    lock (None: not written), the crate's files that changed while it ran, and why the
+    lock could not be written (said after the summary, not in place of it). Stopped
+    (Ctrl-C, SIGTERM, SIGHUP), it ends saying what was published and whether the lock
+    was written."""
+    from orchestrator.model.layout import release_dir_name
+    from orchestrator.model.lockfile import LOCK_FILE
+    from orchestrator.release.ending import files_text, interrupted, published_marks
+    from orchestrator.release.reproduce import record_release, vault_for
+    from orchestrator.release.run import run_release
+    from orchestrator.release.sources_at_start import changed_since_start, sources_at_start
+
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    # What the ending says is found out, not assumed: what was published before, and the
+    # sources every target is built from (the lock pins those, whatever changes meanwhile).
+    marks = published_marks(release_dir, [plan.artifact_dir for _, plan in plans])
+    at_start = sources_at_start(options, plans[0][1]) if plans else None
+    try:
+        results = run_release(
+            options,
+            plans,
+            connect_engines(options.engine_contexts),
+            out,
+            signer,
+            retrain=retrain,
+            bench_runs=bench_runs,
+            announce=out.print,
+            force=force,
+        )
+        lock, unpinned = None, None
+        changed = changed_since_start(options, at_start) if at_start else []
+        if changed:
+            err_console.print(
+                styled("warning:", "yellow bold", f" the crate changed: {files_text(changed)}")
+            )
+        if any(r.status in ("ok", "cached") for r in results):
+            try:
+                lock = record_release(
+                    options,
+                    chosen,
+                    release_dir,
+                    vault_for(options),
+                    planned=plans,
+                    at_start=at_start,
+                )
+            except OrchestratorError as error:
+                unpinned = error
+            else:
+                sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))  # covers the lock
+                out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: cleanup has run; say what stays
+        INTERRUPTED.set()
+        raise interrupted(release_dir, marks) from None
+    return results, lock, changed, unpinned
 
 
 @release_app.command("assemble")
@@ -342,10 +407,24 @@ def shipped_text(result: TargetResult) -> str:
     return text
 
 
-def _closing_lines(report: ReleaseRunReport, out: Console) -> None:
-    """Where the release is, how long it took, what to run next; the key warning last,
-    where it is read."""
+def _closing_lines(
+    report: ReleaseRunReport,
+    out: Console,
+    notes: Sequence[str] = (),
+    *,
+    unpinned: str | None = None,
+) -> None:
+    """What happened that the table does not say (`notes`, and a release.lock not
+    written), where the release is, how long it took, what to run next; the key warning
+    last, where it is read."""
     from orchestrator.progress.reporter import duration_text
+    from orchestrator.release.ending import lock_line
+
+    for note in notes:
+        err_console.print(styled("note:", "yellow bold", f" {note}"))
+    unlocked = lock_line(report, unpinned)
+    if unlocked:
+        out.print(Text(unlocked), soft_wrap=True)
 
     ok = len(report.targets) - len(report.failed)
     cached = sum(target.status == "cached" for target in report.targets)

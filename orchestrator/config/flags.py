@@ -1,5 +1,6 @@
 """How the declared settings are shown: CLI flags with their help and value names, and the
-README's settings table. Derived from config/settings.py; nothing here is declared twice."""
+settings table of docs/configuration.md. Derived from config/settings.py; nothing here is
+declared twice."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def _default_cell(spec: Setting | FlavorKey) -> str:
 
 
 def settings_table_markdown() -> str:
-    """The README's settings table: key | type | default | env var | flag | meaning."""
+    """docs/configuration.md's settings table: key | type | default | env var | flag | meaning."""
     rows = [
         "| key | type | default | env var | flag | meaning |",
         "|---|---|---|---|---|---|",

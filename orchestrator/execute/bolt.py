@@ -26,7 +26,7 @@ from orchestrator.execute.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry, files_tar
 from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
-from orchestrator.plan.step_keys import bolt_optimize_key
+from orchestrator.plan.step_keys import bolt_optimize_key, bolt_profile_inputs
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -63,14 +63,14 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
     if bolt.mode != "auto" and not pipeline.retrain:
         # A forced mode whose profile is stored needs no perf at all (reproductions
         # force the locked mode; the machine may not sample like the releasing one).
-        stored = load_profile(cache_for(bolt.mode), "BOLT", log.warn)
+        stored = _load(pipeline, bolt.mode, cache_for(bolt.mode), log)
         if stored is not None:
             choice = ModeChoice(bolt.mode, "forced; profile stored for this binary")
     if choice is None:
         pipeline.profiler()  # probes perf access first
         choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
         if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
-            stored = load_profile(cache_for(choice.mode), "BOLT", log.warn)
+            stored = _load(pipeline, choice.mode, cache_for(choice.mode), log)
     log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
     stored = stored or _collect(pipeline, choice.mode, optimized, cache_for(choice.mode), log)
     if choice.mode != "instrument":
@@ -87,7 +87,7 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
             stored = (
                 None
                 if pipeline.retrain
-                else load_profile(cache_for("instrument"), "BOLT", log.warn)
+                else _load(pipeline, "instrument", cache_for("instrument"), log)
             )
             stored = stored or _collect(
                 pipeline, "instrument", optimized, cache_for("instrument"), log
@@ -122,7 +122,25 @@ def _collect(
     scratch = pipeline.scratch / f"bolt-{mode}"
     scratch.mkdir(exist_ok=True)
     fetched = fetch_file(pipeline.box, target, scratch)
-    return store_profile(fetched, cache, {"mode": mode, "cache_key": cache.stem})
+    inputs = bolt_profile_inputs(pipeline.plan, mode)
+    return store_profile(fetched, cache, {"mode": mode, "cache_key": cache.stem, "inputs": inputs})
+
+
+def _load(pipeline: Pipeline, mode: str, cache: Path, log: StepLog) -> ProfileRecord | None:
+    """The profile stored for this binary and mode, unless it was collected from other
+    workloads (or other tools): its record names what it was collected from. A record
+    without that (an older one, or seeded by reproduce from an older lock) is used."""
+    stored = load_profile(cache, "BOLT", log.warn)
+    if stored is None:
+        return None
+    recorded = stored.details.get("inputs")
+    if recorded is not None and recorded != bolt_profile_inputs(pipeline.plan, mode):
+        log.line(
+            f"the stored BOLT profile {cache.name} was collected from other workloads or "
+            "tools: profiling again"
+        )
+        return None
+    return stored
 
 
 def optimize(pipeline: Pipeline, log: StepLog) -> None:

@@ -51,7 +51,7 @@ from orchestrator.model.records import (
     write_record,
 )
 from orchestrator.plan.build_plan import RELEASE_PROFILE
-from orchestrator.plan.serialize import action_key
+from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
@@ -375,9 +375,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         device_code=state.gpu,
         started_at=pipeline.started,
         finished_at=_now(),
-        tests={"ran": True, "cargo": list(plan.test.argv)}
-        if not plan.test_skipped
-        else {"ran": False, "reason": plan.test_skipped},
+        tests=cargo_test_record(plan),
         run=plan.run.as_dict(),
         action_key=action_key(plan, options),
         gate=gate,

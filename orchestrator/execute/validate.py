@@ -66,6 +66,7 @@ def validate_binaries(
         expected = _capture(
             pipeline, variant_binary("baseline", name), check, f"baseline-{index}", log
         )
+        _check_steady(pipeline, check, name, expected, log, label=f"baseline-{index}")
         got = _capture(pipeline, binaries[name], check, f"{label}-{index}", log)
         differences = compare_captured(expected, got, tolerance)
         if differences:
@@ -98,6 +99,64 @@ def validate_binaries(
     if plan.validate_runs:
         record["runs"] = results
     return record
+
+
+class NondeterministicOutputError(ValidationError):
+    """The baseline's validate command printed something else on a second run."""
+
+    exit_code = 74
+    summary = (
+        "validation cannot judge: the baseline printed something else when its validate "
+        "command ran twice (the command is not deterministic)"
+    )
+    default_hint = (
+        "Make validate.command print the same every time: sort its output, run it with one "
+        "thread, fix its random seed; or set validate.tolerance for numeric noise."
+    )
+
+
+def _check_steady(
+    pipeline: Pipeline, check: Run, name: str, first: Captured, log: StepLog, *, label: str
+) -> None:
+    """Run the baseline's command a second time (once per run and build): if the baseline
+    itself prints something else, comparing the optimized binary with it would fail or
+    pass by chance, so say that the command is not deterministic, and what to do."""
+    key = (name, check.args)
+    if key in pipeline.state.steady:
+        return
+    again = _capture(pipeline, variant_binary("baseline", name), check, f"{label}-again", log)
+    differences = compare_captured(first, again, pipeline.plan.validate_tolerance)
+    if differences:
+        command = " ".join((name, *check.args))
+        raise NondeterministicOutputError(
+            f"`{command}` is not deterministic: the baseline printed something else when "
+            f"run twice ({differences}), so no optimized binary can be compared with it:\n"
+            + render_diff(first, again, expected_name="baseline", got_name="baseline again"),
+            hint=nondeterminism_hint(first, again),
+        )
+    pipeline.state.steady.add(key)
+    log.line(f"the baseline printed the same twice for `{' '.join((name, *check.args))}`")
+
+
+def nondeterminism_hint(first: Captured, again: Captured) -> str:
+    """What to change in validate.command, from how the two runs differ: the same lines in
+    another order want sorting; anything else a single thread or a fixed seed."""
+    reordered = all(
+        sorted(getattr(first, stream).splitlines()) == sorted(getattr(again, stream).splitlines())
+        for stream in ("stdout", "stderr")
+    )
+    if reordered:
+        return (
+            "The same lines came out in another order (threads finishing in turn): add "
+            "the tool's flag that sorts its output (e.g. --sort path) to validate.command, "
+            "or the one that runs it with one thread (--threads 1, or RAYON_NUM_THREADS=1 "
+            "in the environment)."
+        )
+    return (
+        "Other values came out: run it with one thread (a --threads 1 flag, "
+        "RAYON_NUM_THREADS=1), fix its random seed, leave out times and addresses; or "
+        "set validate.tolerance if only numbers differ a little."
+    )
 
 
 def _capture(pipeline: Pipeline, binary: str, check: Run, name: str, log: StepLog) -> Captured:

@@ -195,6 +195,29 @@ def bolt_optimize_key(
     )
 
 
+def bolt_profile_inputs(plan: BuildPlan, mode: str) -> str:
+    """What a BOLT profile of a binary (stored per binary sha256 and mode) was collected
+    from: the workloads of the main binary and what they see, how it was profiled (the
+    runner, instrumentation arguments, sampling repeats), the tools and the image."""
+    bolt = plan.bolt
+    return content_hash(
+        {
+            "kind": "bolt-profile-inputs",
+            "version": STEP_CACHE_VERSION,
+            "mode": mode,
+            "workloads": [
+                w.shape() for w in plan.workloads if w.binary_or(plan.binary) == plan.binary
+            ],
+            "run": plan.run.as_dict(),
+            "runner": list(plan.runner),
+            "instrument_args": list(bolt.instrument_args) if bolt else [],
+            "sample_repeat": bolt.sample_repeat if bolt else 0,
+            "tools": dict(bolt.tools) if bolt else {},
+            "image_input_hash": plan.image.input_hash,
+        }
+    )
+
+
 def count_key(
     plan: BuildPlan, *, binaries: Mapping[str, str], workload: Run, container: Mapping[str, str]
 ) -> str:

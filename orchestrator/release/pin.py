@@ -48,6 +48,7 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
+from orchestrator.release.sources_at_start import SourcesAtStart
 from orchestrator.release.target import Target
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.archives import archive_name
@@ -156,13 +157,24 @@ def locked_target(
 
 
 def record_release(
-    options: Options, chosen: Sequence[Target], release_dir: Path, vault: Vault
+    options: Options,
+    chosen: Sequence[Target],
+    release_dir: Path,
+    vault: Vault,
+    *,
+    planned: Sequence[tuple[Target, BuildPlan]] | None = None,
+    at_start: SourcesAtStart | None = None,
 ) -> Path:
-    """Write release.lock for the published targets of `chosen`; fill the vault."""
+    """Write release.lock for the published targets of `chosen`; fill the vault.
+
+    A release passes the plans it built from (`planned`) and the sources as they were
+    when it planned them (`at_start`): the lock then pins what was built, even if the
+    checkout changed while the targets built. Without them (`orchestrator lock`) the
+    targets are planned again from the checkout as it is."""
     locked: list[LockedTarget] = []
     plans: list[BuildPlan] = []
-    for target in chosen:
-        plan = prepare_plan(target.options, target.flavor)
+    pairs = planned or [(t, prepare_plan(t.options, t.flavor)) for t in chosen]
+    for target, plan in pairs:
         artifact = release_dir / plan.artifact_dir
         if not (artifact / "build.json").is_file():
             continue  # failed or never built: not part of the release
@@ -185,7 +197,12 @@ def record_release(
             hint="Run `orchestrator release` first.",
         )
     return write_release_lock(
-        options, plans[0], shared_pins(options, plans[0], vault), locked, release_dir
+        options,
+        plans[0],
+        shared_pins(options, plans[0], vault),
+        locked,
+        release_dir,
+        at_start=at_start,
     )
 
 
@@ -226,24 +243,29 @@ def write_release_lock(
     pins: SharedPins,
     locked: Sequence[LockedTarget],
     release_dir: Path,
+    *,
+    at_start: SourcesAtStart | None = None,
 ) -> Path:
     """release.lock from the targets' entries and what they share, for the sources of the
-    checkout `options` reads (the same for every target)."""
-    identity = crate_identity(options)
+    checkout `options` reads (the same for every target), as they were `at_start` of the
+    release when given."""
+    identity = at_start.identity if at_start else crate_identity(options)
     if not options.crate_dir.is_relative_to(options.project_dir):
         raise LockfileError(
             f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "
             "records it relative to the config file",
             hint="Keep orchestrator.toml in the crate's repository, at or above the crate.",
         )
-    cargo_lock = (options.crate_dir / "Cargo.lock").read_text()
+    cargo_lock = at_start.cargo_lock if at_start else (options.crate_dir / "Cargo.lock").read_text()
+    config_text = at_start.config_text if at_start else options.config_path.read_text()
+    config_sha256 = at_start.config_sha256 if at_start else sha256_file(options.config_path)
     document = lock_document(
         name=options.binary,
         version=options.version,
         config={
             "file": options.config_path.name,
-            "sha256": sha256_file(options.config_path),
-            "text": options.config_path.read_text(),
+            "sha256": config_sha256,
+            "text": config_text,
         },
         source={
             **identity,

@@ -139,11 +139,53 @@ def _write_locked_config(workdir: Path, document: LockDocument) -> None:
     config.write_text(document.config.text)
 
 
-def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | None) -> Path:
+def config_folders(release_dir: Path) -> list[Path]:
+    """Where the release's config may live, to find the crate from (its `crate` path is
+    relative to the config's folder): the current folder, and the folders above the
+    release's (artifacts/<name>-<version> usually lies next to the config)."""
+    places = [Path.cwd(), release_dir.parent.parent, release_dir.parent]
+    return list(dict.fromkeys(place.resolve() for place in places))
+
+
+def find_repository(document: LockDocument, places: Sequence[Path]) -> tuple[str, str] | None:
+    """The git repository holding the locked commit, and the crate's path in it: the
+    repository of the current folder where the lock knows the config's path in its
+    repository, else the repository of the crate found at `crate` from one of `places`
+    (the config may live outside the crate's repository). None when none holds it."""
+    source = document.source
+    commit = source.git_commit
+    if not commit:
+        return None
+    candidates: list[tuple[str | None, str]] = []
+    if source.repository_path is not None:
+        crate_in_repo = (Path(source.repository_path).parent / source.crate).as_posix()
+        for place in places:
+            candidates.append((git(place, "rev-parse", "--show-toplevel"), crate_in_repo))
+    for place in places:
+        crate = place / source.crate
+        if not crate.is_dir():
+            continue
+        prefix = git(crate, "rev-parse", "--show-prefix")
+        if prefix is not None:
+            root = git(crate, "rev-parse", "--show-toplevel")
+            candidates.append((root, prefix.rstrip("/") or "."))
+    for root, crate_in_repo in candidates:
+        if root and git(Path(root), "cat-file", "-e", f"{commit}^{{commit}}") is not None:
+            return root, crate_in_repo
+    return None
+
+
+def lay_out_sources(
+    document: LockDocument,
+    workdir: Path,
+    source_dir: Path | None,
+    places: Sequence[Path] | None = None,
+) -> Path:
     """The config and the crate in a fresh folder; returns the config's path there.
 
     The crate comes from `source_dir` when given, else from `git archive` of the locked
-    commit in the repository this command runs in.
+    commit in the repository `find_repository` finds from `places` (default: the current
+    folder).
     """
     source = document.source  # its paths stay inside `workdir`: the lock's model checks
     config = workdir / document.config.file
@@ -161,12 +203,11 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
         )
         _write_locked_config(workdir, document)
         return config
-    commit, repository_path = source.git_commit, source.repository_path
-    root = git(Path.cwd(), "rev-parse", "--show-toplevel")
-    if not commit or repository_path is None or root is None:
+    commit = source.git_commit
+    if not commit:
         raise SourceError(
-            "the lockfile names no git commit, or this folder is not in its repository",
-            hint="Run reproduce inside the project's repository, or pass --source <crate dir>.",
+            "the lockfile names no git commit: the release was not built from a git checkout",
+            hint="Pass --source <crate dir> with exactly the sources the release was built from.",
         )
     if source.dirty:
         raise SourceError(
@@ -174,7 +215,18 @@ def lay_out_sources(document: LockDocument, workdir: Path, source_dir: Path | No
             "its sources are not in git",
             hint="Pass --source <crate dir> with exactly those sources.",
         )
-    crate_in_repo = (Path(repository_path).parent / source.crate).as_posix()
+    looked = list(places) if places is not None else [Path.cwd()]
+    found = find_repository(document, looked)
+    if found is None:
+        raise SourceError(
+            f"the locked commit {commit[:12]} is in no git repository found from "
+            + ", ".join(str(place) for place in looked)
+            + f" (their repository, or that of the crate at `{source.crate}` below them)",
+            hint=f"Pass --source <crate dir> with the crate's sources at {commit[:12]}, or run "
+            "reproduce inside a checkout of the crate's repository that has that commit "
+            "(git fetch).",
+        )
+    root, crate_in_repo = found
     archive = subprocess.run(
         ["git", "-C", root, "archive", "--format=tar", commit, "--", crate_in_repo],
         capture_output=True,
@@ -331,7 +383,9 @@ def reproduce(
     """Rebuild every target of `document` (from `read_locked`) and compare the bytes with
     those published in `release_dir`. Docker is reached through `connect` only once the
     sources are laid out and every target is planned: bad input fails without it."""
-    config = lay_out_sources(document, workdir / "src", source_dir)
+    config = lay_out_sources(
+        document, workdir / "src", source_dir, places=config_folders(release_dir)
+    )
     cache = workdir / "cache"
     options = resolve(
         config,

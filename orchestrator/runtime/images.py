@@ -218,7 +218,7 @@ def ensure_toolchain_image(
     log: StepLog,
     offline: bool = False,
 ) -> ImageOutcome:
-    return _once_per_engine(
+    outcome = _once_per_engine(
         engine,
         plan,
         log,
@@ -236,6 +236,20 @@ def ensure_toolchain_image(
             offline=offline,
         ),
     )
+    if not offline:
+        # The lock pins the image's .debs from this cache: an image another cache's build
+        # made (the same engine, another cache folder) still needs them here.
+        held = _package_set(
+            base, packages, cache_dir, log, sources=sources, unpack=unpack, offline=False
+        )
+        recorded = outcome.labels.get(LABEL_PACKAGES_SHA)
+        if recorded and recorded != held.digest:
+            log.warn(
+                f"the image {plan.reference} was built from other .debs ({recorded[:12]}) than "
+                f"this cache holds ({held.digest[:12]}): a lock would pin these; remove the "
+                "image (orchestrator clean --images) to build it from them"
+            )
+    return outcome
 
 
 def _build_toolchain(

@@ -131,7 +131,11 @@ def test_workloads_run_the_binary_they_name_and_bolt_trains_on_the_main_ones(
 def test_validation_compares_each_binary_with_its_own_baseline(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
-    outputs = {"baseline-1.stdout": b"ok\n", "optimized-1.stdout": b"ok\n"}
+    outputs = {
+        "baseline-1.stdout": b"ok\n",
+        "baseline-1-again.stdout": b"ok\n",
+        "optimized-1.stdout": b"ok\n",
+    }
     engine = FakeEngine(missing=lambda path: outputs.get(Path(path).name, b"same\n"))
     rig = make_rig(_two(project), stack, tmp_path, engine=engine)
     rig.pipeline.ship("optimized", rig.log)
@@ -139,7 +143,9 @@ def test_validation_compares_each_binary_with_its_own_baseline(
     runs = [e.argv[6:] for e in rig.box.execs if e.argv[0] == "/bin/sh"]
     assert runs == [
         (f"{BIN_DIR}/baseline/demo", "--version"),
+        (f"{BIN_DIR}/baseline/demo", "--version"),  # twice: does it print the same?
         (f"{BIN_DIR}/optimized/demo", "--version"),
+        (f"{BIN_DIR}/baseline/democtl", "check", "data.txt"),
         (f"{BIN_DIR}/baseline/democtl", "check", "data.txt"),
         (f"{BIN_DIR}/optimized/democtl", "check", "data.txt"),
     ]

@@ -236,7 +236,9 @@ def stand_in_release(monkeypatch: pytest.MonkeyPatch) -> None:
     use_engine(monkeypatch, FakeEngine())
     monkeypatch.setattr(release_target, "run_build", _stand_in_build)
 
-    def record_release(_options: Any, _chosen: Any, release_dir: Path, _vault: Any) -> Path:
+    def record_release(
+        _options: Any, _chosen: Any, release_dir: Path, _vault: Any, **_given: Any
+    ) -> Path:
         return release_dir / "release.lock"
 
     monkeypatch.setattr(release_reproduce, "record_release", record_release)

@@ -18,6 +18,7 @@ from orchestrator.model.bolt_report import PerfCapabilities
 from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.layout import PATHS
 from orchestrator.model.records import read_record
+from orchestrator.plan.step_keys import bolt_profile_inputs
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.engine import Privileges
 from orchestrator.runtime.perf import PerfAccess
@@ -306,6 +307,8 @@ def test_instrument_mode_instruments_runs_the_workloads_and_merges(
     assert read_record(stored.with_suffix(".json"), ProfileSidecar).details == {
         "mode": "instrument",
         "cache_key": stored.stem,
+        # what it was collected from: another set of workloads profiles again
+        "inputs": bolt_profile_inputs(rig.pipeline.plan, "instrument"),
     }
     assert rig.log.detail == "mode instrument, 13 bytes"
 
@@ -466,6 +469,14 @@ def test_optimize_runs_llvm_bolt_then_validates_and_ships_the_result(
             *CAPTURE,
             f"{VALIDATED}/baseline-0.stdout",
             f"{VALIDATED}/baseline-0.stderr",
+            f"{BIN_DIR}/baseline/demo",
+            "--version",
+        ),
+        ("mkdir", "-p", "/build/out/validate"),
+        (  # the baseline again: a command that prints the same twice can be compared
+            *CAPTURE,
+            f"{VALIDATED}/baseline-0-again.stdout",
+            f"{VALIDATED}/baseline-0-again.stderr",
             f"{BIN_DIR}/baseline/demo",
             "--version",
         ),

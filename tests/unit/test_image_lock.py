@@ -168,6 +168,7 @@ def test_the_loser_waits_then_uses_the_winners_toolchain_image(
             unpack={},
             cache_dir=tmp_path,
             log=log,
+            offline=True,  # the .debs into this cache: test_runtime_images.py's business
         )
     assert loser.builds == [] and not outcome.built
     assert outcome.id == loser.images[TOOLCHAIN.reference].id

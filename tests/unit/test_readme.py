@@ -1,4 +1,5 @@
-"""The README's settings table is the one made from config/settings.py, not a copy."""
+"""The settings table of docs/configuration.md (the configuration reference) is the one made
+from config/settings.py, not a copy."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ START = "<!-- settings table: generated from orchestrator/config/settings.py -->
 END = "\n<!-- end of settings table -->"
 
 
-def test_readme_settings_table_is_generated_from_the_declarations() -> None:
+def test_docs_settings_table_is_generated_from_the_declarations() -> None:
     root = repository_root()
     assert root is not None
-    text = (root / "README.md").read_text()
+    text = (root / "docs" / "configuration.md").read_text()
     table = text[text.index(START) + len(START) : text.index(END)]
+    # On a failure, paste `settings_table_markdown()`'s output between the markers.
     assert table == settings_table_markdown().rstrip()

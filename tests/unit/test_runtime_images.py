@@ -198,6 +198,45 @@ def test_toolchain_image_from_cached_packages(base: BaseSpec, tmp_path: Path) ->
     assert list((tmp_path / "tmp").iterdir()) == []  # the build context is cleaned up
 
 
+def test_an_image_another_cache_built_still_gets_its_debs_into_this_cache(
+    base: BaseSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock pins the image's .debs from this cache: when the engine already holds the
+    image (built from another cache folder), they are fetched here all the same."""
+    made_elsewhere = cache_package_set(base, tmp_path / "other-cache")
+    fake = FakeEngine()
+    ensure_toolchain(fake, base, tmp_path / "other-cache")
+    fetched: list[Path] = []
+
+    def fetch(
+        _base: BaseSpec, _packages: object, directory: Path, _log: object, **_: object
+    ) -> PackageSet:
+        fetched.append(directory)
+        return cache_package_set(base, tmp_path / "this-cache")
+
+    monkeypatch.setattr(images, "fetch_packages", fetch)
+    base_image = ImageOutcome("orchestrator/base:trixie-" + "b" * 16, "sha256:b", "b", False, {})
+    log, handle = step_log()
+    outcome = ensure_toolchain_image(
+        as_engine(fake),
+        base=base,
+        base_image=base_image,
+        plan=TOOLCHAIN,
+        dockerfile=DOCKERFILE,
+        packages=PACKAGES,
+        sources=AptSources(),
+        unpack=UNPACK,
+        cache_dir=tmp_path / "this-cache",
+        log=log,
+    )
+    assert not outcome.built and len(fake.builds) == 1  # the image was reused
+    assert fetched == [
+        package_set_dir(base, PACKAGES, tmp_path / "this-cache", AptSources(), UNPACK)
+    ]
+    assert outcome.labels[LABEL_PACKAGES_SHA] == made_elsewhere.digest
+    assert "built from other .debs" not in handle.getvalue()  # the same .debs
+
+
 def test_corrupt_package_cache_is_discarded(base: BaseSpec, tmp_path: Path) -> None:
     package_set = cache_package_set(base, tmp_path)
     (package_set.directory / "rustc-web_1.96.deb").write_bytes(b"tampered")

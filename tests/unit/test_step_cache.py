@@ -22,7 +22,7 @@ from orchestrator.errors import StepFailedError
 from orchestrator.execute import bolt, gate, pgo, variants
 from orchestrator.execute import build as build_module
 from orchestrator.execute.pipeline import BIN_DIR, Pipeline
-from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.execute.profiles import ProfileRecord, store_profile
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError
@@ -32,6 +32,7 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
     baseline_key,
     bolt_optimize_key,
+    bolt_profile_inputs,
     cargo_test_key,
     config_member,
     count_key,
@@ -695,3 +696,45 @@ def test_a_profile_in_the_step_cache_skips_the_pgo_steps_when_only_the_config_ch
     stored = options.cache_dir / "profiles" / "pgo" / f"{'f' * 64}.profdata"
     assert stored.read_bytes() == b"merged profile"
     assert set(state.reused) == {"pgo-instrument", "pgo-train", "pgo-merge"}
+
+
+def test_a_stored_bolt_profile_from_other_workloads_is_not_used(project: Path) -> None:
+    """BOLT profiles are stored per binary sha256 and mode; their record names what they
+    were collected from, and a profile of other workloads is collected again."""
+    options = make_options(project, pgo=False)
+    plan = _plan(options)
+    key = bolt_profile_inputs(plan, "instrument")
+    assert bolt_profile_inputs(plan, "sample") != key
+    other = _plan(replace(options, workloads=(Run(("--version",)),)))
+    assert bolt_profile_inputs(other, "instrument") != key
+    # What profiling does not read: the flags llvm-bolt rewrites with, the gate, bench.
+    assert bolt_profile_inputs(_plan(replace(options, bolt_flags=("-icf=1",))), "instrument") == key
+    assert bolt_profile_inputs(_plan(replace(options, gate_policy="off")), "instrument") == key
+
+
+def test_the_bolt_profile_step_profiles_again_for_other_workloads(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    options = make_options(project, pgo=False, bolt_mode="instrument")
+    source = tmp_path / "fresh.fdata"
+    sha = "5e" * 32
+    cache = options.cache_dir / "profiles" / "bolt" / f"{sha}-instrument.fdata"
+    listing = answers(("sha256sum", 0, [f"{sha}  {BIN_DIR}/optimized/demo"]))
+
+    def profile(plan: BuildPlan, name: str) -> Rig:
+        rig = _step_rig(options, plan, stack, tmp_path, name, responder=listing)
+        rig.pipeline.state.shipped = f"{BIN_DIR}/optimized/demo"
+        bolt.profile(rig.pipeline, rig.log)
+        return rig
+
+    plan = _plan(options)
+    source.write_bytes(b"1 main 0 1 main 4 0 9\n")
+    store_profile(
+        source, cache, {"mode": "instrument", "inputs": bolt_profile_inputs(plan, "instrument")}
+    )
+    same = profile(plan, "same")
+    assert same.log.cached and _runs(same, "-instrument") == 0
+    other = _plan(replace(options, workloads=(Run(("--version",)),)))
+    again = profile(other, "other")
+    assert not again.log.cached and _runs(again, "-instrument") == 1
+    assert "collected from other workloads" in again.text
