@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -52,7 +51,12 @@ def build(
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the plan; build nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan as JSON (orchestrator/build-plan, "
+            "schemas/build-plan-1.schema.json); build nothing.",
+        ),
     ] = False,
     keep_containers: Annotated[
         bool, typer.Option("--keep-containers", help="Leave build containers behind for debugging.")
@@ -104,6 +108,9 @@ def build(
             help="With --target: quick runs for release.json's speedup column (0: skip).",
         ),
     ] = 3,
+    json_output: Annotated[
+        bool, json_option("orchestrator/build-plan", when="with --dry-run only")
+    ] = False,
 ) -> None:
     """Build, test, optimize (PGO, BOLT), validate and publish one flavor into artifacts/.
 
@@ -121,12 +128,13 @@ def build(
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.host.step_times import earlier_step_seconds
+    from orchestrator.model.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.chain import check_signing_key
 
-    overrides = {
+    overrides: dict[str, object] = {  # what changes the plan (refused with --target)
         "build.toolchain": toolchain,
         "build.target_cpu": target_cpu,
         "pgo.enabled": pgo,
@@ -139,6 +147,11 @@ def build(
         "release.glibc_floor": glibc_floor,
         "release.distro_check": distro_check,
     }
+    if json_output and not dry_run:
+        raise ConfigError(
+            "--json goes with --dry-run: a build prints its steps, and writes build.json",
+            hint="orchestrator build --dry-run --json prints the plan as one JSON document.",
+        )
     if release_target is not None:
         changed = [key for key, value in overrides.items() if value is not None]
         source = ctx.get_parameter_source("flavor")
@@ -166,21 +179,7 @@ def build(
         )
     options = resolve_options(
         config,
-        {
-            "build.toolchain": toolchain,
-            "build.target_cpu": target_cpu,
-            "build.artifacts_dir": artifacts_dir,
-            "build.cache_dir": cache_dir,
-            "pgo.enabled": pgo,
-            "bolt.enabled": bolt,
-            "bolt.mode": bolt_mode,
-            "bolt.policy": bolt_policy,
-            "profiling.privileges": privileged,
-            "profiling.allow_privileged": allow_privileged,
-            "gate.policy": gate,
-            "release.glibc_floor": glibc_floor,
-            "release.distro_check": distro_check,
-        },
+        {**overrides, "build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir},
     )
     plan = prepare_plan(options, flavor)
     blocker = lock_blocker(options)
@@ -189,7 +188,7 @@ def build(
     for problem in run_problems(options):  # init's placeholders, files nobody provides
         err_console.print(styled("warning:", "yellow bold", f" {problem}"))
     if dry_run:
-        console.print_json(json.dumps(plan_summary(plan)))
+        emit_json(BuildPlanReport.model_validate(plan_summary(plan)))
         return
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)  # reads the key: every input before Docker
@@ -248,6 +247,7 @@ def _build_release_target(
 ) -> None:
     """`build --target NAME`: the release's plan for that target, built unsigned."""
     from orchestrator.host.cachedir import ensure_cache_dir
+    from orchestrator.model.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.release.run import plan_targets
     from orchestrator.release.shard import build_target_folder, pick_target
@@ -263,7 +263,7 @@ def _build_release_target(
         raise ConfigError(f"cannot build a release target: {blocker}", hint=LOCK_BLOCKER_HINT)
     target, plan = pick_target(plan_targets(chosen), name)
     if dry_run:
-        console.print_json(json.dumps(plan_summary(plan)))
+        emit_json(BuildPlanReport.model_validate(plan_summary(plan)))
         return
     ensure_cache_dir(options.cache_dir)
     destination = out if out is not None else options.artifacts_dir / "targets"

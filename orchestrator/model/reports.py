@@ -16,7 +16,7 @@ from pydantic import Field, JsonValue
 from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
-from orchestrator.model.records import Record
+from orchestrator.model.records import JsonDict, Record
 from orchestrator.model.release_summary import TargetSummary
 
 
@@ -285,6 +285,54 @@ class ReleasePlanReport(Record):
     release_dir: str
     docker_reachable: bool
     targets: list[PlannedTargetEntry]
+
+
+# -- orchestrator build --dry-run --json -------------------------------------------------
+class PlannedImage(Record):
+    reference: str
+    input_hash: str
+
+
+class PlannedVariant(Record):
+    argv: list[str]  # its cargo command line
+    rustflags: list[str]
+
+
+class BuildPlanReport(Record):
+    """`orchestrator build --dry-run [--json]`: one target's plan; nothing built."""
+
+    SCHEMA = "orchestrator/build-plan"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/build-plan"] = Field("orchestrator/build-plan", alias="schema")
+    schema_version: Literal[1] = 1
+    flavor: str
+    arch: str
+    rust_target: str
+    target_cpu: str
+    toolchain: str
+    base_image: PlannedImage
+    image: PlannedImage
+    source_archive_sha256: str
+    cargo_lock_sha256: str
+    rustflags: list[str]
+    variants: dict[str, PlannedVariant]
+    test: list[str] = Field(description="the cargo test command line")
+    test_skipped: str | None = Field(description="why the tests do not run (null: they do)")
+    test_target_cpu: str | None = Field(description="the CPU level the tests compile for")
+    test_shared: str | None = Field(description="why that is another level's (null: its own)")
+    run: JsonDict = Field(description="what every workload sees: env, stdin, inputs")
+    pgo: JsonDict | None
+    bolt: JsonDict | None
+    binaries: list[str]
+    workloads: list[list[str] | JsonDict]
+    runner: list[str] = Field(description="the emulator workloads run under (cross builds)")
+    gpu_targets: list[str]
+    # `validate_` in Python, `validate` in JSON: it dodges BaseModel's own `validate`.
+    validate_: list[str] = Field(alias="validate", description="the validate command")
+    validate_runs: list[list[str] | JsonDict]
+    artifact: str = Field(description="<release>/<artifact>: where it would be published")
+    steps: list[str]
 
 
 # -- orchestrator release --json ---------------------------------------------------------

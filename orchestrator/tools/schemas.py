@@ -21,6 +21,7 @@ from orchestrator.model.records import BuildManifest, Record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.model.reports import (
     BenchReport,
+    BuildPlanReport,
     ConfigReport,
     DoctorReport,
     ReleasePlanReport,
@@ -34,6 +35,7 @@ PUBLISHED: tuple[type[Record], ...] = (
     LockDocument,
     ReleasePlanReport,
     ReleaseRunReport,
+    BuildPlanReport,
     ConfigReport,
     DoctorReport,
     VerifyReport,

@@ -5,9 +5,11 @@ baseline and the release profile, and validation comparing them)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import docker
@@ -50,7 +52,13 @@ def test_each_variant_builds_from_pristine_sources(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     artifacts = tmp_path / "artifacts"
-    config = FIXTURE / "orchestrator.toml"
+    # Sources no earlier run built (test_endings.py releases this crate too): every build
+    # step runs here, none is taken from the step cache, so each build script really runs.
+    project = tmp_path / "writes-source"
+    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
+    with (project / "src" / "main.rs").open("a") as source:
+        source.write(f"// {uuid.uuid4().hex}\n")
+    config = project / "orchestrator.toml"
     run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(artifacts)])
     # The build script's write into the sources failed in every build (it goes on without
     # it), so the release build saw what the baseline saw and validation found them equal:

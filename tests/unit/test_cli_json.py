@@ -29,6 +29,7 @@ from orchestrator.model.records import BuildManifest, Record, read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.model.reports import (
     BenchReport,
+    BuildPlanReport,
     ConfigReport,
     DoctorReport,
     ReleasePlanReport,
@@ -190,6 +191,25 @@ def test_verify_json_passes_and_fails_as_a_document(tmp_path: Path) -> None:
 
 
 # -- release --dry-run -----------------------------------------------------------------
+@pytest.mark.parametrize("flavor", ["cpu", "aarch64"])
+def test_build_dry_run_json(project: Path, flavor: str) -> None:
+    """`build --dry-run --json` (and `--dry-run` alone) is one orchestrator/build-plan
+    document; `--json` without `--dry-run` is refused (a build prints steps)."""
+    config = str(configure(project))
+    result = runner.invoke(app, ["build", "--dry-run", "--json", "--flavor", flavor, "-c", config])
+    assert result.exit_code == 0, result.output
+    document = one_document(result.stdout)
+    validate(document, BuildPlanReport)
+    assert document["schema"] == "orchestrator/build-plan"
+    assert document["flavor"] == flavor and "publish" in document["steps"]
+    assert "validate" in document  # spelled as in JSON, not as the Python field
+    plain = runner.invoke(app, ["build", "--dry-run", "--flavor", flavor, "-c", config])
+    assert one_document(plain.stdout) == document
+    refused = runner.invoke(app, ["build", "--json", "-c", config])
+    assert refused.exit_code == 10
+    assert "--json goes with --dry-run" in refused.output
+
+
 def test_release_dry_run_json(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_engine(monkeypatch, None)
     config = configure(project, '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\n')
