@@ -16,7 +16,7 @@ from rich.console import Console
 
 import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
-from orchestrator.cli.release import _closing_lines
+from orchestrator.cli.release import closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute.publish import update_release_index
@@ -211,7 +211,7 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     report = run_report(options, [result], signer, seconds=1.0, lockfile=None)
     assert [target.status for target in report.targets] == ["cached"] and report.failed == []
     out = Console(file=io.StringIO(), width=300)
-    _closing_lines(report, out)
+    closing_lines(report, out)
     assert "1 of 1 targets ok, 1 cached (inputs unchanged, not built again)" in str(
         out.file.getvalue()  # type: ignore[attr-defined]
     )

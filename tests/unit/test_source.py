@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from orchestrator.cli.release import _refuse_dirty
+from orchestrator.cli.release import refuse_dirty
 from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import (
@@ -161,5 +161,5 @@ def test_an_uncommitted_config_alone_leaves_the_tree_clean_and_the_error_names_f
     assert crate_identity(options)["dirty"] is True
     assert sorted(uncommitted_changes(options)) == ["src/extra.rs", "src/main.rs"]
     with pytest.raises(SourceError, match=r"uncommitted changes \(src/extra.rs, src/main.rs\)"):
-        _refuse_dirty(options, allow_dirty=False)
-    _refuse_dirty(options, allow_dirty=True)
+        refuse_dirty(options, allow_dirty=False)
+    refuse_dirty(options, allow_dirty=True)
