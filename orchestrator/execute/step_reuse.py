@@ -19,6 +19,10 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.step_keys import config_member
 from orchestrator.progress.reporter import StepLog
 
+# The log of the run that made an entry, kept with it: a reused step's log then still
+# shows what the compiler, the tests or llvm-bolt printed, not only that it was reused.
+STEP_LOG = "step.log"
+
 
 def config_of(pipeline: Pipeline) -> str:
     """The config file's member in the source snapshot, left out of the keys ("" if none)."""
@@ -55,6 +59,13 @@ def mark_reused(
     pipeline.state.reused[step] = entry.reused()
     whence = entry.describe(pipeline.plan.artifact_dir)
     log.mark_cached(f"{whence}; {detail}" if detail else whence)
+    if STEP_LOG in entry.record.files:
+        record = entry.record
+        log.copy_in(
+            f"--- the {record.step} log of the run that made these outputs "
+            f"({record.made_by}, {record.built_at}) ---",
+            entry.file(STEP_LOG).read_text(encoding="utf-8", errors="replace"),
+        )
 
 
 def restore_binaries(
@@ -93,9 +104,12 @@ def store(
         folder = scratch / f"in-{len(files)}"
         folder.mkdir(exist_ok=True)
         files[name] = fetch_file(pipeline.box, path, folder)
-    for name, text in (texts or {}).items():
+    texts = dict(texts or {})
+    if (history := log.written()) and STEP_LOG not in texts:
+        texts[STEP_LOG] = history
+    for name, text in texts.items():
         written = scratch / f"text-{len(files)}"
-        written.write_text(text)
+        written.write_text(text, encoding="utf-8")
         files[name] = written
     stored = cache.put(key, step, files, made_by=pipeline.plan.artifact_dir, inputs=inputs)
     log.line(f"{step} outputs kept in the step cache: {stored.folder}")

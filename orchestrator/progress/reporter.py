@@ -140,8 +140,10 @@ class StepLog:
         *,
         warn: Callable[[str], None] | None = None,
         status_prefix: Callable[[], str] | None = None,
+        path: Path | None = None,
     ) -> None:
         self._handle = handle
+        self._path = path
         self._warn = warn
         self._status_prefix = status_prefix or (lambda: f"{name}: ")
         self._status = status
@@ -183,6 +185,21 @@ class StepLog:
         self.cached = True
         self.detail = detail
         self.line(f"cached: {detail}")
+
+    def written(self) -> str:
+        """What this step's log file holds so far ("" for a log kept nowhere)."""
+        if self._path is None:
+            return ""
+        self._handle.flush()
+        return self._path.read_text(encoding="utf-8", errors="replace")
+
+    def copy_in(self, header: str, text: str) -> None:
+        """Put `text` (an earlier run's log) into the log file only: it is history, not
+        news, so it is neither echoed nor shown on the status line."""
+        self._handle.write(f"{header}\n{text}")
+        if text and not text.endswith("\n"):
+            self._handle.write("\n")
+        self._handle.flush()
 
 
 class Reporter:
@@ -297,7 +314,7 @@ class Reporter:
                 highlight=False,
                 soft_wrap=True,
             )
-        with log_path.open("w") as handle:
+        with log_path.open("w", encoding="utf-8", errors="replace") as handle:
             status: Status | None = None
             if self.spinner:
                 spinner = "dots" if self.marks is UNICODE_MARKS else "line"
@@ -318,6 +335,7 @@ class Reporter:
                 self.live,
                 warn=lambda text: self._step_warning(name, text),
                 status_prefix=lambda: f"{name} ({self._progress(name, started)}): ",
+                path=log_path,
             )
             heartbeat: Heartbeat | None = None
             if self.ci or (self.prefix and self.live is None):

@@ -153,6 +153,38 @@ def test_the_config_file_in_the_crate_is_no_build_input(project: Path) -> None:
 
 
 # -- reuse ------------------------------------------------------------------------------
+def test_a_reused_step_keeps_the_log_of_the_run_that_made_it(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    """The step log of a reused build still shows the command and what it printed, from
+    the run that made the entry (a failing test's "1 filtered out" must stay findable)."""
+    options = make_options(project)
+    plan = _plan(options)
+    reporter = Reporter(Console(file=io.StringIO(), width=200), tmp_path / "logs")
+    logs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        rig = make_rig(
+            options, stack, tmp_path / name, plan=plan, engine=FakeEngine(missing=_binary)
+        )
+        rig.pipeline.step_cache = StepCache(options.cache_dir / "steps")
+        vendor = tmp_path / "vendor.tar"
+        vendor.write_bytes(b"vendored")
+        rig.pipeline.state.vendor = vendor
+        with reporter.step(StepName.BUILD_BASELINE, "baseline") as log:
+            variants.build_baseline(rig.pipeline, log)
+        logs.append(sorted((tmp_path / "logs").glob("*.log"))[-1].read_text())
+    first, second = logs
+    [command] = [line for line in first.splitlines() if line.startswith("+ ") and "cargo" in line]
+    assert "--- the build-baseline log of the run that made these outputs" in second
+    assert command in second.splitlines()
+    assert second.index("cached: ") < second.index(command)
+    entry = read_record(
+        options.cache_dir / "steps" / baseline_key(plan) / ENTRY_FILE, StepEntryRecord
+    )
+    assert sorted(entry.files) == ["demo", "step.log"]
+
+
 def test_a_second_target_with_the_same_baseline_reuses_it(
     project: Path, stack: ExitStack, tmp_path: Path
 ) -> None:
