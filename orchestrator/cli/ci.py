@@ -87,10 +87,11 @@ def ci(
       orchestrator ci gitlab --public-key minisign.pub
     """
     from orchestrator.release.target import targets
+    from orchestrator.supply.github_workflow import render_github
+    from orchestrator.supply.gitlab_ci import render_gitlab
     from orchestrator.supply.workflows import (
         ci_spec,
         default_output,
-        render,
         repository_root,
         write_workflow,
     )
@@ -102,5 +103,10 @@ def ci(
         levels.setdefault(target.flavor, []).append(target.level)
     spec = ci_spec(options, levels, root=root, install_spec=install_spec, public_key=public_key)
     path = output if output is not None else default_output(provider.value, root)
-    state = write_workflow(path, render(provider.value, spec), force=force, check=check)
+    state = write_workflow(
+        path,
+        (render_github if provider.value == "github" else render_gitlab)(spec),
+        force=force,
+        check=check,
+    )
     console.print(f"{path}: {state}")

@@ -14,24 +14,23 @@ reason, for the file's comments.
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from orchestrator.config.clap_source import Command, read_commands
 from orchestrator.config.run_files import DATA_EXTENSIONS, looks_like_path, path_arguments
+from orchestrator.config.workload_sources import (
+    Tree,
+    code_lines,
+    commands_in,
+    downloads,
+    file_extension,
+    referenced_files,
+    test_invocations,
+    walk,
+)
 
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_SKIP_DIRS = frozenset({".git", "target", "node_modules", ".github", ".cargo", "vendor"})
-_DATA_DIRS = frozenset(
-    {"data", "testdata", "test-data", "fixtures", "samples", "corpus", "assets", "examples",
-     "benches", "bench", "inputs", "resources"}
-)  # fmt: skip
-_TEXT = frozenset({"txt", "csv", "tsv", "json", "jsonl", "ndjson", "md", "log", "xml", "html"})
-_NOT_DATA = frozenset({"rs", "toml", "lock", "orig", "rej", "sh", "py", "yml", "yaml"})
-_MAX_DATA = 64 << 20  # bigger files are not proposed: a workload runs several times a build
-_MAX_FILES = 20_000
 _TRIVIAL = frozenset({"--help", "-h", "--version", "-V", "help", "version", "-help"})
 # Words that tell a run is not the same twice, or waits, or serves: validation compares
 # outputs, and a training run must end.
@@ -43,13 +42,6 @@ _UNSTABLE = frozenset(
 _EXEC_OPTIONS = frozenset({"--exec", "--exec-batch", "-x", "-X"})
 _EXTENSION_OPTIONS = frozenset({"-e", "--extension", "--ext"})
 _OUTPUT_OPTIONS = frozenset({"-o", "--output", "--out", "--out-file", "--output-file"})
-_WRAPPERS = frozenset({"time", "sudo", "env", "command", "exec", "nice", "nohup"})
-_URL = re.compile(r"https?://[^\s)\"'>\]]+")
-_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
-_CARGO_BIN = re.compile(r"(?:cargo_bin\(\s*\"([^\"]+)\"|CARGO_BIN_EXE_([A-Za-z0-9_-]+))")
-_ARG_CALL = re.compile(r"\.(args?)\s*\(")
-_STRING = re.compile(r"\"((?:[^\"\\]|\\.)*)\"")
-_CHAIN_END = re.compile(r"\.(assert|output|status|spawn)\s*\(|;")
 
 
 @dataclass(frozen=True)
@@ -72,271 +64,6 @@ class Proposal:
     workloads: tuple[Candidate, ...]
     rejected: tuple[Rejected, ...]
     shape: tuple[str, ...] = ()  # a command line to complete when nothing was found
-
-
-@dataclass
-class _Tree:
-    """The crate's files as runs see them: paths relative to the crate's root."""
-
-    root: Path
-    files: dict[str, int] = field(default_factory=dict)  # relative path -> size
-    referenced: set[str] = field(default_factory=set)  # named by tests or benches
-
-    def exists(self, relative: str) -> bool:
-        path = PurePosixPath(relative)
-        if path.is_absolute() or ".." in path.parts:
-            return False
-        return (self.root / path).exists()
-
-    def data_files(self, extension: str = "") -> list[str]:
-        """Files a run could read, best first: named by tests or benches, in a data
-        folder, text, bigger (up to the cap)."""
-
-        def rank(item: tuple[str, int]) -> tuple[bool, bool, bool, int, str]:
-            name, size = item
-            parts = PurePosixPath(name).parts
-            in_data = any(part.lower() in _DATA_DIRS for part in parts[:-1])
-            text = _extension(name) in _TEXT
-            return (name not in self.referenced, not in_data, not text, -size, name)
-
-        chosen = [
-            (name, size)
-            for name, size in self.files.items()
-            if 0 < size <= _MAX_DATA
-            and _extension(name) not in _NOT_DATA
-            and (not extension or _extension(name) == extension)
-            and PurePosixPath(name).name.lower() not in {"license", "copying"}
-            and not PurePosixPath(name).name.lower().startswith(("license", "changelog"))
-        ]
-        return [name for name, _size in sorted(chosen, key=rank)]
-
-
-def _extension(name: str) -> str:
-    return PurePosixPath(name).suffix.lower().lstrip(".")
-
-
-def _walk(root: Path) -> _Tree:
-    tree = _Tree(root)
-    stack = [root]
-    while stack and len(tree.files) < _MAX_FILES:
-        folder = stack.pop()
-        try:
-            entries = sorted(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith(".") or entry.is_symlink():
-                continue
-            if entry.is_dir():
-                if entry.name not in _SKIP_DIRS:
-                    stack.append(entry)
-            elif entry.is_file():
-                tree.files[entry.relative_to(root).as_posix()] = entry.stat().st_size
-    return tree
-
-
-# --- command lines in documents -------------------------------------------------------
-
-
-def _code_lines(path: Path) -> Iterator[str]:
-    """Shell lines of a document: code blocks of markdown, every line of a script;
-    backslash continuations joined."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return
-    markdown = path.suffix.lower() in (".md", ".markdown", "")
-    in_code = not markdown
-    pending = ""
-    for line in text.splitlines():
-        if markdown and _FENCE.match(line):
-            in_code, pending = not in_code, ""
-            continue
-        if not in_code:
-            continue
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        yield pending + line
-        pending = ""
-
-
-def _tokens(line: str) -> list[str] | None:
-    text = line.strip()
-    for prompt in ("$ ", "% ", "> ", "\u276f "):  # shell prompts
-        if text.startswith(prompt):
-            text = text[len(prompt) :]
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        return list(lexer)
-    except ValueError:
-        return None
-
-
-def _commands_in(line: str, binary: str) -> Iterator[tuple[tuple[str, ...], str]]:
-    """(arguments, problem) of each command of `line` that runs `binary`; problem is
-    non-empty when it cannot be a workload as written (stdin from a file or a pipe)."""
-    tokens = _tokens(line)
-    if not tokens:
-        return
-    segment: list[str] = []
-    for token in [*tokens, ";"]:
-        if token in (";", "&&", "||", "&"):
-            yield from _segment(segment, binary)
-            segment = []
-        else:
-            segment.append(token)
-
-
-def _segment(tokens: list[str], binary: str) -> Iterator[tuple[tuple[str, ...], str]]:
-    stages: list[list[str]] = [[]]
-    for token in tokens:
-        if token == "|":  # noqa: S105 (a pipe, not a password)
-            stages.append([])
-        else:
-            stages[-1].append(token)
-    for position, stage in enumerate(stages):
-        args = _invocation(stage, binary)
-        if args is None:
-            for token in stage:  # hyperfine 'tool args', bash -c 'tool args'
-                if " " in token:
-                    for inner, problem in _commands_in(token, binary):
-                        yield inner, problem
-            continue
-        kept, problem = _redirections(args)
-        yield tuple(kept), ("reads its input from another command" if position else problem)
-
-
-def _redirections(args: list[str]) -> tuple[list[str], str]:
-    """The arguments without output redirections, and why not when stdin is a file."""
-    kept: list[str] = []
-    problem = ""
-    words = iter(args)
-    for word in words:
-        if word.startswith((">", "<", "&>")) and kept and kept[-1].isdigit():
-            kept.pop()  # `2>&1` reads as 2, >&, 1: the 2 names a descriptor
-        if word in (">", ">>", ">&", "&>", "&>>", ">>&"):
-            next(words, None)  # its output to a file: a workload's output is kept anyway
-        elif word == "<":
-            problem = problem or f"reads stdin from {next(words, '?')}"
-        elif not word.startswith((">", "<", "&>")):
-            kept.append(word)
-    return kept, problem
-
-
-def _invocation(stage: list[str], binary: str) -> list[str] | None:
-    """The arguments when `stage` runs `binary` (directly, by path, or with cargo run)."""
-    words = list(stage)
-    while words and (_ENV_WORD.fullmatch(words[0]) or words[0] in _WRAPPERS):
-        words.pop(0)
-    if not words:
-        return None
-    head = words[0]
-    if PurePosixPath(head).name == binary and not head.endswith((".rs", ".toml")):
-        return words[1:]
-    if words[:2] == ["cargo", "run"] and "--" in words:
-        options = words[2 : words.index("--")]
-        chosen = (
-            options[options.index("--bin") + 1 : options.index("--bin") + 2]
-            if ("--bin" in options)
-            else [binary]
-        )
-        if "--example" not in options and chosen == [binary]:
-            return words[words.index("--") + 1 :]
-    return None
-
-
-def _downloads(path: Path) -> dict[str, str]:
-    """File names a document fetches (curl/wget lines, links), with their URLs."""
-    found: dict[str, str] = {}
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return found
-    for line in text.splitlines():
-        for url in _URL.findall(line):
-            name = PurePosixPath(url.split("?")[0]).name
-            if "." in name:
-                found.setdefault(name, url)
-                for packed in (".gz", ".zip", ".xz", ".bz2", ".zst", ".tgz"):
-                    if name.endswith(packed):
-                        found.setdefault(name[: -len(packed)], url)
-        tokens = line.split()
-        for flag in ("-o", "-O", "--output", "--output-document"):
-            if flag in tokens and tokens.index(flag) + 1 < len(tokens):
-                urls = _URL.findall(line)
-                if urls:
-                    found.setdefault(tokens[tokens.index(flag) + 1], urls[0])
-    return found
-
-
-# --- integration tests ----------------------------------------------------------------
-
-
-def _test_invocations(path: Path, binary: str) -> Iterator[tuple[str, ...]]:
-    """Argument lists of `Command::cargo_bin("binary")` chains made of string literals."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return
-    for found in _CARGO_BIN.finditer(text):
-        name = found.group(1) or found.group(2)
-        if name != binary:
-            continue
-        end = _CHAIN_END.search(text, found.end())
-        chain = text[found.end() : end.start() if end else len(text)]
-        if any(word in chain for word in ("write_stdin", "current_dir", "pipe_stdin")):
-            continue
-        args: list[str] = []
-        literal = True
-        for call in _ARG_CALL.finditer(chain):
-            close = _close_paren(chain, call.end() - 1)
-            inside = chain[call.end() : close]
-            strings = _STRING.findall(inside)
-            rest = _STRING.sub("", inside)
-            if call.group(1) == "arg":
-                literal = literal and len(strings) == 1 and not re.search(r"\w", rest)
-            else:
-                literal = literal and not re.search(r"[A-Za-z_]\w*", rest.replace("&", ""))
-            args += [bytes(s, "utf-8").decode("unicode_escape") for s in strings]
-        if literal and args:
-            yield tuple(args)
-
-
-def _close_paren(text: str, start: int) -> int:
-    depth = 0
-    for index in range(start, len(text)):
-        if text[index] == "(":
-            depth += 1
-        elif text[index] == ")":
-            depth -= 1
-            if depth == 0:
-                return index
-    return len(text)
-
-
-def _referenced_files(tree: _Tree, folders: Sequence[str]) -> set[str]:
-    """Files of the tree named by string literals in the tests' and benches' sources."""
-    named: set[str] = set()
-    for relative in tree.files:
-        parts = PurePosixPath(relative).parts
-        if relative.endswith(".rs") and any(part in ("tests", "benches") for part in parts):
-            try:
-                text = (tree.root / relative).read_text(errors="replace")
-            except OSError:
-                continue
-            for literal in _STRING.findall(text):
-                for base in ("", *folders):
-                    candidate = f"{base}/{literal}" if base else literal
-                    if candidate in tree.files:
-                        named.add(candidate)
-                for packaged in re.findall(r"\.\./([^\"]+)", literal):
-                    for base in folders:
-                        if f"{base}/{packaged}" in tree.files:
-                            named.add(f"{base}/{packaged}")
-    return named
 
 
 # --- vetting --------------------------------------------------------------------------
@@ -371,7 +98,7 @@ def _outside(arg: str) -> str:
     return ""
 
 
-def _arg_problem(arg: str, following: str, tree: _Tree) -> str:
+def _arg_problem(arg: str, following: str, tree: Tree) -> str:
     """Why one argument (with the one after it) keeps a run from being a workload."""
     outside = _outside(arg) or _unstable(arg)
     if outside:
@@ -387,7 +114,7 @@ def _arg_problem(arg: str, following: str, tree: _Tree) -> str:
     if (
         arg in _EXTENSION_OPTIONS
         and extension in DATA_EXTENSIONS
-        and not any(_extension(name) == extension for name in tree.files)
+        and not any(file_extension(name) == extension for name in tree.files)
     ):
         return f"looks for .{following} files and the tree has none: it finds nothing"
     if arg in _OUTPUT_OPTIONS and following and looks_like_path(following):
@@ -395,7 +122,7 @@ def _arg_problem(arg: str, following: str, tree: _Tree) -> str:
     return ""
 
 
-def _problem(args: tuple[str, ...], tree: _Tree) -> str:
+def _problem(args: tuple[str, ...], tree: Tree) -> str:
     """Why `args` cannot be a workload as written, "" when nothing tells so."""
     if not args:
         return "no arguments"
@@ -422,7 +149,7 @@ def _replace(args: list[str], value: str, new: str) -> None:
 
 
 def _vet(
-    candidate: Candidate, tree: _Tree, downloads: dict[str, str], folders: Sequence[str]
+    candidate: Candidate, tree: Tree, downloads: dict[str, str], folders: Sequence[str]
 ) -> Candidate | Rejected:
     """The candidate as a workload (files it names found in the tree), or why not."""
     problem = _problem(candidate.args, tree)
@@ -439,7 +166,7 @@ def _vet(
             continue
         url = downloads.get(PurePosixPath(value).name, "")
         fetched = f"; {candidate.source} fetches it from {url}" if url else ""
-        same = tree.data_files(_extension(value)) if _extension(value) else []
+        same = tree.data_files(file_extension(value)) if file_extension(value) else []
         if not same:
             return Rejected(candidate, f"{value} is not in the tree{fetched}")
         _replace(fixed, value, same[0])
@@ -447,7 +174,7 @@ def _vet(
     return Candidate(tuple(fixed), candidate.source, "; ".join(notes))
 
 
-def _work(candidate: Candidate, tree: _Tree) -> tuple[int, int]:
+def _work(candidate: Candidate, tree: Tree) -> tuple[int, int]:
     """How much work a run shows: files it reads, then its words that are not flags."""
     reads = sum(1 for value in path_arguments(candidate.args) if tree.exists(value))
     return reads, sum(1 for arg in candidate.args if not arg.startswith("-"))
@@ -459,7 +186,7 @@ def _work(candidate: Candidate, tree: _Tree) -> tuple[int, int]:
 _DIR_NAMES = frozenset({"dir", "dirs", "directory", "root", "folder", "paths", "path"})
 
 
-def _fill(command: Command, tree: _Tree) -> tuple[str, ...] | None:
+def _fill(command: Command, tree: Tree) -> tuple[str, ...] | None:
     """Arguments for `command` with the tree's data files, None when it needs a value
     that cannot be guessed (a required pattern, a required option)."""
     args = list(command.words)
@@ -517,10 +244,10 @@ class _Found:
 
 def _from_documents(found: _Found, root: Path, package_dir: Path, binary: str) -> None:
     for document in _documents(root, package_dir):
-        found.downloads.update(_downloads(document))
+        found.downloads.update(downloads(document))
         shown = document.relative_to(root).as_posix()
-        for line in _code_lines(document):
-            for args, problem in _commands_in(line, binary):
+        for line in code_lines(document):
+            for args, problem in commands_in(line, binary):
                 if problem:
                     found.rejected.append(Rejected(Candidate(args, shown), problem))
                 else:
@@ -528,11 +255,11 @@ def _from_documents(found: _Found, root: Path, package_dir: Path, binary: str) -
     for folder in dict.fromkeys((root, package_dir)):
         for test in sorted((folder / "tests").glob("**/*.rs"))[:200]:
             shown = test.relative_to(root).as_posix()
-            found.candidates += [Candidate(a, shown) for a in _test_invocations(test, binary)]
+            found.candidates += [Candidate(a, shown) for a in test_invocations(test, binary)]
 
 
 def _from_clap(
-    found: _Found, tree: _Tree, root: Path, package_dir: Path, main_file: Path | None
+    found: _Found, tree: Tree, root: Path, package_dir: Path, main_file: Path | None
 ) -> tuple[str, ...]:
     """Candidates from the binary's clap commands; the shape of the first one that could
     not be filled (for a placeholder)."""
@@ -554,10 +281,10 @@ def find_workloads(
     main_file: Path | None = None,
 ) -> Proposal:
     """Workloads for `binary` of the package at `package_dir`, runs at `root`."""
-    tree = _walk(root)
+    tree = walk(root)
     member = package_dir.relative_to(root).as_posix() if package_dir != root else ""
     folders = [member] if member else []
-    tree.referenced = _referenced_files(tree, folders)
+    tree.referenced = referenced_files(tree, folders)
     found = _Found()
     _from_documents(found, root, package_dir, binary)
     shape = _from_clap(found, tree, root, package_dir, main_file)
@@ -575,7 +302,7 @@ def find_workloads(
     return Proposal(_best(accepted, tree), tuple(found.rejected), shape)
 
 
-def _best(accepted: list[Candidate], tree: _Tree, most: int = 3) -> tuple[Candidate, ...]:
+def _best(accepted: list[Candidate], tree: Tree, most: int = 3) -> tuple[Candidate, ...]:
     """Up to `most` runs that read files or do more than flags, different subcommands
     first; the order of discovery breaks ties (README before tests before clap)."""
     order = {id(c): index for index, c in enumerate(accepted)}

@@ -1,0 +1,218 @@
+""".gitlab-ci.yml (`orchestrator ci gitlab`): the same three stages as GitHub's workflow,
+one build job per flavor with a `parallel:matrix` over its CPU levels (fixed when the
+pipeline starts, so the plan job checks that the file still lists the config's targets),
+Docker-in-Docker for the builds, and the generic package registry for the files."""
+
+from __future__ import annotations
+
+from orchestrator.supply.workflows import (
+    CI_SECRETS,
+    CiSpec,
+    command_line,
+    file_header,
+    fill,
+    yaml_quote,
+)
+
+_GITLAB_HEAD = """\
+@HEADER@#
+# On a version tag (v1.2.3, the version the config releases): `plan` lists the targets and
+# checks that this file still builds them, one build job per target (parallel:matrix over
+# each flavor's CPU levels) builds it unsigned in Docker-in-Docker, and `assemble`, the only
+# job that reads the signing key, signs, verifies and uploads the release to the project's
+# generic package registry (packages/generic/NAME/VERSION/FILE).
+# CI/CD variables: @SECRET@ (type File, protected, the minisign secret key) and, for
+# an encrypted key, @PASSPHRASE@ (masked, protected); protect the v* tags so
+# that tag pipelines see them.
+# The build jobs need a runner that allows privileged containers with a /certs/client
+# volume (Docker-in-Docker with TLS).
+workflow:
+  rules:
+    - if: $CI_COMMIT_TAG =~ /^v/
+
+stages:
+  - plan
+  - build
+  - assemble
+
+variables:
+  ORCHESTRATOR_INSTALL: @INSTALL@
+  ORCHESTRATOR_CONFIG: @CONFIG@
+  PIP_DISABLE_PIP_VERSION_CHECK: "1"
+  # the targets this file builds, one "FLAVOR LEVEL" a line, which `plan` checks
+  EXPECTED_TARGETS: @EXPECTED@
+
+default:
+  image: python:3.12-bookworm
+  before_script:
+    - python -m pip install --quiet "$ORCHESTRATOR_INSTALL"
+    # what the jobs write into the checkout must not make the crate look edited
+    - printf '%s\\n' /.orchestrator/ /.orchestrator-cache/ >> .git/info/exclude
+    # field FILE KEY: one value of a JSON document (the plan)
+    - |
+      field() {
+        python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"
+      }
+
+plan:
+  stage: plan
+  script:
+    - mkdir -p .orchestrator
+    - orchestrator release --dry-run --json > .orchestrator/plan.json
+    - |
+      python3 - <<'EOF'
+      import json, os, sys
+      plan = json.load(open(".orchestrator/plan.json"))
+      tag = os.environ.get("CI_COMMIT_TAG", "")
+      if tag and tag != "v" + plan["version"]:
+          sys.exit(f"tag {tag} is not v{plan['version']}, the version the config releases")
+      found = sorted(f"{t['flavor']} {t['level']}" for t in plan["targets"])
+      expected = sorted(os.environ["EXPECTED_TARGETS"].split("\\n"))
+      if found != expected:
+          sys.exit(f"the config releases {found}, this file builds {expected}: "
+                   "write it again with `@COMMAND@`")
+      for target in plan["targets"]:
+          print(target["artifact"])
+      EOF
+  artifacts:
+    paths:
+      - .orchestrator/plan.json
+    expire_in: 1 week
+"""
+
+_GITLAB_BUILD = """\
+
+build-@FLAVOR@:
+  stage: build
+  needs:
+    - plan
+@TAGS@  services:
+    - name: docker:27-dind
+      alias: docker
+  variables:
+    FLAVOR: @FLAVOR@
+    DOCKER_HOST: tcp://docker:2376
+    DOCKER_TLS_CERTDIR: /certs
+    DOCKER_TLS_VERIFY: "1"
+    DOCKER_CERT_PATH: /certs/client
+    ORCHESTRATOR_CACHE_DIR: $CI_PROJECT_DIR/.orchestrator-cache
+  parallel:
+    matrix:
+      - LEVEL:
+@LEVELS@  # the vault and stored PGO/BOLT profiles (named by content or by what made them)
+  cache:
+    key:
+      files:
+@CACHE_FILES@      prefix: orchestrator-@TOOLCHAIN@-$FLAVOR-$LEVEL
+    paths:
+      - .orchestrator-cache/vault
+      - .orchestrator-cache/profiles
+  script:
+    - apt-get update -qq
+    - apt-get install -y -qq --no-install-recommends mmdebstrap
+    - >-
+      artifact=$(python3 -c 'import json, sys;
+      print(next(t["artifact"] for t in json.load(open(".orchestrator/plan.json"))["targets"]
+      if t["flavor"] == sys.argv[1] and t["level"] == sys.argv[2]))' "$FLAVOR" "$LEVEL")
+    - orchestrator build --target "$artifact" --out .orchestrator/targets
+    # a tar keeps the files' modes
+    - tar -cf ".orchestrator/$artifact.tar" -C .orchestrator/targets "$artifact"
+  artifacts:
+    paths:
+      - .orchestrator/*.tar
+    expire_in: 1 week
+"""
+
+_GITLAB_ASSEMBLE = """\
+
+assemble:
+  stage: assemble
+  needs:
+    - plan
+@NEEDS@  rules:
+    - if: $CI_COMMIT_TAG && $CI_COMMIT_REF_PROTECTED == "true"
+  script:
+    - |
+      if [ -z "${@SECRET@:-}" ] || [ ! -f "$@SECRET@" ]; then
+        echo "set the CI/CD variable @SECRET@ (type File, protected) to the minisign secret key" >&2
+        exit 1
+      fi
+    - mkdir -p .orchestrator/unpacked
+    - for folder in .orchestrator/*.tar; do tar -xf "$folder" -C .orchestrator/unpacked; done
+    - export ORCHESTRATOR_SIGNING_KEY="$@SECRET@"
+    - if [ -n "${@PASSPHRASE@:-}" ]; then export ORCHESTRATOR_SIGNING_PASSPHRASE="$@PASSPHRASE@"; fi
+    - export ORCHESTRATOR_ARTIFACTS_DIR="$CI_PROJECT_DIR/.orchestrator/artifacts"
+    - orchestrator release assemble .orchestrator/unpacked/*
+    - unset ORCHESTRATOR_SIGNING_KEY ORCHESTRATOR_SIGNING_PASSPHRASE
+    - orchestrator release --dry-run --json > .orchestrator/assembled.json
+    - release_dir=$(field .orchestrator/assembled.json release_dir)
+    - orchestrator verify "$release_dir"@VERIFY_KEY@
+    - name=$(field .orchestrator/plan.json name)
+    - version=$(field .orchestrator/plan.json version)
+    - |
+      registry="$CI_API_V4_URL/projects/$CI_PROJECT_ID/packages/generic/$name/$version"
+      cd "$release_dir"
+      for file in ./*.tar.xz ./*.tar.xz.minisig install.sh install.sh.minisig SHA256SUMS \\
+          SHA256SUMS.minisig provenance.intoto.jsonl provenance.intoto.jsonl.minisig \\
+          release.lock release.lock.minisig minisign.pub; do
+        if [ -f "$file" ]; then
+          curl --fail-with-body --silent --show-error --header "JOB-TOKEN: $CI_JOB_TOKEN" \\
+            --upload-file "$file" "$registry/${file#./}"
+        fi
+      done
+      echo "published to $registry (install: sh install.sh --from $registry)"
+"""
+
+
+def render_gitlab(spec: CiSpec) -> str:
+    """.gitlab-ci.yml for `spec`."""
+    expected = "\n".join(
+        f"{flavor} {level}" for flavor, levels in spec.levels.items() for level in levels
+    )
+    head = fill(
+        _GITLAB_HEAD,
+        {
+            "@HEADER@": file_header(
+                "gitlab", spec, "GitLab CI: build the release across runners, sign once."
+            ),
+            "@SECRET@": CI_SECRETS["key"],
+            "@PASSPHRASE@": CI_SECRETS["passphrase"],
+            "@INSTALL@": yaml_quote(spec.install_spec),
+            "@CONFIG@": yaml_quote(spec.config),
+            "@EXPECTED@": yaml_quote(expected),
+            "@COMMAND@": command_line("gitlab", spec),
+        },
+    )
+    # GitLab keys a cache by at most two files: the lock and the config decide the most.
+    lock = [
+        path for path in spec.cache_files if path.endswith("/Cargo.lock") or path == "Cargo.lock"
+    ]
+    key_files = [spec.config, *lock][:2]
+    builds = "".join(
+        fill(
+            _GITLAB_BUILD,
+            {
+                "@FLAVOR@": flavor,
+                "@TAGS@": (
+                    "  tags:\n"
+                    + "".join(f"    - {yaml_quote(tag)}\n" for tag in spec.runners[flavor])
+                    if spec.runners.get(flavor)
+                    else ""
+                ),
+                "@LEVELS@": "".join(f"          - {yaml_quote(level)}\n" for level in levels),
+                "@CACHE_FILES@": "".join(f"          - {yaml_quote(path)}\n" for path in key_files),
+                "@TOOLCHAIN@": spec.toolchain,
+            },
+        )
+        for flavor, levels in spec.levels.items()
+    )
+    assemble = fill(
+        _GITLAB_ASSEMBLE,
+        {
+            "@NEEDS@": "".join(f"    - build-{flavor}\n" for flavor in spec.levels),
+            "@SECRET@": CI_SECRETS["key"],
+            "@PASSPHRASE@": CI_SECRETS["passphrase"],
+            "@VERIFY_KEY@": f" --key {spec.public_key}" if spec.public_key else "",
+        },
+    )
+    return head + builds + assemble
