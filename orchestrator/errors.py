@@ -248,6 +248,20 @@ class PortabilityError(OrchestratorError):
     )
 
 
+class GeneratedFileError(OrchestratorError):
+    """An [[archive.generate]] entry failed, or printed something else when run twice."""
+
+    exit_code = 73
+    summary = (
+        "an `[[archive.generate]]` command failed or is not deterministic (two runs of the "
+        "shipped binary printed different files)"
+    )
+    default_hint = (
+        "Make the command print the same every time (no dates, paths or random order), or "
+        "ship the file itself from the crate with archive.include."
+    )
+
+
 class BuildInterruptedError(OrchestratorError):
     exit_code = 130
     summary = "interrupted (Ctrl-C, SIGTERM or SIGHUP)"

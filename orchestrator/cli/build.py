@@ -128,6 +128,7 @@ def build(
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.host.step_times import earlier_step_seconds
+    from orchestrator.model.gate_table import gate_splits
     from orchestrator.model.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress.reporter import Reporter
@@ -221,6 +222,8 @@ def build(
     console.print(styled("published", "bold green", f" {outcome.artifact}"))
     console.print(f"  binary  {outcome.binary}")
     console.print(f"  ships   {shipped_description(outcome.manifest)}")
+    for split in gate_splits(outcome.manifest.gate):  # a loss the gate's mean hides
+        console.print(f"  gate    {split} (build.json: gate.per_workload)", markup=False)
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
 
 
@@ -348,7 +351,7 @@ def bench(
             "bench.runs": runs,
             "bench.warmup": warmup,
         },
-    )
+    ).for_flavor(flavor)  # its own [flavors.<name>.bench] and gate workloads
     if not options.bench_command:
         raise ConfigError(
             "bench.command is empty: nothing to benchmark",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from orchestrator.model.release_summary import EngineJobs
     from orchestrator.model.reports import EngineFit, ReleaseRunReport
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.release.target import Target, TargetResult
@@ -132,6 +133,7 @@ def release(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from orchestrator.cli.release_table import release_table
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import changed_note
@@ -182,7 +184,7 @@ def release(
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)
     check_signing_key(release_dir, signer.key.public)  # before hours of building
-    results, lock, changed, unpinned = _run_and_pin(
+    results, lock, changed, unpinned, jobs = _run_and_pin(
         options,
         chosen,
         plans,
@@ -192,41 +194,13 @@ def release(
         bench_runs=bench_runs,
         force=force,
     )
-    several = len({result.engine for result in results if result.engine}) > 1
-    table = Table(
-        Column("target", overflow="fold"),  # never cut: its end tells targets apart
-        *(["engine"] if several else []),
-        "status",
-        "time",
-        "size",
-        "ships",
-        "wall time",
-        "glibc",
-        "runs on",
-        "notes",
-        title=f"release {options.binary} {options.version}",
-    )
-    for result in results:
-        status = Text(result.status, style="red" if result.status == "failed" else "green")
-        table.add_row(
-            result.artifact,
-            *([result.engine or "-"] if several else []),
-            status,
-            f"{result.seconds:.0f}s",
-            f"{result.size / 1e6:.2f} MB" if result.size else "-",
-            shipped_text(result),
-            f"{result.speedup:.3f}x" if result.speedup else result.speedup_note or "-",
-            result.glibc or "-",
-            result.oldest_distribution or "-",
-            "; ".join(
-                [result.error, *result.warnings, f"BOLT {result.bolt}" if result.bolt else ""]
-            ).strip("; "),
-        )
-    out.print(table)
+    out.print(release_table(results, f"release {options.binary} {options.version}", out.width))
     for result in results:
         for warning in result.warnings:
             err_console.print(styled("warning:", "bold yellow", f" {result.artifact}: {warning}"))
-    report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
+    report = run_report(
+        options, results, signer, seconds=time.monotonic() - started, lockfile=lock, jobs=jobs
+    )
     if json_output:
         emit_json(report)
     notes = (
@@ -254,15 +228,16 @@ def _run_and_pin(
     retrain: bool,
     bench_runs: int,
     force: bool,
-) -> tuple[list[TargetResult], Path | None, list[str], OrchestratorError | None]:
+) -> tuple[list[TargetResult], Path | None, list[str], OrchestratorError | None, list[EngineJobs]]:
     """Build every target, then pin what was published in release.lock: the results, the
-    lock (None: not written), the crate's files that changed while it ran, and why the
-    lock could not be written (said after the summary, not in place of it). Stopped
-    (Ctrl-C, SIGTERM, SIGHUP), it ends saying what was published and whether the lock
-    was written."""
+    lock (None: not written), the crate's files that changed while it ran, why the lock
+    could not be written (said after the summary, not in place of it), and how many targets
+    each engine built at a time. Stopped (Ctrl-C, SIGTERM, SIGHUP), it ends saying what
+    was published and whether the lock was written."""
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.ending import files_text, interrupted, published_marks
+    from orchestrator.release.engine_jobs import jobs_per_engine
     from orchestrator.release.reproduce import record_release, vault_for
     from orchestrator.release.run import run_release
     from orchestrator.release.sources_at_start import changed_since_start, sources_at_start
@@ -273,16 +248,19 @@ def _run_and_pin(
     marks = published_marks(release_dir, [plan.artifact_dir for _, plan in plans])
     at_start = sources_at_start(options, plans[0][1]) if plans else None
     try:
+        engines = connect_engines(options.engine_contexts)
+        jobs = jobs_per_engine(options.engine_jobs, engines, len(plans))
         results = run_release(
             options,
             plans,
-            connect_engines(options.engine_contexts),
+            engines,
             out,
             signer,
             retrain=retrain,
             bench_runs=bench_runs,
             announce=out.print,
             force=force,
+            jobs=jobs,
         )
         lock, unpinned = None, None
         changed = changed_since_start(options, at_start) if at_start else []
@@ -308,7 +286,7 @@ def _run_and_pin(
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: cleanup has run; say what stays
         INTERRUPTED.set()
         raise interrupted(release_dir, marks) from None
-    return results, lock, changed, unpinned
+    return results, lock, changed, unpinned, jobs
 
 
 def connect_engines(contexts: Sequence[str]) -> list[Engine]:
@@ -320,19 +298,6 @@ def connect_engines(contexts: Sequence[str]) -> list[Engine]:
     if not contexts:
         return [Engine.connect()]
     return [Engine.connect(endpoint) for endpoint in resolve_contexts(contexts)]
-
-
-def shipped_text(result: TargetResult) -> str:
-    """'pgo: -11.3% cycles (-8.3% vs release)': the gate's pick and what it saves by
-    callgrind's estimated cycles against plain cargo (and the release profile)."""
-    if result.shipped_variant is None:
-        return "-"
-    text = result.shipped_variant
-    if result.cycles_saved_vs_baseline is not None:
-        text += f": {-result.cycles_saved_vs_baseline:+.1%} cycles"
-    if result.cycles_saved_vs_release is not None and result.shipped_variant != "release":
-        text += f" ({-result.cycles_saved_vs_release:+.1%} vs release)"
-    return text
 
 
 def closing_lines(
@@ -347,6 +312,7 @@ def closing_lines(
     last, where it is read."""
     from orchestrator.progress.reporter import duration_text
     from orchestrator.release.ending import lock_line
+    from orchestrator.release.engine_jobs import jobs_text
 
     for note in notes:
         err_console.print(styled("note:", "yellow bold", f" {note}"))
@@ -369,6 +335,8 @@ def closing_lines(
         lines.append(f"verify:  {report.verify_command}")
         if report.signing.public_key is None:
             lines.append(f"         (PUBLIC_KEY: the public half of {report.signing.key})")
+    if report.jobs_per_engine:  # before the path and verify: those stay the last lines
+        lines.insert(0, jobs_text(report.jobs_per_engine))
     for line in lines:  # unwrapped, so the command can be copied whole
         out.print(Text(line), soft_wrap=True)
     if report.signing.throwaway:
@@ -399,6 +367,7 @@ def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Targ
 def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool) -> None:
     """`release --dry-run`: every target's plan, what is cached and, with several engines,
     which of them can build it; as a table or JSON."""
+    from orchestrator.release.engine_jobs import jobs_per_engine, jobs_text
     from orchestrator.release.run import dry_run as plan_release
     from orchestrator.release.run import plan_report
 
@@ -407,12 +376,14 @@ def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool
     with err_console.status("planning: reading the sources, asking Docker what it holds"):
         engines, unreachable = _engines_that_answer(options.engine_contexts)
         planned = plan_release(options, chosen, engines, unreachable)
+        to_build = sum(not item.cached.artifact for item in planned)
+        jobs = jobs_per_engine(options.engine_jobs, engines, to_build)
     for name, why in unreachable.items():  # connect_engines refuses to start without it
         err_console.print(
             styled("warning:", "yellow bold", f" a release would fail: engine {name}: {why}")
         )
     if json_output:
-        emit_json(plan_report(options, planned, docker_reachable=bool(engines)))
+        emit_json(plan_report(options, planned, docker_reachable=bool(engines), jobs=jobs))
         return
     several = len(options.engine_contexts) > 1
     table = Table(
@@ -438,6 +409,8 @@ def _print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool
             else " ".join(s.name for s in item.plan.steps),
         )
     console.print(table)
+    if jobs:  # unwrapped: one line per release, read whole
+        console.print(Text(jobs_text(jobs)), soft_wrap=True)
     if several:
         console.print(
             "engines: those that can build the target; which one does is decided as the "

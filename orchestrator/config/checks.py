@@ -58,7 +58,8 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
         ("engines.jobs", "engine_jobs"),
     ):
         least = 0 if attr == "bolt_min_samples" else 1
-        if values.get(attr, least) < least:
+        value = values.get(attr, least)  # engines.jobs may be "auto"
+        if isinstance(value, int) and value < least:
             raise ConfigError(f"{path}: {key} must be at least {least}, got {values[attr]}")
     _check_limits(path, values)
     min_gain = values.get("gate_min_gain", 0.0)

@@ -66,10 +66,12 @@ def flag_help(spec: Setting) -> str:
 # The value's name in --help by kind, as cargo writes them (`--jobs N`, `--target-dir DIR`).
 _KIND_METAVAR: dict[Kind, str] = {
     "int": "N",
+    "int or auto": "N|auto",
     "float": "NUMBER",
     "list[str]": "LIST",
     "list[path]": "PATHS",
     "list[run]": "JSON",
+    "list[generate]": "JSON",
 }
 
 

@@ -10,7 +10,18 @@ from typing import Literal
 from orchestrator.config.nesting import loads_json
 from orchestrator.errors import ConfigError
 
-Kind = Literal["str", "int", "float", "bool", "path", "list[str]", "list[path]", "list[run]"]
+Kind = Literal[
+    "str",
+    "int",
+    "int or auto",
+    "float",
+    "bool",
+    "path",
+    "list[str]",
+    "list[path]",
+    "list[run]",
+    "list[generate]",
+]
 
 
 @dataclass(frozen=True)
@@ -20,9 +31,13 @@ class Run:
 
     args: tuple[str, ...]
     binary: str = ""  # "": package.binary, the artifact's main binary
+    path: str = ""  # [[archive.generate]]: the archive file its stdout becomes
 
     def shape(self) -> list[str] | dict[str, object]:
         """As TOML and JSON write it: a plain list unless another binary is named."""
+        if self.path:
+            table: dict[str, object] = {"path": self.path, "args": list(self.args)}
+            return table | ({"binary": self.binary} if self.binary else {})
         if not self.binary:
             return list(self.args)
         return {"binary": self.binary, "args": list(self.args)}
@@ -41,6 +56,7 @@ Value = str | int | float | bool | tuple[str, ...] | tuple[Run, ...]
 KIND_TEXT: dict[Kind, str] = {
     "str": "a string",
     "int": "a non-negative integer",
+    "int or auto": 'a non-negative integer or "auto"',
     "float": "a non-negative number",
     "bool": "true or false",
     "path": "a path (string)",
@@ -48,6 +64,8 @@ KIND_TEXT: dict[Kind, str] = {
     "list[path]": "a list of paths (strings)",
     "list[run]": 'a list of argument lists, or {binary = "name", args = [...]} tables for '
     'another binary, e.g. [["--seed", "1"], {binary = "tool", args = ["check"]}]',
+    "list[generate]": 'a list of {path = "file", args = [...]} tables (binary = "name" for '
+    "another binary)",
 }
 # How text (environment variables) spells the kinds that are not plain text.
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -72,6 +90,19 @@ def _is_run(value: object) -> bool:
     return isinstance(binary, str) and binary != "" and _is_argv(value["args"])
 
 
+_GENERATE_KEYS = {"path", "args", "binary"}
+
+
+def _is_generate(value: object) -> bool:
+    if isinstance(value, Run):
+        return bool(value.path)
+    if not isinstance(value, dict) or not {"path", "args"} <= set(value) <= _GENERATE_KEYS:
+        return False
+    path, binary = value["path"], value.get("binary", "x")
+    texts = isinstance(path, str) and path != "" and isinstance(binary, str) and binary != ""
+    return texts and _is_argv(value["args"])
+
+
 def check_kind(value: object, kind: Kind, where: str) -> object:
     """Return `value` if it has `kind` (TOML shape: lists), else a ConfigError naming `where`."""
     ok: bool
@@ -79,6 +110,10 @@ def check_kind(value: object, kind: Kind, where: str) -> object:
         ok = isinstance(value, str) and value != ""
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif kind == "int or auto":  # "auto": the code decides (engines.jobs from the engine's size)
+        ok = value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        )
     elif kind == "float":
         ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
     elif kind == "bool":
@@ -87,6 +122,8 @@ def check_kind(value: object, kind: Kind, where: str) -> object:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     elif kind == "list[path]":
         ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+    elif kind == "list[generate]":
+        ok = isinstance(value, list) and all(_is_generate(item) for item in value)
     else:
         ok = isinstance(value, list) and all(_is_run(item) for item in value)
     if not ok and value == "":
@@ -105,7 +142,8 @@ def to_run(item: object) -> Run:
     if isinstance(item, Run):
         return item
     if isinstance(item, dict):
-        return Run(tuple(str(a) for a in item["args"]), str(item["binary"]))
+        args = tuple(str(a) for a in item["args"])
+        return Run(args, str(item.get("binary", "")), str(item.get("path", "")))
     return Run(tuple(str(a) for a in item) if isinstance(item, list | tuple) else ())
 
 
@@ -122,11 +160,13 @@ def parse_text(kind: Kind, raw: str, where: str) -> object:
             value = _BOOLS[word.lower()]
         elif kind == "int":
             value = int(word)
+        elif kind == "int or auto":
+            value = word if word == "auto" else int(word)
         elif kind == "float":
             value = float(word)
         elif kind in ("list[str]", "list[path]"):
             value = [part.strip() for part in raw.split(",") if part.strip()]
-        elif kind == "list[run]":
+        elif kind in ("list[run]", "list[generate]"):
             value = loads_json(raw)  # bounded nesting: a NestingError is a ValueError
     except (KeyError, ValueError):  # json.JSONDecodeError is a ValueError
         expected = _TEXT_HINT.get(kind, KIND_TEXT[kind])

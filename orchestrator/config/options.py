@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,17 @@ from orchestrator.config.crate_files import (
     read_cargo_package,
     read_crate_cargo_config,
     read_toml,
+)
+from orchestrator.config.flavor_overrides import (
+    OVERRIDE_SECTIONS,
+    Appends,
+    Overrides,
+    check_flavor_values,
+    effective_values,
+    flatten_override,
+    flavor_tables,
+    override_rows,
+    table_of,
 )
 from orchestrator.config.kinds import Kind, Run, check_kind, to_run, toml_shape
 from orchestrator.config.settings import (
@@ -73,6 +84,9 @@ class FlavorSettings:
     gpu_targets: tuple[str, ...] = flavor_default_of("gpu_targets")  # empty: flavor's list
     kernels: str = flavor_default_of("kernels")  # embedded | runtime
     test_every_level: bool = flavor_default_of("test_every_level")  # off: first level's flags
+    # Its [flavors.<name>.<section>] tables, applied by `Options.for_flavor`.
+    overrides: Overrides = ()  # (top-level key, value)
+    args_append: Appends = ()  # (section, arguments)
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,7 @@ class Options:
     gate_min_gain: float = default_of("gate.min_gain")
     gate_workloads: tuple[Run, ...] = default_of("gate.workloads")
     engine_contexts: tuple[str, ...] = default_of("engines.contexts")
-    engine_jobs: int = default_of("engines.jobs")
+    engine_jobs: int | str = default_of("engines.jobs")  # a count, or "auto"
     engine_require: tuple[str, ...] = default_of("engines.require")
     ci_runners: tuple[str, ...] = default_of("ci.runners")
     profiling_privileges: bool = default_of("profiling.privileges")
@@ -122,6 +136,9 @@ class Options:
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None
     glibc_floor: str = default_of("release.glibc_floor")
     distro_check: str = default_of("release.distro_check")
+    archive_formats: tuple[str, ...] = default_of("archive.formats")
+    archive_include: tuple[str, ...] = default_of("archive.include")
+    archive_generate: tuple[Run, ...] = default_of("archive.generate")
     member: str | None = default_of("package.package")
     source_exclude: tuple[str, ...] = default_of("package.exclude")
     run_env: tuple[str, ...] = default_of("train.env")
@@ -137,8 +154,24 @@ class Options:
     # reproduce: the variant the release's speed gate shipped (its lock says); "" decides
     gate_pinned: str = ""
 
+    # The flavor whose overrides `for_flavor` put in the fields above ("": none).
+    applied_flavor: str = ""
+
     def settings_for(self, flavor: str) -> FlavorSettings:
         return self.flavor_settings.get(flavor, FlavorSettings())
+
+    def for_flavor(self, flavor: str) -> Options:
+        """The options `flavor` is built, trained, validated, gated and tested with: its
+        [flavors.<name>.train|validate|bench|gate|test] tables applied. Idempotent; options
+        made for one flavor are never used for another."""
+        if self.applied_flavor == flavor:
+            return self
+        if self.applied_flavor:
+            raise ValueError(f"internal: options of flavor {self.applied_flavor} used for {flavor}")
+        settings = self.settings_for(flavor)
+        current = {spec.attr: getattr(self, spec.attr) for spec in SETTINGS}
+        changed = effective_values(current, self.sources, settings.overrides, settings.args_append)
+        return replace(self, applied_flavor=flavor, **changed)
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(key, value, source) rows for `orchestrator config`."""
@@ -152,6 +185,10 @@ class Options:
                 dotted = f"flavors.{name}.{key.name}"
                 text = str(toml_shape(getattr(settings, key.name)))
                 rows.append((dotted, text, self.sources.get(dotted, "default")))
+            for dotted, value, source in override_rows(
+                name, settings.overrides, settings.args_append, self.sources
+            ):
+                rows.append((dotted, str(toml_shape(value)), source))
         return rows
 
 
@@ -211,14 +248,21 @@ def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [flavors.{name}] must be a table")
         for key, value in table.items():
+            if key in OVERRIDE_SECTIONS:  # [flavors.<name>.train] and its like
+                flat.update(flatten_override(name, key, value, path))
+                continue
             kind = FLAVOR_KEYS.get(key)
             dotted = f"flavors.{name}.{key}"
             if kind is None:
                 raise ConfigError(
                     f"{path}: unknown key '{dotted}'; "
-                    + did_you_mean(key, FLAVOR_KEYS, f"'flavors.{name}.{{}}'")
+                    + did_you_mean(
+                        key, [*FLAVOR_KEYS, *OVERRIDE_SECTIONS], f"'flavors.{name}.{{}}'"
+                    )
                     + "a flavor takes: "
                     + ", ".join(sorted(FLAVOR_KEYS))
+                    + f"; and the tables [flavors.{name}.<section>] for "
+                    + ", ".join(OVERRIDE_SECTIONS)
                 )
             flat[dotted] = check_kind(value, kind, f"{path}: {dotted}")
     return flat
@@ -334,7 +378,8 @@ def _layer(
             layers.set(spec.key, toml_shape(spec.default), "default")
     layers.set("build.cache_dir", str(default_cache_dir(env)), "default")  # computed default
     for key, value in _flatten_file(data, path).items():
-        layers.set(key, value, f"file {path.name}")
+        table = table_of(key)  # a flavor's override names its table
+        layers.set(key, value, f"file {path.name}" + (f" {table}" if table else ""))
     for spec in SETTINGS:
         found = _env_value(spec, env)
         if found is not None:
@@ -352,7 +397,7 @@ def _convert(kind: Kind, value: object, base: Path) -> object:
     """A layered (TOML-shaped) value as `Options` holds it; paths relative to `base`."""
     if kind == "path":
         return (base / Path(str(value)).expanduser()).resolve()
-    if kind in ("list[str]", "list[path]", "list[run]"):
+    if kind in ("list[str]", "list[path]", "list[run]", "list[generate]"):
         items = value if isinstance(value, list | tuple) else []
         if kind == "list[str]":
             return tuple(str(v) for v in items)
@@ -445,7 +490,11 @@ def resolve(
             )
             for key in FLAVOR_SETTINGS
         }
-        flavor_settings[name] = FlavorSettings(**table)
+        tables = flavor_tables(layers.values, name)  # its [flavors.<name>.train] and like
+        check_flavor_values(
+            path, name, tables, values, layers.sources, where=(package_name, crate_dir)
+        )
+        flavor_settings[name] = FlavorSettings(**table, overrides=tables[0], args_append=tables[1])
     return Options(
         config_path=path,
         project_dir=path.parent,

@@ -197,9 +197,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "engines.jobs",
-        "int",
-        1,
-        "how many targets one engine builds at a time",
+        "int or auto",
+        "auto",
+        "how many targets one engine builds at a time; auto: one per 4 cores and per 6 GiB "
+        "of the engine's memory, at most the number of targets, at least 1",
         attr="engine_jobs",
     ),
     Setting(
@@ -311,6 +312,33 @@ SETTINGS: tuple[Setting, ...] = (
         attr="distro_check",
         flag="--distro-check",
         choices=("validate", "load", "off"),
+    ),
+    Setting(
+        "archive.formats",
+        "list[str]",
+        ("tar.xz",),
+        'archive formats of each target: "tar.xz" (always; install.sh uses it) and "zip" '
+        "(deterministic too: sorted, fixed times and modes, deflate at a fixed level)",
+        attr="archive_formats",
+    ),
+    Setting(
+        "archive.include",
+        "list[str]",
+        (),
+        "more files of the crate for the archives, as globs relative to its root, e.g. "
+        '["doc/tool.1", "completions/*.bash"]; each at the same path under the top folder; '
+        "a pattern matching no file is an error",
+        attr="archive_include",
+    ),
+    Setting(
+        "archive.generate",
+        "list[generate]",
+        (),
+        "more files for the archives, printed by a shipped binary after validation: "
+        '[[archive.generate]] tables {path = "completions/tool.bash", args = ["completions", '
+        '"bash"]} (binary = "name" for another of package.binaries); run twice, and output '
+        "that differs is an error",
+        attr="archive_generate",
     ),
     Setting(
         "signing.secret_key",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -38,12 +38,14 @@ from orchestrator.execute import (
 )
 from orchestrator.execute.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
+from orchestrator.host.git_facts import crate_git_facts
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import crate_snapshot
 from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache
+from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
@@ -82,8 +84,12 @@ EXECUTORS: Mapping[StepName, StepExecutor] = {
 }
 
 
-def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
-    """Read every input from disk, then plan (the planning itself is pure)."""
+def prepare_plan(
+    options: Options, flavor_name: str, *, git: GitFacts | Literal["checkout"] | None = "checkout"
+) -> BuildPlan:
+    """Read every input from disk, then plan (the planning itself is pure). `git`: what
+    build scripts' `git` answers; "checkout" reads it from the crate's repository
+    (reproduce passes the lock's instead)."""
     flavor = get_flavor(flavor_name)
     toolchain_spec = load_toolchain(options.toolchain)
     plan = make_plan(
@@ -93,7 +99,9 @@ def prepare_plan(options: Options, flavor_name: str) -> BuildPlan:
         base=load_base_spec(),
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
-        source=crate_snapshot(options),
+        source=replace(
+            crate_snapshot(options), git=crate_git_facts(options) if git == "checkout" else git
+        ),
         inputs=pack_inputs(options),
         distros=load_distros(),
     )
@@ -122,12 +130,15 @@ def run_build(
     retrain: bool = False,
     step_cache: StepCacheUse = "use",
     unsigned_out: Path | None = None,
+    cargo_jobs: int | None = None,
 ) -> BuildOutcome:
     """Run the plan's steps and publish. `step_cache`: "use" skips a step whose outputs
     the step cache holds and stores what runs; "refresh" (release --force) runs every
     step and stores; "off" (reproduce: everything from the lock) neither reads nor writes.
     Without a `signer` the finished folder is moved, unsigned, into `unsigned_out`
-    (`build --target`; `release assemble` signs and publishes it)."""
+    (`build --target`; `release assemble` signs and publishes it). `cargo_jobs`: cargo's
+    share of the engine's cores when targets build side by side (CARGO_BUILD_JOBS)."""
+    options = options.for_flavor(plan.flavor)  # what its plan was made with
     with ShieldedExitStack() as stack:
         pipeline = Pipeline(
             options=options,
@@ -142,6 +153,7 @@ def run_build(
             keep_containers=keep_containers,
             retrain=retrain,
             unsigned_out=unsigned_out,
+            cargo_jobs=cargo_jobs,
             step_cache=None
             if step_cache == "off"
             else StepCache(options.cache_dir / "steps", read=step_cache == "use"),

@@ -5,27 +5,24 @@ compiler supports every requested target; after, that the binary embeds device c
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import PurePosixPath
-from typing import Any
 
 from orchestrator.errors import StepFailedError
+from orchestrator.execute.cuda_runtime import check_cuda_binding
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.flavors import DeviceCode
 from orchestrator.flavors.gpu import (
     DeviceCodeMissingError,
-    GpuTargetError,
     compiler_release,
     cuda_embedded,
     cuda_supported,
-    cudarc_cuda_version,
-    nvcc_release,
     offload_bundle_targets,
     require_embedded,
     require_supported,
     rocm_supported,
     runtime_compiler_use,
 )
+from orchestrator.model.records import CudaRuntimeInfo
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 
@@ -49,16 +46,24 @@ def check_gpu_targets(pipeline: Pipeline, device: DeviceCode, log: StepLog) -> d
 
 
 def check_runtime_kernels(
-    pipeline: Pipeline, device: DeviceCode, binary: str, log: StepLog
+    pipeline: Pipeline,
+    device: DeviceCode,
+    binary: str,
+    log: StepLog,
+    cuda: CudaRuntimeInfo | None = None,
 ) -> dict[str, object]:
-    """kernels = "runtime": the binary must reach the runtime compiler (linked, or named for
-    dlopen), and which versions of it the image holds is recorded."""
+    """kernels = "runtime": the binary must reach the runtime compiler (linked, named for
+    dlopen, or loaded by a crate the graph says binds CUDA at run time with NVRTC on), and
+    which versions of it the image holds is recorded."""
     box, step, library = pipeline.box, StepName.DEVICE_CODE, device.runtime_compiler
     dynamic = run(box, ["readelf", "--dynamic", "--wide", binary], log, step, keep_output=True)
     needed = re.findall(r"Shared library: \[([^\]]+)\]", dynamic)
     local = fetch_file(box, binary, pipeline.scratch / step)
     uses = runtime_compiler_use(needed, local.read_bytes(), library)
     local.unlink()
+    if not uses and cuda is not None and cuda.binding == "run time" and cuda.nvrtc:
+        # cudarc 0.11 builds the library's file name with format!: no string to find
+        uses = [f"dlopen by {cuda.crate} (nvrtc feature; file name built at run time)"]
     if not uses:
         raise DeviceCodeMissingError(
             f'{pipeline.plan.artifact_dir}: kernels = "runtime", but the binary neither links '
@@ -85,40 +90,13 @@ def check_runtime_kernels(
     }
 
 
-def check_cudarc(pipeline: Pipeline, metadata: Mapping[str, Any], log: StepLog) -> None:
-    """A crate on cudarc names the CUDA release it binds with a cuda-XXYY0 feature: it
-    must be the image's toolkit release, or the binary calls an API the image lacks."""
-    device = pipeline.plan.device_code
-    if device is None or device.kind != "cuda":
-        return
-    packages = {p["id"]: p["name"] for p in metadata.get("packages", [])}
-    features = [
-        feature
-        for node in (metadata.get("resolve") or {}).get("nodes", [])
-        if packages.get(node["id"]) == "cudarc"
-        for feature in node.get("features", [])
-    ]
-    wanted = cudarc_cuda_version(features)
-    toolkit = nvcc_release(str((pipeline.state.gpu or {}).get("compiler", "")))
-    if wanted is None or toolkit is None:
-        return
-    if wanted != toolkit:
-        raise GpuTargetError(
-            f"cudarc is built for CUDA {wanted} (feature cuda-{wanted.replace('.', '')}0 "
-            f"style), but the image's toolkit is CUDA {toolkit}",
-            hint=f"Enable cudarc's feature for {toolkit} (e.g. "
-            f"cuda-{''.join(part.zfill(2) for part in toolkit.split('.'))}0) in the cuda "
-            "flavor's features, or cuda-version-from-build-system.",
-        )
-    log.line(f"cudarc binds CUDA {wanted}, the image's toolkit release")
-
-
 def check_device_code(
     pipeline: Pipeline, device: DeviceCode, binary: str, log: StepLog
 ) -> dict[str, object]:
     """Which targets the shipped binary carries code for; fails on a missing one."""
+    cuda = check_cuda_binding(pipeline, log)
     if device.kernels == "runtime":
-        return check_runtime_kernels(pipeline, device, binary, log)
+        return check_runtime_kernels(pipeline, device, binary, log, cuda)
     if device.kind == "cuda":
         listing = run(
             pipeline.box,

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
@@ -32,9 +33,11 @@ from orchestrator.model.pgo_report import Coverage
 from orchestrator.model.portability import Portability
 from orchestrator.model.records import (
     BuildManifest,
+    CudaRuntimeInfo,
     DistroRun,
     FileDigest,
     GateInfo,
+    GeneratedFile,
     ReusedStep,
 )
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
@@ -234,10 +237,14 @@ class BuildState:
     steady: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     distro_runs: list[DistroRun] = field(default_factory=list)
     crates: list[Crate] = field(default_factory=list)
+    # cargo metadata's JSON, read once: the device-code step and the SBOM both use it
+    metadata: dict[str, Any] | None = None
+    cuda_runtime: CudaRuntimeInfo | None = None  # how a cudarc crate binds CUDA
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder
     binary: Path | None = None  # the staged binary
     variants: dict[str, FileDigest] = field(default_factory=dict)
+    generated: list[GeneratedFile] = field(default_factory=list)  # [[archive.generate]]
     reused: dict[str, ReusedStep] = field(default_factory=dict)  # steps the step cache skipped
     manifest: BuildManifest | None = None
     published: Path | None = None
@@ -262,6 +269,9 @@ class Pipeline:
     unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
+    # CARGO_BUILD_JOBS in the build container (release/engine_jobs.py); None: cargo's
+    # default. Never in the plan: no key or recorded command depends on it.
+    cargo_jobs: int | None = None
     _volume: str | None = None
     _sources: str | None = None
     _sources_loaded: bool = False
@@ -329,9 +339,10 @@ class Pipeline:
         """The build container: no network, no capabilities, started on first use."""
         if self._box is None:
             runs = self.run_volumes()
+            jobs = {} if self.cargo_jobs is None else {"CARGO_BUILD_JOBS": str(self.cargo_jobs)}
             spec = ContainerSpec(
                 self.image.reference,
-                environment=self.plan.build.environment,
+                environment={**self.plan.build.environment, **jobs},
                 # [train] inputs are copied in through the build container; the sources
                 # never change once loaded (load_sources).
                 volumes={

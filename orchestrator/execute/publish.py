@@ -10,7 +10,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,13 +17,15 @@ from orchestrator import __version__
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options
 from orchestrator.errors import StepFailedError
+from orchestrator.execute.archive_files import generate_archive_files
+from orchestrator.execute.archive_stage import ArtifactToPublish, stage_archives
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
 from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.model.callgrind import FORMULA
-from orchestrator.model.hashing import content_hash, sha256_file
+from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import (
     ArtifactInfo,
@@ -56,7 +57,6 @@ from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome
-from orchestrator.supply.archives import archive_name, crate_docs, write_archive
 from orchestrator.supply.attest import (
     ReleaseIndex,
     Signer,
@@ -64,7 +64,6 @@ from orchestrator.supply.attest import (
     write_release_index,
 )
 from orchestrator.supply.chain import SignedChain
-from orchestrator.supply.installer import INSTALLER, render_installer
 from orchestrator.supply.sbom import SBOM_FILE, build_sbom
 
 T = TypeVar("T")
@@ -113,6 +112,7 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
         )
     )
     state.variants = keep_variants(pipeline, artifact, log)
+    state.generated = generate_archive_files(pipeline, artifact, log)
     # The profiles ship with the release: a rebuild can use them instead of retraining.
     profiles = artifact / "profiles"
     for name, record in _profiles(pipeline):
@@ -155,17 +155,6 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
     log.detail = str(destination)
 
 
-@dataclass(frozen=True)
-class ArtifactToPublish:
-    """A finished, unsigned artifact folder: `folder` (under staging) becomes
-    <release>/<name>/ with its signatures; its archive's docs come from `source_archive`."""
-
-    folder: Path
-    name: str
-    manifest: BuildManifest
-    source_archive: bytes  # the crate's planned source snapshot (a tar)
-
-
 def sign_and_publish(
     artifact: ArtifactToPublish,
     options: Options,
@@ -197,7 +186,7 @@ def sign_and_publish(
     index = staging / ".release-index"
     index.mkdir()
     # The archive and installer are staged with the index: they appear with it, or not at all.
-    staged = _stage_archive(artifact, options, signer, index, say)
+    staged = stage_archives(artifact, options, signer, index, say)
     with _PUBLISHING:
         signed = write_release_index(
             release_dir,
@@ -220,35 +209,6 @@ def sign_and_publish(
     for entry in signed.left_out:
         warn(f"left out of the release's signature: {entry}")
     return release_dir / artifact.name
-
-
-def _stage_archive(
-    artifact: ArtifactToPublish,
-    options: Options,
-    signer: Signer,
-    index: Path,
-    say: Callable[[str], None],
-) -> list[str]:
-    """Write `<artifact>.tar.xz` and install.sh, each signed, into the staged index folder;
-    their release-relative names."""
-    manifest = artifact.manifest
-    archive = write_archive(
-        index / archive_name(artifact.name),
-        top=artifact.name,
-        binaries=[artifact.folder / b.file for b in manifest.artifact.binaries],
-        docs=crate_docs(artifact.source_archive),
-        mtime=options.source_date_epoch,
-    )
-    installer = index / INSTALLER
-    installer.write_text(render_installer(options.binary, options.version))
-    installer.chmod(0o755)
-    inputs = content_hash(manifest.inputs.dump())[:16]
-    written = []
-    for path in (archive, installer):
-        comment = f"orchestrator: {path.name} {options.binary} {options.version} inputs:{inputs}"
-        written += [path.name, signer.sign(path, trusted_comment=comment).name]
-    say(f"archive {archive.name}: {archive.stat().st_size} bytes; {INSTALLER}")
-    return written
 
 
 def _copy_logs(source: Path, dest: Path) -> None:
@@ -362,7 +322,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             for name, record in _profiles(pipeline)
             if record is not None
         },
-        source=SourceIdentity.model_validate(crate_identity(options)),
+        source=SourceIdentity.model_validate({**crate_identity(options), "git": plan.source.git}),
         portability=PortabilityInfo.model_validate(
             {
                 **state.portability.as_dict(),
@@ -381,6 +341,8 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         gate=gate,
         engine=_engine(pipeline),
         reused_steps=dict(state.reused) or None,
+        generated=state.generated or None,
+        cuda_runtime=state.cuda_runtime,
     )
 
 

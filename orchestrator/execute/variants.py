@@ -20,6 +20,7 @@ from orchestrator.execute.step_reuse import (
     restore_binaries,
     store,
 )
+from orchestrator.host.git_facts import shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
@@ -27,6 +28,7 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions
 from orchestrator.model.records import FileDigest, write_record
+from orchestrator.plan.git_shim import SHIM_PATH
 from orchestrator.plan.step_keys import (
     baseline_key,
     cargo_test_key,
@@ -64,6 +66,10 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
         box.put_archive(PATHS.root, item.archive)
     log.line(f"+ docker cp <vendored crates {vendor.name[:12]}> {PATHS.vendor}")
     box.put_archive(PATHS.root, vendor.read_bytes())
+    facts = plan.source.git
+    if facts is not None:  # every cargo step of this container finds it first on PATH
+        log.line(f"+ docker cp <build-time git of {facts.commit[:12]}> {SHIM_PATH}")
+        box.put_archive("/", shim_archive(facts, mtime=options.source_date_epoch, uid=0))
     key = baseline_key(plan, config_of(pipeline))
     inputs = build_inputs(pipeline)  # read by the build, not part of its key
     entry = look_up(pipeline, log, StepName.BUILD_BASELINE, key, inputs)

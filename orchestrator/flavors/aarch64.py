@@ -17,6 +17,9 @@ from orchestrator.flavors.base import DeviceCode
 from orchestrator.model.layout import UNPACK_ROOT
 
 SYSROOT = "/usr/aarch64-linux-gnu"
+CROSS_RUNNER = "CROSS_RUNNER"  # cross-rs's name for how target binaries run
+QEMU_USER = "qemu-user"  # cross-rs's value for user-mode emulation
+QEMU_LD_PREFIX = "QEMU_LD_PREFIX"  # qemu-user's -L, as an environment variable
 GENERIC = "generic"  # rustc's armv8-a baseline: runs on every 64-bit Arm Linux machine
 _AARCH64_CPU_RE = re.compile(r"^[a-z0-9][a-z0-9_.+-]*$")
 
@@ -59,6 +62,14 @@ class Aarch64Flavor:
             f"CC_{self.rust_target.replace('-', '_')}": "aarch64-linux-gnu-gcc",
             f"AR_{self.rust_target.replace('-', '_')}": "aarch64-linux-gnu-ar",
         }
+
+    def test_environment(self, options: Options) -> Mapping[str, str]:
+        # Integration tests that start the crate's own binary (CARGO_BIN_EXE_<name>) get
+        # "exec format error" without a runner: the host has no binfmt entry, and we
+        # register none. cross-rs's images set CROSS_RUNNER (the mode, "qemu-user"), and
+        # tests written for cross (ripgrep's tests/util.rs) then run `qemu-<arch> <binary>`
+        # without -L: QEMU_LD_PREFIX is where that qemu finds the arm64 loader and libc.
+        return {CROSS_RUNNER: QEMU_USER, QEMU_LD_PREFIX: SYSROOT}
 
     def artifact_suffix(self, options: Options) -> str:
         cpu = self.target_cpu(options)

@@ -96,6 +96,11 @@ class Flavor(Protocol):
         """Build environment: cross linker and C compiler, runner, GPU target lists."""
         ...
 
+    def test_environment(self, options: Options) -> Mapping[str, str]:
+        """Added to `cargo test`'s environment only: how a test that starts the crate's own
+        binary runs it (cross-rs's CROSS_RUNNER, qemu's loader prefix); {} when native."""
+        ...
+
     def artifact_suffix(self, options: Options) -> str:
         """Appended to the artifact name for a non-default variant (e.g. "-v3")."""
         ...

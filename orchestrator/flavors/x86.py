@@ -57,6 +57,9 @@ class X86Flavor:
     def environment(self, options: Options) -> Mapping[str, str]:
         return {}
 
+    def test_environment(self, options: Options) -> Mapping[str, str]:
+        return {}  # native: tests start the crate's binaries directly
+
     def artifact_suffix(self, options: Options) -> str:
         cpu = self.target_cpu(options)
         return "" if cpu == PORTABLE_LEVEL else f"-{short_level(cpu)}"

@@ -21,10 +21,15 @@ from dataclasses import dataclass
 
 from orchestrator.errors import StepFailedError
 
-# Fixed simulated caches (size, associativity, line size): 32 KiB 8-way L1s and an 8 MiB
-# 16-way last level, typical of the x86-64 servers these binaries run on. Without them
-# valgrind copies the host CPU's caches, and counts would differ between machines.
-CACHE_GEOMETRY = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64")
+# Fixed simulated caches (size, associativity, line size), those of one core of a 4th
+# generation Xeon Scalable (Sapphire Rapids, e.g. Platinum 8480+: AWS m7i, GCP C3), a
+# current server CPU: L1i 32 KiB 8-way, L1d 48 KiB 12-way, and as the last level the
+# core's share of the shared L3 (105 MiB / 56 cores = 1.875 MiB, 15-way), what one core
+# of a busy server holds. Callgrind models two levels, so the private 2 MiB L2 is folded
+# into the "L1 miss" cost. Without fixed sizes valgrind copies the host CPU's caches and
+# counts would differ between machines. Changing them changes every count: the gate's
+# step keys hold CALLGRIND_ARGS, so counts made with other sizes are never reused.
+CACHE_GEOMETRY = ("--I1=32768,8,64", "--D1=49152,12,64", "--LL=1966080,15,64")
 CALLGRIND_ARGS = (
     "--tool=callgrind",
     "--cache-sim=yes",

@@ -25,6 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 from orchestrator import __version__
 from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
+from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.records import (
     EngineRecord,
     FileName,
@@ -133,6 +134,8 @@ class LockSource(Record):
     crates: list[LockCrate]
     exclude: list[str] = Field(default_factory=list)  # [package] exclude, as configured
     inputs: list[LockInputArchive] = Field(default_factory=list)  # [train] inputs
+    # What build scripts' `git` answered (reproduce serves the same); None: no repository
+    git: GitFacts | None = None
 
 
 class RootfsRecipe(Record):
@@ -187,6 +190,7 @@ class LockInputs(Record):
     unpack: dict[str, str]
     source_archive_sha256: Sha256
     cargo_lock_sha256: Sha256
+    git: GitFacts | None = None  # what build scripts' `git` answered (None: no repository)
     rustflags: list[str]
     cargo: list[str]
     environment: dict[str, str]
@@ -259,6 +263,8 @@ class LockedTarget(Record):
     other_outputs: list[LockOutput] = Field(default_factory=list)
     # <artifact>.tar.xz beside the artifact folder (null: published before archives existed)
     archive: LockOutput | None = None
+    # <artifact>.zip beside it, where archive.formats asked for one
+    archive_zip: LockOutput | None = None
     built_on: EngineRecord | None = None  # the Docker Engine that built it (informative)
 
 

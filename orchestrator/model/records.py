@@ -24,6 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
+from orchestrator.model.git_facts import GitFacts
 
 JsonDict = dict[str, Any]
 # A file of an artifact folder, joined onto it by verify and reproduce: a name, no path.
@@ -208,6 +209,16 @@ class ProfilingInfo(Record):
     grant: ContainerGrant | None = None  # added within version 2; absent in older files
 
 
+class GateWorkload(Record):
+    """One gate workload: each variant's estimated cycles, and its ratio to plain cargo
+    build --release and to the release profile (< 1: fewer cycles)."""
+
+    workload: str  # the run's arguments, as the config gives them
+    cycles: dict[str, int]
+    vs_baseline: dict[str, float]
+    vs_release: dict[str, float]  # {} when the release profile was not counted
+
+
 class GateInfo(Record):
     """The speed gate: what callgrind counted per variant and which variant shipped."""
 
@@ -221,6 +232,7 @@ class GateInfo(Record):
     gain_vs_baseline: float | None = None  # share of estimated cycles saved
     gain_vs_release: float | None = None
     skipped: str | None = None  # why nothing was measured
+    per_workload: list[GateWorkload] = Field(default_factory=list)  # in [gate] order
 
 
 class FileDigest(Record):
@@ -255,6 +267,9 @@ class Dependencies(Record):
 class SourceIdentity(Record):
     git_commit: str | None
     dirty: bool | None
+    # What build scripts' `git` answered in the build container (plan/git_shim.py); None:
+    # the crate is in no repository, so they found no `git` at all
+    git: GitFacts | None = None
 
 
 class DistroRun(Record):
@@ -311,6 +326,32 @@ class ReusedStep(Record):
     files: dict[str, FileDigest]
 
 
+class CudaRuntimeInfo(Record):
+    """How the binary binds CUDA (cudarc, from the resolved crate graph) and what it asks of
+    the driver where it runs."""
+
+    crate: str  # "cudarc 0.11.9"
+    binding: Literal["run time", "build time"]
+    why: str
+    cuda_api: str | None = Field(description="the CUDA API it calls (cuda-12050: 12.5)")
+    nvrtc: bool = Field(description="its nvrtc feature is on (kernels compiled at run time)")
+    toolkit_check: str  # matched the image's toolkit, or why it was skipped
+    driver_cuda: str | None = Field(description="the builder's driver, where it has a GPU")
+    driver_check: str  # "not checked (no GPU)", or the comparison with driver_cuda
+
+
+class GeneratedFile(Record):
+    """A file of the archives printed by a shipped binary ([[archive.generate]]), kept in
+    the artifact folder under generated/ so that `release assemble` and `reproduce` pack
+    the same archive bytes."""
+
+    path: str  # below the archive's top folder and below <artifact folder>/generated/
+    binary: str
+    args: list[str]
+    sha256: str
+    size: int
+
+
 class BuildManifest(Record):
     """build.json: what one artifact is, what it was built from and how, what was checked."""
 
@@ -350,6 +391,8 @@ class BuildManifest(Record):
     # Steps not run because the step cache held their outputs (host/step_cache.py),
     # step name -> where they came from; None or absent when every step ran.
     reused_steps: dict[str, ReusedStep] | None = None
+    cuda_runtime: CudaRuntimeInfo | None = None  # crates that bind CUDA (cudarc)
+    generated: list[GeneratedFile] | None = None  # [[archive.generate]] outputs
 
 
 R = TypeVar("R", bound=Record)

@@ -47,6 +47,9 @@ class TargetSummary(Record):
         None, description="the same against the release profile alone"
     )
     bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
+    cuda_runtime: str | None = Field(
+        None, description="the CUDA release the driver must serve where it runs (cudarc's feature)"
+    )
     engine: str | None = Field(
         None, description="the Docker context of the engine that built it (null: cached)"
     )
@@ -54,6 +57,26 @@ class TargetSummary(Record):
         default_factory=list,
         description="engines that stopped answering while building it: 'context: why'",
     )
+
+
+class EngineJobs(Record):
+    """How many targets one engine built at a time, and why (release/engine_jobs.py)."""
+
+    engine: str = Field(description="its Docker context (current: DOCKER_HOST or the default)")
+    cores: int = Field(description="NCPU as the engine reports it (0: not reported)")
+    memory_gib: float = Field(description="MemTotal as the engine reports it, in GiB")
+    jobs: int = Field(description="targets it builds at a time")
+    cargo_jobs: int | None = Field(
+        description="CARGO_BUILD_JOBS each of its builds gets (null: cargo's own default)"
+    )
+    reason: str = Field(description="the rule that chose `jobs`: engines.jobs or auto's")
+
+    def describe(self) -> str:
+        """'2 cores, 23 GiB: 1 target at a time, cargo -j2 (auto: ...)'."""
+        size = f"{self.cores} cores, {self.memory_gib:.0f} GiB" if self.cores else "size unknown"
+        plural = "target" if self.jobs == 1 else "targets"
+        cargo = f", cargo -j{self.cargo_jobs}" if self.cargo_jobs else ""
+        return f"{size}: {self.jobs} {plural} at a time{cargo} ({self.reason})"
 
 
 def _release_v1_to_v2(document: JsonDict) -> JsonDict:
@@ -74,6 +97,11 @@ class ReleaseSummary(Record):
     name: str
     version: str
     artifacts: list[TargetSummary]
+    # Added within version 2 (an older file reads as []); `release assemble` has no engines.
+    jobs_per_engine: list[EngineJobs] = Field(
+        default_factory=list,
+        description="the engines this run built on, each with how many targets at a time and why",
+    )
 
 
 def bolt_summary(manifest: BuildManifest) -> str | None:

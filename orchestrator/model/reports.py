@@ -17,7 +17,7 @@ from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
 from orchestrator.model.records import JsonDict, Record
-from orchestrator.model.release_summary import TargetSummary
+from orchestrator.model.release_summary import EngineJobs, TargetSummary
 
 
 # -- orchestrator config --json ---------------------------------------------------------
@@ -59,6 +59,10 @@ def config_report(options: Options) -> ConfigReport:
     for name, settings in options.flavor_settings.items():
         for key in FLAVOR_SETTINGS:
             values[f"flavors.{name}.{key.name}"] = getattr(settings, key.name)
+        for dotted, value in settings.overrides:  # its [flavors.<name>.<section>] tables
+            values[f"flavors.{name}.{dotted}"] = value
+        for section, args in settings.args_append:
+            values[f"flavors.{name}.{section}.args_append"] = args
     return ConfigReport(
         config_path=str(options.config_path),
         settings=[
@@ -285,6 +289,10 @@ class ReleasePlanReport(Record):
     release_dir: str
     docker_reachable: bool
     targets: list[PlannedTargetEntry]
+    jobs_per_engine: list[EngineJobs] = Field(
+        default_factory=list,
+        description="how many targets each engine that answered would build at a time, and why",
+    )
 
 
 # -- orchestrator build --dry-run --json -------------------------------------------------
@@ -363,3 +371,7 @@ class ReleaseRunReport(Record):
     lockfile: str | None
     signing: SigningInfo
     verify_command: str | None = Field(description="what to run next; null: nothing published")
+    jobs_per_engine: list[EngineJobs] = Field(
+        default_factory=list,
+        description="how many targets each engine built at a time, and why",
+    )

@@ -10,16 +10,23 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from orchestrator.config.archive_include import (
+    check_archive_formats,
+    check_generate_entries,
+    included_files,
+)
 from orchestrator.config.checks import memory_bytes
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
+from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
 from orchestrator.plan.gate import GatePlan, gate_plan
+from orchestrator.plan.git_shim import SHIM_SEARCH_PATH
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
 from orchestrator.plan.portable import (
     DistroPlan,
@@ -52,6 +59,8 @@ class SourceSnapshot:
     archive: bytes
     archive_sha256: str
     cargo_lock_sha256: str
+    # What the build-time `git` answers (plan/git_shim.py); None: no repository, no shim
+    git: GitFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +315,24 @@ def _check_workloads(options: Options) -> None:
         )
 
 
+def _check_settings(options: Options, source: SourceSnapshot) -> None:
+    _check_workloads(options)
+    check_archive_formats(options.archive_formats)
+    # A pattern matching nothing stops the plan, not the publication an hour later.
+    included = included_files(source.archive, options.archive_include)
+    check_generate_entries(
+        options.archive_generate, options.binaries, [path for path, _ in included]
+    )
+
+
+def _for_target(options: Options, flavor: Flavor) -> Options:
+    """The options a target of `flavor` is planned with, checked by the flavor: its
+    [flavors.<name>.train|validate|bench|gate|test] tables applied, so in every step's key."""
+    options = options.for_flavor(flavor.name)
+    flavor.validate(options)
+    return options
+
+
 def make_plan(
     options: Options,
     flavor: Flavor,
@@ -318,9 +345,9 @@ def make_plan(
     inputs: tuple[TrainInput, ...] = (),
     distros: tuple[DistroSpec, ...] = (),
 ) -> BuildPlan:
-    flavor.validate(options)
+    options = _for_target(options, flavor)
     target_cpu = flavor.target_cpu(options)
-    _check_workloads(options)
+    _check_settings(options, source)
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
     settings = options.settings_for(flavor.name)
@@ -366,6 +393,8 @@ def make_plan(
             # profiles llvm-profdata of ours may not read) but never to GCC: C code from
             # build scripts is compiled by GCC and stays out of the LLVM profile.
             "CC": "gcc",
+            # Build scripts' `git` answers from the locked commit (plan/git_shim.py)
+            **({"PATH": SHIM_SEARCH_PATH} if source.git is not None else {}),
         }
         if sysroot is not None:  # C for the target sees the floor's headers, not the image's
             environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
@@ -440,8 +469,12 @@ def make_plan(
         sysroot=sysroot,
     )
     test = command("test", f"{PATHS.target}/{tests.target_dir}", tests.flags, profile=True)
-    # Last: a "--" among them passes what follows to the test binaries.
-    test = CargoCommand((*test.argv, *options.test_args), test.environment)
+    # Last: a "--" among them passes what follows to the test binaries. The flavor's test
+    # environment (how a test starts a foreign binary) is in the command, so in its key.
+    test = CargoCommand(
+        (*test.argv, *options.test_args),
+        {**test.environment, **flavor.test_environment(options)},
+    )
     fetch = CargoCommand(
         (
             cargo,

@@ -13,6 +13,7 @@ from orchestrator import __version__
 from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.model.callgrind import CALLGRIND_ARGS
 from orchestrator.model.hashing import content_hash
 from orchestrator.plan.build_plan import BuildPlan
 
@@ -34,6 +35,9 @@ _NOT_ACTION_INPUTS = frozenset(
         "signing.secret_key",  # instead, a cached artifact must verify under the key
         "limits.pids",  # a build either fits its limits or fails: they change no bytes
         "limits.memory",
+        # How many targets build at once and cargo's share of cores: codegen-units is fixed
+        # by the release profile, so the bytes do not depend on it (release/engine_jobs.py).
+        "engines.jobs",
         "ci.runners",  # where `orchestrator ci`'s generated jobs run, not what they build
     }
 )
@@ -45,12 +49,17 @@ def action_key(plan: BuildPlan, options: Options) -> str:
     built or checked, this target's flavor settings, and orchestrator's version. A setting
     added later is part of the key unless listed in _NOT_ACTION_INPUTS: when in doubt,
     rebuild."""
+    options = options.for_flavor(plan.flavor)  # the settings this target was planned with
     flavor = options.settings_for(plan.flavor)
     return content_hash(
         {
             "kind": "target-action",
             "orchestrator": __version__,
             "plan": plan_inputs(plan),
+            # How a foreign target's tests ran (absent for native ones: their keys stay).
+            **({"cargo_test_runner": cargo_test_runner(plan)} if plan.runner else {}),
+            # The simulated caches decide the gate's counts, and so what ships.
+            "callgrind": list(CALLGRIND_ARGS) if plan.gate is not None else None,
             "settings": {
                 spec.key: toml_shape(getattr(options, spec.attr))
                 for spec in SETTINGS
@@ -77,6 +86,8 @@ def plan_inputs(plan: BuildPlan) -> dict[str, Any]:
         "unpack": dict(plan.unpack),
         "source_archive_sha256": plan.source.archive_sha256,
         "cargo_lock_sha256": plan.source.cargo_lock_sha256,
+        # What build scripts' `git` answers; None: no repository, build scripts saw no git
+        "git": plan.source.git.dump() if plan.source.git is not None else None,
         "rustflags": list(plan.rustflags),
         "cargo": list(final.argv),
         "environment": {
@@ -118,7 +129,21 @@ def cargo_test_record(plan: BuildPlan) -> dict[str, object]:
     }
     if plan.test_shared:
         record |= {"rustflags": cargo_test_rustflags(plan), "shared": plan.test_shared}
+    if plan.runner:  # what ran the foreign test binaries, and what tests that spawn one see
+        record["runner"] = cargo_test_runner(plan)
     return record
+
+
+def cargo_test_runner(plan: BuildPlan) -> dict[str, object]:
+    """How `cargo test` ran a foreign-architecture target: cargo's runner for the test
+    binaries, and the environment that tests starting the crate's binary read."""
+    build = plan.final.build.environment
+    runner = f"CARGO_TARGET_{plan.rust_target.upper().replace('-', '_')}_RUNNER"
+    return {
+        "cargo_runner": plan.test.environment.get(runner, ""),
+        # What only the tests see (the flavor's test environment), not the builds
+        "environment": {k: v for k, v in sorted(plan.test.environment.items()) if k not in build},
+    }
 
 
 def plan_summary(plan: BuildPlan) -> dict[str, object]:

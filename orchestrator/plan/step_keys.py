@@ -89,6 +89,8 @@ def _cargo_inputs(plan: BuildPlan, command: CargoCommand, config: str) -> dict[s
         "cargo": list(command.argv),
         "environment": dict(command.environment),
         "container_environment": container,
+        # What build scripts' `git` answers; absent without a repository, as keys were
+        **({"git": plan.source.git.dump()} if plan.source.git is not None else {}),
     }
 
 

@@ -1,6 +1,7 @@
 """Targets built side by side on several Docker Engines (`release --engines a,b`).
 
-Each engine gets `engines.jobs` worker threads; each worker takes the next target that
+Each engine gets as many worker threads as it builds targets at a time
+(release/engine_jobs.py); each worker takes the next target that
 fits its engine (release/schedule.py) and builds it there through the Engine API, exactly
 as a one-engine release does. Everything that needs the signing key or writes the release
 happens on this host: each target's publication (one at a time) and, after every target
@@ -13,7 +14,7 @@ failed, an engine that stopped answering is dropped and the target moves to anot
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -51,12 +52,19 @@ class FarmReport:
 Build = Callable[[T, Engine, str], bool]
 
 
+def _at_a_time(slots: Mapping[str, int]) -> str:
+    """'at most 2 at a time on each', or per engine where they differ."""
+    if len(set(slots.values())) == 1:
+        return f"at most {next(iter(slots.values()))} at a time on each"
+    return "at most " + ", ".join(f"{count} on {name}" for name, count in slots.items())
+
+
 def build_on_engines(
     work: Sequence[Work[T]],
     engines: Sequence[Engine],
     build: Build[T],
     *,
-    per_engine: int,
+    per_engine: int | Mapping[str, int],
     requirements: Sequence[str],
     announce: Callable[[str], None],
 ) -> FarmReport:
@@ -68,10 +76,13 @@ def build_on_engines(
     ]
     facts = [engine.facts() for engine in engines]
     schedule = Schedule(facts, jobs, per_engine)
+    slots = {
+        e.name: per_engine if isinstance(per_engine, int) else per_engine[e.name] for e in engines
+    }
     by_index = dict(enumerate(work))
     announce(
         f"building {len(work)} targets on {len(engines)} engines "
-        f"({', '.join(e.name for e in engines)}), at most {per_engine} at a time on each"
+        f"({', '.join(e.name for e in engines)}), {_at_a_time(slots)}"
     )
 
     crashes: list[BaseException] = []
@@ -99,7 +110,7 @@ def build_on_engines(
     threads = [
         threading.Thread(target=worker, args=(engine,), name=f"engine-{engine.name}-{slot}")
         for engine in engines
-        for slot in range(per_engine)
+        for slot in range(slots[engine.name])
     ]
     for thread in threads:
         thread.start()

@@ -51,7 +51,7 @@ from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.sources_at_start import SourcesAtStart
 from orchestrator.release.target import Target
 from orchestrator.runtime.images import package_set_dir
-from orchestrator.supply.archives import archive_name
+from orchestrator.supply.archives import ZIP_SUFFIX, archive_name
 
 
 def vault_for(options: Options) -> Vault:
@@ -156,6 +156,20 @@ def locked_target(
     )
 
 
+def archive_outputs(release_dir: Path, artifact: str) -> dict[str, LockOutput | None]:
+    """The lock entries of an artifact's archives beside its folder (None: not written)."""
+
+    def output(path: Path) -> LockOutput | None:
+        if not path.is_file():
+            return None
+        return LockOutput(file=path.name, sha256=sha256_file(path), size=path.stat().st_size)
+
+    return {
+        "archive": output(release_dir / archive_name(artifact)),
+        "archive_zip": output(release_dir / archive_name(artifact, ZIP_SUFFIX)),
+    }
+
+
 def record_release(
     options: Options,
     chosen: Sequence[Target],
@@ -188,7 +202,7 @@ def record_release(
                 artifact,
                 vault,
                 archive=archive if archive.is_file() else None,
-            )
+            ).model_copy(update=archive_outputs(release_dir, artifact.name))
         )
         plans.append(plan)
     if not locked:
@@ -278,6 +292,7 @@ def write_release_lock(
             "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
             "exclude": list(options.source_exclude),
             "inputs": [item.dump() for item in pins.inputs],
+            "git": plan.source.git.dump() if plan.source.git is not None else None,
         },
         base={
             **plan.base.as_dict(),

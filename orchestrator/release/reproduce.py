@@ -54,7 +54,7 @@ from orchestrator.release.target import Target, targets
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
-from orchestrator.supply.archives import archive_name
+from orchestrator.supply.archives import ARCHIVE_SUFFIX, ZIP_SUFFIX, archive_name
 from orchestrator.supply.attest import Signer
 
 __all__ = [  # record_release, check_lock and vault_for live in release/pin.py
@@ -404,7 +404,8 @@ def reproduce(
     configured: dict[str, tuple[Target, BuildPlan]] = {}
     flavors = sorted({t.inputs.flavor for t in document.targets})
     for target in targets(replace(options, offline=True), flavors):
-        plan = prepare_plan(target.options, target.flavor)
+        # Build scripts' `git` answers what it answered then, not what a checkout says now
+        plan = prepare_plan(target.options, target.flavor, git=document.source.git)
         configured.setdefault(plan.artifact_dir, (target, plan))
     run = ReproduceRun(
         document, release_dir, connect(), vault, console, signer, cache, fresh_images, announce
@@ -463,7 +464,7 @@ def _reproduce_one(
         options = replace(options, gate_pinned=entry.resolved.gate.shipped)
     if options is not target.options:  # planned once more, with both
         target = replace(target, options=options)
-        plan = prepare_plan(options, target.flavor)
+        plan = prepare_plan(options, target.flavor, git=run.document.source.git)
     seed_cache(run.document, plan, entry, run.cache, run.vault)
     if run.fresh_images:
         plan = private_images(plan, run.engine.session)
@@ -490,10 +491,10 @@ def _reproduce_one(
             result.others_differing.append(other.file)
     # The archive packs those bytes with the locked sources' docs at SOURCE_DATE_EPOCH:
     # it must come out byte for byte as locked too (a lock made before archives has none).
-    if entry.archive is not None:
-        rebuilt = outcome.artifact.parent / archive_name(result.artifact)
-        if not rebuilt.is_file() or sha256_file(rebuilt) != entry.archive.sha256:
-            result.others_differing.append(entry.archive.file)
+    for locked, suffix in ((entry.archive, ARCHIVE_SUFFIX), (entry.archive_zip, ZIP_SUFFIX)):
+        rebuilt = outcome.artifact.parent / archive_name(result.artifact, suffix)
+        if locked is not None and (not rebuilt.is_file() or sha256_file(rebuilt) != locked.sha256):
+            result.others_differing.append(locked.file)
     expected = run.release_dir / result.artifact / entry.output.file
     if not result.identical and expected.is_file():
         report = outcome.artifact.parent.parent / f"{result.artifact}.diffoscope.txt"

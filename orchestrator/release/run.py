@@ -25,7 +25,7 @@ from orchestrator.flavors import get_flavor
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
+from orchestrator.model.release_summary import EngineJobs, ReleaseSummary, TargetSummary
 from orchestrator.model.reports import (
     CacheState,
     EngineFit,
@@ -40,6 +40,7 @@ from orchestrator.plan.step_keys import baseline_key, config_member
 from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import in_ci, marks_for
 from orchestrator.release.action_cache import look_up
+from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_per_engine
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
 from orchestrator.release.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.step_plan import StepPlanner
@@ -147,15 +148,21 @@ def dry_run(
 
 
 def plan_report(
-    options: Options, planned: Sequence[PlannedTarget], *, docker_reachable: bool
+    options: Options,
+    planned: Sequence[PlannedTarget],
+    *,
+    docker_reachable: bool,
+    jobs: Sequence[EngineJobs] = (),
 ) -> ReleasePlanReport:
-    """What `release --dry-run --json` prints: every target in build order."""
+    """What `release --dry-run --json` prints: every target in build order, and how many
+    targets each engine would build at a time."""
     return ReleasePlanReport(
         name=options.binary,
         version=options.version,
         release_dir=str(options.artifacts_dir / release_dir_name(options.binary, options.version)),
         docker_reachable=docker_reachable,
         targets=[item.entry() for item in planned],
+        jobs_per_engine=list(jobs),
     )
 
 
@@ -176,13 +183,16 @@ def run_release(
     bench_runs: int,
     announce: Callable[[str], None],
     force: bool = False,
+    jobs: Sequence[EngineJobs] | None = None,
 ) -> list[TargetResult]:
     """Build each planned target; a target whose published artifact is current
     (release/action_cache.py) is `cached` instead, unless `force` or `retrain`. On one
-    engine (engines.jobs 1) targets are built one after another, in order; over several,
-    side by side (release/farm.py)."""
+    engine that builds one target at a time, they are built one after another, in order;
+    otherwise side by side (release/farm.py). `jobs`: each engine's targets at a time
+    (release/engine_jobs.py), worked out here when not given."""
     pool = list(engines) if isinstance(engines, Sequence) else [engines]
-    side_by_side = len(pool) > 1 or options.engine_jobs > 1
+    jobs = list(jobs or jobs_per_engine(options.engine_jobs, pool, len(planned)))
+    side_by_side = len(pool) > 1 or any(item.jobs > 1 for item in jobs)
     waiting: list[tuple[TargetResult, BuildPlan]] = []
     results = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
@@ -212,6 +222,7 @@ def run_release(
             prefix=prefix,
             live=live,
             force=force,
+            cargo_jobs=cargo_jobs_on(jobs, on.name),
         )
         if failure is None and not result.speedup_note:
             if live is not None:
@@ -244,8 +255,8 @@ def run_release(
             build((result, plan), pool[0], "")
     if waiting:
         with board.shown() if board is not None else nullcontext():
-            _build_side_by_side(waiting, pool, build, options, announce)
-    write_release_json(release_dir, options, results, carry_over=signed)
+            _build_side_by_side(waiting, pool, build, options, announce, jobs=jobs)
+    write_release_json(release_dir, options, results, carry_over=signed, jobs=jobs)
     _sign_index(release_dir, signer, announce)
     return results
 
@@ -280,6 +291,8 @@ def _build_side_by_side(
     build: Build[tuple[TargetResult, BuildPlan]],
     options: Options,
     announce: Callable[[str], None],
+    *,
+    jobs: Sequence[EngineJobs],
 ) -> None:
     """Build the targets over the engines (release/farm.py); record where each went."""
     work = [
@@ -295,7 +308,7 @@ def _build_side_by_side(
         work,
         pool,
         build,
-        per_engine=options.engine_jobs,
+        per_engine={item.engine: item.jobs for item in jobs},
         requirements=options.engine_require,
         announce=announce,
     )
@@ -342,10 +355,12 @@ def write_release_json(
     results: Sequence[TargetResult],
     *,
     carry_over: bool = True,
+    jobs: Sequence[EngineJobs] = (),
 ) -> None:
-    """release.json: every target in build order. Artifacts published by earlier runs and
-    not rebuilt now come first, as they were listed (unless not `carry_over`: the file is
-    not the one that was signed); then this run's, in its order."""
+    """release.json: every target in build order, and how many targets each engine built
+    at a time (`jobs`). Artifacts published by earlier runs and not rebuilt now come
+    first, as they were listed (unless not `carry_over`: the file is not the one that was
+    signed); then this run's, in its order."""
     path = release_dir / RELEASE_JSON
     rebuilt = {result.artifact for result in results}
     earlier: list[TargetSummary] = []
@@ -359,6 +374,7 @@ def write_release_json(
         name=options.binary,
         version=options.version,
         artifacts=[*earlier, *(result.summary() for result in results)],
+        jobs_per_engine=list(jobs),
     )
     write_record(path, summary)
 
@@ -399,6 +415,7 @@ def run_report(
     *,
     seconds: float,
     lockfile: Path | None,
+    jobs: Sequence[EngineJobs] = (),
 ) -> ReleaseRunReport:
     """What `release --json` prints, and what the text summary ends with."""
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
@@ -420,4 +437,5 @@ def run_report(
             public_key=str(public_key) if public_key else None,
         ),
         verify_command=verify_command(release_dir, public_key) if published else None,
+        jobs_per_engine=list(jobs),
     )

@@ -87,15 +87,25 @@ class Schedule:
     """The queue of jobs and the engines' state; every method is thread-safe."""
 
     def __init__(
-        self, engines: Sequence[EngineFacts], jobs: Sequence[Job], per_engine: int
+        self,
+        engines: Sequence[EngineFacts],
+        jobs: Sequence[Job],
+        per_engine: int | Mapping[str, int],
     ) -> None:
-        if per_engine < 1:
-            raise ConfigError(f"engines.jobs must be at least 1, got {per_engine}")
+        """`per_engine`: how many jobs each engine takes at a time, one count for all or
+        per engine name (release/engine_jobs.py)."""
+        limits = {
+            engine.name: per_engine if isinstance(per_engine, int) else per_engine[engine.name]
+            for engine in engines
+        }
+        for name, limit in limits.items():
+            if limit < 1:
+                raise ConfigError(f"engines.jobs must be at least 1, got {limit} for {name}")
         self._engines = {engine.name: engine for engine in engines}
         self._lost: dict[str, str] = {}
         self._pending = list(jobs)
         self._running: dict[str, list[Job]] = {engine.name: [] for engine in engines}
-        self._per_engine = per_engine
+        self._per_engine = limits
         self._cancelled = False
         self._changed = threading.Condition()
 
@@ -157,7 +167,7 @@ class Schedule:
         return [facts for name, facts in self._engines.items() if name not in self._lost]
 
     def _pick(self, engine: str) -> Job | None:
-        if len(self._running[engine]) >= self._per_engine:
+        if len(self._running[engine]) >= self._per_engine[engine]:
             return None
         facts = self._engines[engine]
         fitting = [job for job in self._pending if not job.needs.unmet(facts)]
@@ -178,7 +188,7 @@ class Schedule:
                 and not job.needs.unmet(other)
             ]
             if not holders or all(
-                len(self._running[other.name]) >= self._per_engine for other in holders
+                len(self._running[other.name]) >= self._per_engine[other.name] for other in holders
             ):
                 return job
         return None

@@ -26,20 +26,26 @@ from rich.console import Console
 from orchestrator import __version__
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.execute.publish import ArtifactToPublish, sign_and_publish
+from orchestrator.execute.archive_stage import ArtifactToPublish
+from orchestrator.execute.publish import sign_and_publish
 from orchestrator.host.staging import fsync_tree, staging_area
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.lockfile import LockedTarget, LockOutput, SharedPins
+from orchestrator.model.lockfile import LockedTarget, SharedPins
 from orchestrator.model.records import BuildManifest, RecordError, read_record, write_record
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.release.pin import locked_target, shared_pins, vault_for, write_release_lock
+from orchestrator.release.pin import (
+    archive_outputs,
+    locked_target,
+    shared_pins,
+    vault_for,
+    write_release_lock,
+)
 from orchestrator.release.run import write_release_json
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
-from orchestrator.supply.archives import archive_name
 from orchestrator.supply.attest import Signer
 
 # A folder with more files than this is not one a build made (logs and profiles included).
@@ -291,17 +297,8 @@ def assemble(
                 say=lambda _line: None,
                 warn=warn,
             )
-        archive = release_dir / archive_name(item.record.artifact)
         locked.append(
-            item.record.lock.model_copy(
-                update={
-                    "archive": LockOutput(
-                        file=archive.name,
-                        sha256=sha256_file(archive),
-                        size=archive.stat().st_size,
-                    )
-                }
-            )
+            item.record.lock.model_copy(update=archive_outputs(release_dir, item.record.artifact))
         )
         results.append(TargetResult.from_summary(item.target, item.record.summary))
         announce(f"published {item.record.artifact} (built on {item.record.summary.engine})")

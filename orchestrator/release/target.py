@@ -18,6 +18,7 @@ from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, l
 from orchestrator.execute.build import run_build
 from orchestrator.flavors import get_flavor
 from orchestrator.host.step_times import earlier_step_seconds
+from orchestrator.model.gate_table import gate_splits
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.records import BuildManifest
 from orchestrator.model.release_summary import TargetSummary, bolt_summary
@@ -54,6 +55,7 @@ class TargetResult:
     cycles_saved_vs_baseline: float | None = None  # callgrind's estimated cycles
     cycles_saved_vs_release: float | None = None
     bolt: str | None = None  # BOLT's mode and coverage, or why not
+    cuda_runtime: str | None = None  # the CUDA release its driver must serve (cudarc)
     engine: str | None = None  # the Docker context of the engine that built it
     moves: list[str] = field(default_factory=list)  # engines it left: "ctx: why"
     error: str = ""  # the first line of the error's message
@@ -83,6 +85,7 @@ class TargetResult:
             cycles_saved_vs_baseline=self.cycles_saved_vs_baseline,
             cycles_saved_vs_release=self.cycles_saved_vs_release,
             bolt=self.bolt,
+            cuda_runtime=self.cuda_runtime,
             engine=self.engine,
             moved_from=list(self.moves),
         )
@@ -105,6 +108,7 @@ class TargetResult:
             cycles_saved_vs_baseline=entry.cycles_saved_vs_baseline,
             cycles_saved_vs_release=entry.cycles_saved_vs_release,
             bolt=entry.bolt,
+            cuda_runtime=entry.cuda_runtime,
             engine=entry.engine,
             moves=list(entry.moved_from),
             warnings=list(entry.warnings),
@@ -121,6 +125,8 @@ class TargetResult:
             self.cycles_saved_vs_baseline = gate.gain_vs_baseline
             self.cycles_saved_vs_release = gate.gain_vs_release
         self.bolt = bolt_summary(manifest)
+        if manifest.cuda_runtime is not None and manifest.cuda_runtime.binding == "run time":
+            self.cuda_runtime = manifest.cuda_runtime.cuda_api
 
     def as_dict(self) -> dict[str, object]:
         return self.summary().dump()
@@ -138,7 +144,8 @@ def targets(options: Options, flavors: Sequence[str]) -> list[Target]:
                     hint="Use x86-64-v2/v3/v4 or a named CPU; `orchestrator build "
                     "--target-cpu native` is fine for local use.",
                 )
-            found.append(Target(name, level, replace(options, target_cpu=level)))
+            flavored = options.for_flavor(name)  # its own train/validate/bench/gate/test
+            found.append(Target(name, level, replace(flavored, target_cpu=level)))
     return found
 
 
@@ -155,6 +162,7 @@ def build_target(
     live: LiveLine | None = None,
     force: bool = False,
     unsigned_out: Path | None = None,
+    cargo_jobs: int | None = None,
 ) -> str | None:
     """Build one target on `engine` and fill `result`; the failure line to announce when
     it failed (result.exception holds the error), None when it was built. Without a
@@ -179,6 +187,7 @@ def build_target(
             retrain=retrain,
             step_cache="refresh" if force else "use",
             unsigned_out=unsigned_out,
+            cargo_jobs=cargo_jobs,
         )
     except OrchestratorError as error:
         result.status, result.exception = "failed", error
@@ -194,6 +203,8 @@ def build_target(
     result.size = outcome.binary.stat().st_size
     result.sha256 = sha256_file(outcome.binary)
     result.take_build_facts(outcome.manifest)
+    # A loss on one workload that the gate's mean hides
+    result.warnings += [f"speed gate: {line}" for line in gate_splits(outcome.manifest.gate)]
     tests = outcome.manifest.tests or {}
     if tests.get("ran") is False:
         result.warnings.append(f"cargo test not run: {tests.get('reason')}")

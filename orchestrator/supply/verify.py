@@ -16,7 +16,12 @@ from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
 from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
-from orchestrator.supply.archives import archive_name, archived_files
+from orchestrator.supply.archives import (
+    ARCHIVE_SUFFIX,
+    ZIP_SUFFIX,
+    archive_name,
+    archived_files,
+)
 from orchestrator.supply.attest import (
     CHECKSUMS,
     INDEX_FILES,
@@ -28,6 +33,7 @@ from orchestrator.supply.installer import INSTALLER
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
 from orchestrator.supply.provenance import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE
 from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries, sbom_subject
+from orchestrator.supply.zip_archive import zipped_files
 
 __all__ = [
     "Check",
@@ -181,7 +187,8 @@ class Verifier:
         """The archive holds exactly the folder's binaries (executable), and docs beside."""
 
         def run() -> str:
-            files = archived_files(path)
+            read = zipped_files if path.name.endswith(ZIP_SUFFIX) else archived_files
+            files = read(path)
             for binary in binaries:
                 mode, digest = files.get(binary.name, (0, ""))
                 if digest != sha256_file(binary):
@@ -258,11 +265,13 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
         verifier.sbom(folder / SBOM_FILE, folder.name, shipped)
         for binary in shipped:
             verifier.glibc(binary, manifest.portability)
-        archive = release_dir / archive_name(folder.name)
-        if archive.exists():  # releases made before archives have none
+        for suffix in (ARCHIVE_SUFFIX, ZIP_SUFFIX):
+            archive = release_dir / archive_name(folder.name, suffix)
+            if not archive.exists():  # releases made before archives have none; zip: asked
+                continue
             binaries[archive.name] = folder.name  # a provenance subject too
             # Its contents are read only once it is known to be the signed file: a
-            # stranger's tar.xz could declare headers or sizes meant to exhaust the reader.
+            # stranger's archive could declare headers or sizes meant to exhaust the reader.
             if verifier.signature(archive):
                 verifier.archive(archive, shipped)
     if (release_dir / INSTALLER).exists():

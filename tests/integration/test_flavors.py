@@ -10,7 +10,9 @@ add is device code, checked by the build and again here with the vendors' own to
 from __future__ import annotations
 
 import json
+import shutil
 import struct
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -218,4 +220,84 @@ def test_cuda_kernels_compiled_at_run_time_pass_the_device_check(
         ("trixie", True, False),
     ]
     assert all("libnvrtc" in r["not_validated"] for r in runs)
+    assert managed_containers(docker_client) == []
+
+
+def test_a_crate_that_loads_cuda_at_run_time_gets_a_cuda_artifact(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """Shaped like an inference engine on cudarc 0.11: cuda-12050 (newer than the image's
+    12.4 toolkit) fixed in its own Cargo.toml, a kernel NVRTC compiles when it runs, and
+    `--backend auto` that panics without a GPU. The resolved graph says it binds CUDA at
+    run time: no toolkit match is asked for, and build.json records what the driver of the
+    machine it runs on must serve. Its cuda flavor trains and validates with --backend cpu
+    ([flavors.cuda.train] and [flavors.cuda.validate] args_append)."""
+    fixture = REPO / "tests" / "fixtures" / "cuda-runtime"
+    artifacts = tmp_path / "artifacts"
+    config = ["--config", str(fixture / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["build", "--flavor", "cuda", *config, "--no-pgo", "--no-bolt"])
+    assert run.returncode == 0, run.output
+    directory = artifacts / "tinyinfer-0.1.0" / "tinyinfer-0.1.0-linux-x86_64-cuda"
+    manifest = json.loads((directory / "build.json").read_text())
+    cuda = manifest["cuda_runtime"]
+    assert (cuda["crate"], cuda["binding"]) == ("cudarc 0.11.9", "run time")
+    assert cuda["cuda_api"] == "12.5"  # its cuda-12050 feature
+    assert cuda["toolkit_check"].startswith("skipped: cudarc 0.11.9 binds CUDA at run time")
+    assert cuda["driver_check"] == "not checked (no GPU)"
+    assert "release 12.4" in manifest["device_code"]["compiler"]  # older than what it names
+    # No libnvrtc file name in the binary (cudarc 0.11 formats it): the graph vouches.
+    loads = manifest["device_code"]["binary"]["loads"]
+    assert loads == ["dlopen by cudarc 0.11.9 (nvrtc feature; file name built at run time)"]
+    assert manifest["validation"]["command"][-2:] == ["--backend", "cpu"]
+    assert manifest["validation"]["identical"] is True
+    code, output = _in_image(
+        docker_client, manifest, directory, ["/artifact/tinyinfer", "generate", "--backend", "auto"]
+    )
+    # Without a GPU, --backend auto panics (the toolkit's libcuda loads, no device answers).
+    assert code != 0 and "panicked" in output, output
+    assert "no CUDA device" in output or "Unable to dynamically load" in output, output
+    code, output = _in_image(
+        docker_client, manifest, directory, ["/artifact/tinyinfer", "generate", "--backend", "cpu"]
+    )
+    assert code == 0 and output.startswith("backend cpu: "), output
+    assert managed_containers(docker_client) == []
+
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def _binfmt_entries() -> set[str]:
+    return {entry.name for entry in BINFMT.iterdir()} if BINFMT.is_dir() else set()
+
+
+def test_aarch64_tests_that_start_the_crates_binary_pass_under_qemu(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """An integration test that runs CARGO_BIN_EXE_<name> itself, as ripgrep's do: through
+    `qemu-aarch64` because CROSS_RUNNER is set, and with nothing registered on the host."""
+    project = tmp_path / "cross-spawn"
+    shutil.copytree(REPO / "tests" / "fixtures" / "cross-spawn", project)
+    # Sources no earlier run built: the test step runs here rather than coming from the cache.
+    with (project / "src" / "main.rs").open("a") as source:
+        source.write(f"// {uuid.uuid4().hex}\n")
+    before = _binfmt_entries()
+    artifacts = tmp_path / "artifacts"
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["build", "--flavor", "aarch64", *config])
+    assert run.returncode == 0, run.output
+    assert _binfmt_entries() == before  # no binfmt_misc handler was added for the run
+    directory = artifacts / "cross-spawn-0.0.1" / "cross-spawn-0.0.1-linux-aarch64-cpu"
+    assert _elf_machine(directory / "cross-spawn") == (2, EM_AARCH64)
+    (log,) = (directory / "logs").glob("*-test.log")
+    text = log.read_text()
+    assert "test spawned_binary_prints_its_arguments ... ok" in text, text
+    assert "test result: ok. 1 passed" in text, text
+    assert "exec format error" not in text.lower()
+    tests = json.loads((directory / "build.json").read_text())["tests"]
+    assert tests["ran"] is True
+    assert tests["runner"]["cargo_runner"].startswith("qemu-aarch64 ")
+    assert tests["runner"]["environment"] == {
+        "CROSS_RUNNER": "qemu-user",
+        "QEMU_LD_PREFIX": "/usr/aarch64-linux-gnu",
+    }
     assert managed_containers(docker_client) == []

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +58,17 @@ distro_check = "load"
 
 [validate]
 command = ["3000"]
+
+[archive]
+formats = ["tar.xz", "zip"]
+include = ["doc/*.1"]
+
+[[archive.generate]]
+path = "notes/rounds.txt"
+args = ["100"]
 """
+# What the [archive] section adds to each archive, beside the binary and the docs.
+EXTRAS = ("doc/mixed-language.1", "notes/rounds.txt")
 V3_FLAGS = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
 
 
@@ -80,6 +91,8 @@ def published(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempP
     (project / "orchestrator.toml").write_text(CONFIG)
     (project / "README.md").write_text("# mixed-language\n")
     (project / "LICENSE").write_text("MIT\n")
+    (project / "doc").mkdir()
+    (project / "doc" / "mixed-language.1").write_text(".TH MIXED-LANGUAGE 1\n")
     artifacts = project.parent / "artifacts"
     config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
     run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty"])
@@ -170,13 +183,27 @@ def test_the_release_has_deterministic_archives_listed_and_verified(published: P
         assert f"{_sha256(archive)}  {archive.name}\n" in sums
         with tarfile.open(archive, "r:xz") as tar:
             names = sorted(tar.getnames())
-        assert names == sorted(
-            [folder, *(f"{folder}/{n}" for n in (BINARY, "LICENSE", "README.md"))]
-        )
+            rounds = tar.extractfile(f"{folder}/notes/rounds.txt")
+            assert rounds is not None and rounds.read().startswith(b"rounds: 100\nchecksum: ")
+        files = [f"{folder}/{n}" for n in (BINARY, "LICENSE", "README.md", *EXTRAS)]
+        folders = [folder, f"{folder}/doc", f"{folder}/notes"]
+        assert names == sorted([*folders, *files])
+        zipped = published / f"{folder}.zip"
+        assert f"{_sha256(zipped)}  {zipped.name}\n" in sums
+        with zipfile.ZipFile(zipped) as bundle:
+            assert sorted(bundle.namelist()) == sorted([*(f"{f}/" for f in folders), *files])
+            generated = bundle.read(f"{folder}/notes/rounds.txt")
+        manifest = json.loads((published / folder / "build.json").read_text())
+        assert [(g["path"], g["args"]) for g in manifest["generated"]] == [
+            ("notes/rounds.txt", ["100"])
+        ]
+        assert (published / folder / "generated" / "notes" / "rounds.txt").read_bytes() == generated
     assert "  install.sh\n" in sums
     lock = json.loads((published / "release.lock").read_text())
     archives = {t["archive"]["file"]: t["archive"]["sha256"] for t in lock["targets"]}
     assert archives == {f"{f}.tar.xz": _sha256(published / f"{f}.tar.xz") for f in (PORTABLE, V3)}
+    zips = {t["archive_zip"]["file"]: t["archive_zip"]["sha256"] for t in lock["targets"]}
+    assert zips == {f"{f}.zip": _sha256(published / f"{f}.zip") for f in (PORTABLE, V3)}
     verified = orchestrator(["verify", str(published)])
     assert verified.returncode == 0, verified.output
     assert "archive" in verified.output
@@ -258,5 +285,6 @@ def test_a_reproduction_gives_the_same_archive_bytes(published: Path, tmp_path: 
         ]
     )
     assert run.returncode == 0, run.output
-    rebuilt = next(workdir.rglob(f"{V3}.tar.xz"))
-    assert rebuilt.read_bytes() == (published / f"{V3}.tar.xz").read_bytes()
+    for suffix in (".tar.xz", ".zip"):
+        rebuilt = next(workdir.rglob(f"{V3}{suffix}"))
+        assert rebuilt.read_bytes() == (published / f"{V3}{suffix}").read_bytes()

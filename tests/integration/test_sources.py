@@ -5,6 +5,7 @@ baseline and the release profile, and validation comparing them)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -110,3 +111,47 @@ def test_sigint_stops_a_run_whose_parent_ignored_it(
     assert managed_volumes(docker_client) == []
     assert not artifacts.exists() or list(artifacts.iterdir()) == []
     assert list(tmp_path.iterdir()) in ([], [artifacts])  # no staging folder left either
+
+
+GIT_VERSION = REPO / "tests" / "fixtures" / "git-version"
+
+
+def test_build_scripts_git_names_the_checkouts_commit(
+    docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """A build script's `git rev-parse --short HEAD` and `git describe --always --dirty`
+    answer, in the build container, what they answer in the checkout (issue 32.1)."""
+    project = tmp_path / "git-version"
+    shutil.copytree(GIT_VERSION, project, ignore=shutil.ignore_patterns("target"))
+    identity = {
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "test@example.org",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "test@example.org",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+    }
+
+    def git(*args: str) -> str:
+        env = {"PATH": "/usr/bin:/bin", **identity}
+        done = subprocess.run(
+            ["git", "-C", str(project), *args], capture_output=True, text=True, env=env, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", f"fixture {uuid.uuid4().hex}")  # a commit no earlier run saw
+    artifacts = tmp_path / "artifacts"
+    config = project / "orchestrator.toml"
+    run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(artifacts)])
+    assert run.returncode == 0, run.output
+    directory = artifacts / "git-version-0.1.0" / "git-version-0.1.0-linux-x86_64-cpu"
+    shipped = subprocess.run(
+        [str(directory / "git-version"), "--version"], capture_output=True, text=True, check=True
+    )
+    short, described = git("rev-parse", "--short", "HEAD"), git("describe", "--always", "--dirty")
+    assert shipped.stdout == f"git-version 0.1.0 (rev {short}, {described})\n"
+    recorded = json.loads((directory / "build.json").read_text())["source"]["git"]
+    assert recorded["commit"] == git("rev-parse", "HEAD")
+    assert recorded["dirty"] is False
+    assert managed_containers(docker_client) == []

@@ -246,7 +246,10 @@ def _stand_in_build(options: Any, plan: Any, *_args: Any, **_kwargs: Any) -> Bui
     return BuildOutcome(
         folder,
         binary,
-        cast(Any, SimpleNamespace(portability=None, tests=None, gate=None, bolt=None)),
+        cast(
+            Any,
+            SimpleNamespace(portability=None, tests=None, gate=None, bolt=None, cuda_runtime=None),
+        ),
     )
 
 

@@ -30,6 +30,7 @@ import typer.main
 
 from orchestrator.cli import app
 from orchestrator.cli.exit_codes import exit_codes_markdown
+from orchestrator.config.flavor_overrides import APPEND_SECTIONS, ARGS_APPEND, OVERRIDE_SECTIONS
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
 from orchestrator.plan.steps import StepName
 
@@ -81,6 +82,7 @@ FOREIGN_FLAGS = {
     "--strict": "mypy --strict, mkdocs build --strict",
     "--network": "docker run --network none",
     "--rounds": "bench/engines.py",
+    "--print-man-page": "a crate's own binary, in an [[archive.generate]] example",
 }
 # Settings-like names that are other programs' settings.
 FOREIGN_SETTINGS = {
@@ -186,6 +188,12 @@ def _toml_keys(text: str) -> Iterator[tuple[str, str]]:
         section = ""
         for raw in block.splitlines():
             line = raw.strip()
+            entries = re.match(r"^\[\[([\w.<>-]+)\]\]", line)
+            if entries:  # an array of tables is one setting; its keys are an entry's fields
+                parent, _, key = entries.group(1).rpartition(".")
+                yield parent, key
+                section = ""
+                continue
             header = re.match(r"^\[([\w.<>-]+)\]", line)
             if header:
                 section = header.group(1)
@@ -218,6 +226,9 @@ def _setting_name(section: str, key: str) -> str:
     parts = section.split(".")
     if parts[0] == "flavors" and len(parts) == 2:
         return f"flavors.<name>.{key}"
+    if parts[0] == "flavors" and len(parts) == 3 and parts[2] in OVERRIDE_SECTIONS:
+        # A flavor's override table takes its top-level section's keys, and args_append.
+        return f"flavors.<name>.{parts[2]}.{key}" if key == ARGS_APPEND else f"{parts[2]}.{key}"
     return f"{section}.{key}"
 
 
@@ -310,7 +321,14 @@ def undocumented(
 
 
 def all_settings() -> set[str]:
-    return setting_keys() | {f"flavors.<name>.{key}" for key in flavor_keys()}
+    flavor_tables = {f"flavors.<name>.{section}" for section in OVERRIDE_SECTIONS}
+    appends = {f"flavors.<name>.{section}.{ARGS_APPEND}" for section in APPEND_SECTIONS}
+    return (
+        setting_keys()
+        | {f"flavors.<name>.{key}" for key in flavor_keys()}
+        | flavor_tables
+        | appends
+    )
 
 
 # -- the tests ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from orchestrator.execute import device, inventory, publish, validate
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
 from orchestrator.host.bootstrap import MANIFEST
+from orchestrator.host.packing import single_file_tar
 from orchestrator.host.source import CRATES_IO
 from orchestrator.host.staging import staging_root
 from orchestrator.model.hashing import sha256_bytes
@@ -82,12 +83,16 @@ def test_cuda_device_code_is_listed_with_cuobjdump(
         f"ELF file    {i}: demo.{i}.{sm}.cubin"
         for i, sm in enumerate(["sm_80", "sm_86", "sm_89", "sm_90"])
     ]
-    engine = FakeEngine(responder=answers(("cuobjdump", 0, listing)))
+    metadata = f"{PATHS.out}/cargo-metadata.json"  # a crate on no cudarc
+    engine = FakeEngine(
+        responder=answers(("cuobjdump", 0, listing)),
+        archives={metadata: single_file_tar(metadata, b'{"packages": []}')},
+    )
     rig = make_rig(make_options(project), stack, tmp_path, flavor="cuda", engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
     rig.pipeline.state.gpu = {"kind": "cuda"}
     device.device_code(rig.pipeline, rig.log)
-    assert rig.box.argvs == [("cuobjdump", "--list-elf", f"{BIN_DIR}/optimized")]
+    assert rig.box.argvs[1:] == [("cuobjdump", "--list-elf", f"{BIN_DIR}/optimized")]
     assert rig.pipeline.state.gpu == {
         "kind": "cuda",
         "binary": {

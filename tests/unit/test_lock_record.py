@@ -112,6 +112,7 @@ def test_dumps_keeps_the_on_disk_layout_byte_for_byte(plan: BuildPlan, raw: dict
         "output",
         "other_outputs",
         "archive",
+        "archive_zip",
         "built_on",
     }
     assert raw["targets"][0]["other_outputs"] == []  # one binary: nothing beside it

@@ -50,7 +50,12 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
         return BuildOutcome(
             folder,
             folder / "demo",
-            cast(Any, SimpleNamespace(portability=None, tests=None, gate=None, bolt=None)),
+            cast(
+                Any,
+                SimpleNamespace(
+                    portability=None, tests=None, gate=None, bolt=None, cuda_runtime=None
+                ),
+            ),
         )
 
     return run_build

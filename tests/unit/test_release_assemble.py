@@ -16,6 +16,7 @@ from orchestrator.cli import app
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute import publish
+from orchestrator.execute.archive_stage import ArtifactToPublish
 from orchestrator.model.lockfile import SharedPins
 from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.release_summary import TargetSummary
@@ -110,7 +111,7 @@ def test_a_folder_handed_over_unsigned_publishes_the_bytes_a_signing_build_does(
     staging.mkdir()
     shutil.copytree(folder, staging / plan.artifact_dir)
     published = publish.sign_and_publish(
-        publish.ArtifactToPublish(
+        ArtifactToPublish(
             folder=staging / plan.artifact_dir,
             name=plan.artifact_dir,
             manifest=read_record(folder / "build.json", BuildManifest),

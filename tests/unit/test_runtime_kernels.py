@@ -1,7 +1,6 @@
 """GPU crates that compile kernels when they run (cudarc + NVRTC, hiprtc): with
 `kernels = "runtime"` the device-code step checks the binary reaches the runtime compiler
-instead of looking for embedded code, and a cudarc feature for another CUDA release than
-the image's is refused."""
+instead of looking for embedded code (cudarc's binding: test_cuda_binding.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +17,12 @@ from orchestrator.execute import device
 from orchestrator.execute.pipeline import BIN_DIR
 from orchestrator.flavors.gpu import (
     DeviceCodeMissingError,
-    GpuTargetError,
     cudarc_cuda_version,
     nvcc_release,
     runtime_compiler_use,
 )
+from orchestrator.host.packing import single_file_tar
+from orchestrator.model.layout import PATHS
 
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig
@@ -39,6 +39,7 @@ READELF = [
     " 0x0000000000000001 (NEEDED)             Shared library: [libgcc_s.so.1]",
     " 0x0000000000000001 (NEEDED)             Shared library: [libc.so.6]",
 ]
+METADATA_PATH = f"{PATHS.out}/cargo-metadata.json"  # a crate on no cudarc
 IMAGE_LIBS = [
     "/usr/lib/x86_64-linux-gnu/libnvrtc.so.12",
     "/usr/lib/x86_64-linux-gnu/libnvrtc.so.12.4.127",
@@ -73,6 +74,7 @@ def _runtime_rig(project: Path, stack: ExitStack, tmp_path: Path, binary: bytes)
     engine = FakeEngine(
         responder=answers(("readelf", 0, READELF), ("find", 0, IMAGE_LIBS)),
         missing=lambda _path: binary,
+        archives={METADATA_PATH: single_file_tar(METADATA_PATH, b'{"packages": []}')},
     )
     rig = make_rig(options, stack, tmp_path, flavor="cuda", engine=engine)
     rig.pipeline.state.shipped = f"{BIN_DIR}/optimized"
@@ -111,22 +113,3 @@ def test_an_unknown_kernels_mode_is_a_config_error(project: Path) -> None:
     options = resolve(config, env={})
     with pytest.raises(ConfigError, match="expected one of embedded, runtime"):
         plan_for(options, "cuda")
-
-
-def _metadata(features: list[str]) -> dict[str, object]:
-    return {
-        "packages": [{"id": "cudarc 0.12", "name": "cudarc"}],
-        "resolve": {"nodes": [{"id": "cudarc 0.12", "features": features}]},
-    }
-
-
-def test_a_cudarc_feature_for_another_cuda_release_is_refused(
-    project: Path, stack: ExitStack, tmp_path: Path
-) -> None:
-    rig = make_rig(make_options(project), stack, tmp_path, flavor="cuda")
-    rig.pipeline.state.gpu = {"compiler": "Cuda compilation tools, release 12.4, V12.4.131"}
-    device.check_cudarc(rig.pipeline, _metadata(["nvrtc", "cuda-12040"]), rig.log)  # matches
-    device.check_cudarc(rig.pipeline, _metadata(["cuda-version-from-build-system"]), rig.log)
-    with pytest.raises(GpuTargetError, match=r"CUDA 12\.6.*toolkit is CUDA 12\.4") as caught:
-        device.check_cudarc(rig.pipeline, _metadata(["cuda-12060"]), rig.log)
-    assert "cuda-12040" in caught.value.hint

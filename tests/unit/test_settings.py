@@ -24,6 +24,7 @@ from tests.unit.conftest import write_config
 NOT_SETTINGS = {"config_path", "project_dir", "package_name", "flavor_settings", "sources"}
 NOT_SETTINGS |= {"offline", "crate_cargo"}  # crate_cargo: read from the crate's .cargo/
 NOT_SETTINGS |= {"gate_pinned"}  # reproduce: the lock's gate pick, never configured
+NOT_SETTINGS |= {"applied_flavor"}  # for_flavor: whose [flavors.<name>.*] tables apply
 
 
 def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
@@ -53,6 +54,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
     by_kind: dict[str, tuple[str, object]] = {
         "str": ("9.9.9", "9.9.9"),
         "int": ("7", 7),
+        "int or auto": ("7", 7),  # "auto" is the default, so a count shows the env var won
         "float": ("0.5", 0.5),
         "bool": ("off", False),
         "path": ("elsewhere/dir", (project / "elsewhere" / "dir").resolve()),
@@ -64,6 +66,10 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "list[run]": (
             '[["--help"], {"binary": "demo", "args": ["x"]}]',
             (Run(("--help",)), Run(("x",))),  # naming the main binary: a plain run
+        ),
+        "list[generate]": (
+            '[{"path": "completions/demo.bash", "args": ["completions", "bash"]}]',
+            (Run(("completions", "bash"), path="completions/demo.bash"),),
         ),
     }
     if spec.kind == "bool" and spec.default is False:

@@ -117,7 +117,7 @@ def test_provenance_statement_structure(project: Path, tmp_path: Path) -> None:
     predicate = result["predicate"]
     assert isinstance(predicate, dict)
     definition = predicate["buildDefinition"]
-    assert set(definition["externalParameters"]["source"]) == {"git_commit", "dirty"}
+    assert set(definition["externalParameters"]["source"]) == {"git_commit", "dirty", "git"}
     assert definition["externalParameters"]["config_sha256"] == manifest.inputs.config_sha256
     assert definition["externalParameters"]["flavors"] == ["cpu"]
     uris = {d["uri"]: d.get("digest") for d in definition["resolvedDependencies"]}

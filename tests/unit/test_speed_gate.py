@@ -221,7 +221,7 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
     from types import SimpleNamespace  # noqa: PLC0415
     from typing import Any, cast  # noqa: PLC0415
 
-    from orchestrator.cli.release import shipped_text  # noqa: PLC0415
+    from orchestrator.cli.release_table import shipped_text  # noqa: PLC0415
     from orchestrator.model.records import BoltInfo, GateInfo  # noqa: PLC0415
     from orchestrator.model.release_summary import bolt_summary  # noqa: PLC0415
     from orchestrator.release.target import Target, TargetResult  # noqa: PLC0415
@@ -241,17 +241,19 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
         applied=True,
         coverage={"profiled_functions": 42, "total_functions": 619},
     )
-    manifest = cast(Any, SimpleNamespace(portability=None, gate=gate, bolt=bolt))
+    manifest = cast(Any, SimpleNamespace(portability=None, gate=gate, bolt=bolt, cuda_runtime=None))
     result = TargetResult(Target("cpu", "x86-64-v2", make_options(project)), "demo")
     result.take_build_facts(manifest)
-    assert shipped_text(result) == "pgo: -11.3% cycles (-8.3% vs release)"
+    assert shipped_text(result) == "pgo (-8.3% vs release)"
     assert result.summary().shipped_variant == "pgo"
     assert result.summary().cycles_saved_vs_baseline == pytest.approx(0.113)
     assert bolt_summary(manifest) == (
         "instrument, 42/619 functions profiled, not shipped (speed gate)"
     )
     unmeasured = TargetResult(Target("aarch64", "generic", make_options(project)), "demo")
-    unmeasured.take_build_facts(cast(Any, SimpleNamespace(portability=None, gate=None, bolt=None)))
+    unmeasured.take_build_facts(
+        cast(Any, SimpleNamespace(portability=None, gate=None, bolt=None, cuda_runtime=None))
+    )
     assert shipped_text(unmeasured) == "-" and unmeasured.bolt is None
 
 
