@@ -232,12 +232,17 @@ def test_a_crate_that_loads_cuda_at_run_time_gets_a_cuda_artifact(
     run time: no toolkit match is asked for, and build.json records what the driver of the
     machine it runs on must serve. Its cuda flavor trains and validates with --backend cpu
     ([flavors.cuda.train] and [flavors.cuda.validate] args_append)."""
-    fixture = REPO / "tests" / "fixtures" / "cuda-runtime"
+    project = tmp_path / "cuda-runtime"
+    shutil.copytree(REPO / "tests" / "fixtures" / "cuda-runtime", project)
+    with (project / "orchestrator.toml").open("a") as config_file:  # as the other cuda tests
+        config_file.write("\n[pgo]\nenabled = false\n\n[bolt]\nenabled = false\n")
     artifacts = tmp_path / "artifacts"
-    config = ["--config", str(fixture / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
-    run = orchestrator(["build", "--flavor", "cuda", *config, "--no-pgo", "--no-bolt"])
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    # A copy outside git: --allow-dirty, and reproduced from --source.
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty"])
     assert run.returncode == 0, run.output
-    directory = artifacts / "tinyinfer-0.1.0" / "tinyinfer-0.1.0-linux-x86_64-cuda"
+    release = artifacts / "tinyinfer-0.1.0"
+    directory = release / "tinyinfer-0.1.0-linux-x86_64-cuda"
     manifest = json.loads((directory / "build.json").read_text())
     cuda = manifest["cuda_runtime"]
     assert (cuda["crate"], cuda["binding"]) == ("cudarc 0.11.9", "run time")
@@ -260,7 +265,15 @@ def test_a_crate_that_loads_cuda_at_run_time_gets_a_cuda_artifact(
         docker_client, manifest, directory, ["/artifact/tinyinfer", "generate", "--backend", "cpu"]
     )
     assert code == 0 and output.startswith("backend cpu: "), output
+    _reproduces_bit_for_bit(release, project, tmp_path / "rebuild")
     assert managed_containers(docker_client) == []
+
+
+def _reproduces_bit_for_bit(release: Path, source: Path, workdir: Path) -> None:
+    argv = ["reproduce", str(release), "--source", str(source), "--workdir", str(workdir)]
+    run = orchestrator([*argv, "--reuse-images"])
+    assert run.returncode == 0, run.output
+    assert "the artifact is bit-identical" in run.output, run.output
 
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -283,10 +296,11 @@ def test_aarch64_tests_that_start_the_crates_binary_pass_under_qemu(
     before = _binfmt_entries()
     artifacts = tmp_path / "artifacts"
     config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
-    run = orchestrator(["build", "--flavor", "aarch64", *config])
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty"])
     assert run.returncode == 0, run.output
     assert _binfmt_entries() == before  # no binfmt_misc handler was added for the run
-    directory = artifacts / "cross-spawn-0.0.1" / "cross-spawn-0.0.1-linux-aarch64-cpu"
+    release = artifacts / "cross-spawn-0.0.1"
+    directory = release / "cross-spawn-0.0.1-linux-aarch64-cpu"
     assert _elf_machine(directory / "cross-spawn") == (2, EM_AARCH64)
     (log,) = (directory / "logs").glob("*-test.log")
     text = log.read_text()
@@ -300,4 +314,6 @@ def test_aarch64_tests_that_start_the_crates_binary_pass_under_qemu(
         "CROSS_RUNNER": "qemu-user",
         "QEMU_LD_PREFIX": "/usr/aarch64-linux-gnu",
     }
+    _reproduces_bit_for_bit(release, project, tmp_path / "rebuild")
+    assert _binfmt_entries() == before
     assert managed_containers(docker_client) == []

@@ -120,7 +120,8 @@ def test_build_scripts_git_names_the_checkouts_commit(
     docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
     """A build script's `git rev-parse --short HEAD` and `git describe --always --dirty`
-    answer, in the build container, what they answer in the checkout (issue 32.1)."""
+    answer, in the build container, what they answer in the checkout (issue 32.1), and the
+    release reproduces bit for bit from sources without a repository."""
     project = tmp_path / "git-version"
     shutil.copytree(GIT_VERSION, project, ignore=shutil.ignore_patterns("target"))
     identity = {
@@ -143,9 +144,10 @@ def test_build_scripts_git_names_the_checkouts_commit(
     git("commit", "-q", "-m", f"fixture {uuid.uuid4().hex}")  # a commit no earlier run saw
     artifacts = tmp_path / "artifacts"
     config = project / "orchestrator.toml"
-    run = orchestrator(["build", "--config", str(config), "--artifacts-dir", str(artifacts)])
+    run = orchestrator(["release", "--config", str(config), "--artifacts-dir", str(artifacts)])
     assert run.returncode == 0, run.output
-    directory = artifacts / "git-version-0.1.0" / "git-version-0.1.0-linux-x86_64-cpu"
+    release = artifacts / "git-version-0.1.0"
+    directory = release / "git-version-0.1.0-linux-x86_64-cpu"
     shipped = subprocess.run(
         [str(directory / "git-version"), "--version"], capture_output=True, text=True, check=True
     )
@@ -154,4 +156,21 @@ def test_build_scripts_git_names_the_checkouts_commit(
     recorded = json.loads((directory / "build.json").read_text())["source"]["git"]
     assert recorded["commit"] == git("rev-parse", "HEAD")
     assert recorded["dirty"] is False
+    # The lock pins the facts: a copy of the sources without any repository rebuilds the
+    # same bytes, `--version` included.
+    plain = tmp_path / "plain"
+    shutil.copytree(project, plain, ignore=shutil.ignore_patterns(".git"))
+    reproduced = orchestrator(
+        [
+            "reproduce",
+            str(release),
+            "--source",
+            str(plain),
+            "--workdir",
+            str(tmp_path / "rebuild"),
+            "--reuse-images",
+        ]
+    )
+    assert reproduced.returncode == 0, reproduced.output
+    assert "the artifact is bit-identical" in reproduced.output
     assert managed_containers(docker_client) == []
