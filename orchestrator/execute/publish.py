@@ -83,8 +83,26 @@ def _now() -> str:
     return dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds")
 
 
+def _shipped_optimizations(pipeline: Pipeline) -> tuple[bool, bool]:
+    """Whether the shipped binary holds PGO and BOLT: the gate (run before extract) may
+    ship a less optimized variant than was built."""
+    state = pipeline.state
+    shipped = state.gate.shipped if state.gate else None  # None: the most optimized ships
+    bolt_applied = bool(state.bolt_report and state.bolt_report.get("applied"))
+    pgo = state.pgo is not None and shipped != "release"
+    return pgo, bolt_applied and shipped in (None, "bolt", "pgo-bolt")
+
+
 def _profiles(pipeline: Pipeline) -> list[tuple[str, ProfileRecord | None]]:
-    return [("pgo.profdata", pipeline.state.pgo), ("bolt.fdata", pipeline.state.bolt_profile)]
+    """The profiles published with the artifact, named for what they are to its binary:
+    `pgo.profdata`/`bolt.fdata` when the shipped binary was optimized with them,
+    `*.unshipped.*` when it was not. Those are kept because `reproduce` rebuilds every
+    variant the gate compared."""
+    pgo, bolt = _shipped_optimizations(pipeline)
+    return [
+        ("pgo.profdata" if pgo else "pgo.unshipped.profdata", pipeline.state.pgo),
+        ("bolt.fdata" if bolt else "bolt.unshipped.fdata", pipeline.state.bolt_profile),
+    ]
 
 
 def extract(pipeline: Pipeline, log: StepLog) -> None:
@@ -231,9 +249,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         metric=FORMULA,
         skipped=plan.gate_skipped or None,
     )
-    shipped_variant = gate.shipped  # None: the most optimized variant ships unmeasured
-    pgo_shipped = state.pgo is not None and shipped_variant != "release"
-    bolt_shipped = bool(bolt and bolt.applied) and shipped_variant in (None, "bolt", "pgo-bolt")
+    pgo_shipped, bolt_shipped = _shipped_optimizations(pipeline)
     if bolt is not None:
         bolt = bolt.model_copy(update={"shipped": bolt_shipped})
     return BuildManifest(

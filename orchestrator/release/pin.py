@@ -110,7 +110,7 @@ def locked_target(
     bolt = manifest.bolt
     for name, record in manifest.profiles.items():
         digest = vault.put(artifact / "profiles" / name, expected=record.sha256)
-        if name == "pgo.profdata" and plan.pgo:
+        if name.startswith("pgo.") and plan.pgo:  # pgo.profdata or pgo.unshipped.profdata
             stored = manifest.pgo.profile if manifest.pgo else {}
             key = f"pgo/{plan.pgo.profile_key}.profdata"
         else:

@@ -236,3 +236,13 @@ def cross_release(
     directory = artifacts / "tinyllm-0.1.0"
     lock = json.loads((directory / "release.lock").read_text())
     return CrossRelease(run, project, crate, config, artifacts, directory, lock)
+
+
+def profile_names(manifest: dict[str, Any]) -> set[str]:
+    """The names the artifact's profiles/ holds: plain for what the shipped binary was
+    optimized with, `*.unshipped.*` for the variants the gate did not ship."""
+    pgo, bolt = manifest["pgo"] or {}, manifest["bolt"] or {}
+    return {
+        "pgo.profdata" if pgo.get("shipped") else "pgo.unshipped.profdata",
+        "bolt.fdata" if bolt.get("shipped") else "bolt.unshipped.fdata",
+    }

@@ -22,7 +22,7 @@ from orchestrator.host.source import CRATES_IO
 from orchestrator.host.staging import staging_root
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.records import BuildManifest, GateInfo, read_record
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file
@@ -30,7 +30,7 @@ from orchestrator.supply.sbom import SBOM_FILE, Crate, DebPackage
 
 from .execute_rig import EITHER_SUM, LOCK, answers, make_options, make_rig
 from .fakes import FakeEngine
-from .publish_rig import ready_to_publish
+from .publish_rig import extract_and_publish, ready_to_publish
 
 
 @pytest.fixture
@@ -382,6 +382,36 @@ def test_sbom_reads_crates_from_cargo_metadata_and_packages_from_dpkg(
 
 
 # -- extract and publish -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("shipped", "names"),
+    [
+        ("pgo-bolt", ["bolt.fdata", "pgo.profdata"]),
+        ("pgo", ["bolt.unshipped.fdata", "pgo.profdata"]),
+        ("release", ["bolt.unshipped.fdata", "pgo.unshipped.profdata"]),
+    ],
+)
+def test_profiles_are_named_for_what_the_shipped_binary_holds(
+    project: Path, tmp_path: Path, shipped: str, names: list[str]
+) -> None:
+    """A profile the shipped binary was not optimized with is still published (reproduce
+    rebuilds every variant the gate compared), under a name that says so."""
+    options = make_options(project)
+    with ExitStack() as stack:
+        rig = ready_to_publish(options, stack, tmp_path, Signer(SecretKey.generate(), True, "k"))
+        state = rig.pipeline.state
+        assert state.pgo is not None
+        state.bolt_profile = replace(state.pgo)
+        state.gate = GateInfo(policy="best", min_gain=0.01, metric="cycles", shipped=shipped)
+        extract_and_publish(rig)
+    published = (
+        options.artifacts_dir / rig.pipeline.plan.release_dir / rig.pipeline.plan.artifact_dir
+    )
+    assert sorted(p.name for p in (published / "profiles").iterdir()) == names
+    manifest = read_record(published / "build.json", BuildManifest)
+    assert sorted(manifest.profiles) == names
+    assert manifest.pgo is not None and manifest.pgo.shipped is (shipped != "release")
+
+
 def test_extract_and_publish_assemble_sign_and_move_the_artifact(
     project: Path, tmp_path: Path
 ) -> None:
