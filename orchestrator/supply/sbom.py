@@ -194,6 +194,8 @@ def build_sbom(
         bom.register_dependency(root, [*compiled, *shipped])
         text = JsonV1Dot6(bom).output_as_string(indent=2)
     for caught in raised:
+        if issubclass(caught.category, ResourceWarning):
+            continue  # the garbage collector closing another module's socket meanwhile
         message = str(caught.message)
         # A crate without dependencies has none to list: the graph is complete as it is
         # (the toolchain's packages are built with, not shipped in, the binary).
