@@ -51,7 +51,7 @@ from orchestrator.model.records import (
     ToolchainInfo,
     write_record,
 )
-from orchestrator.plan.build_plan import RELEASE_PROFILE
+from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import engine_record

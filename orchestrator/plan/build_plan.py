@@ -6,9 +6,8 @@ follows the plan. `orchestrator build --dry-run` prints it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from orchestrator.config.archive_include import (
     check_archive_formats,
@@ -25,6 +24,14 @@ from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
+from orchestrator.plan.cargo_flags import (
+    RELOCATIONS,
+    feature_args,
+    profile_args,
+    release_needed,
+    test_flags,
+    variant_rustflags,
+)
 from orchestrator.plan.gate import GatePlan, gate_plan
 from orchestrator.plan.git_shim import SHIM_SEARCH_PATH
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
@@ -37,19 +44,6 @@ from orchestrator.plan.portable import (
 )
 from orchestrator.plan.runs import RunPlan, TrainInput, run_plan
 from orchestrator.plan.steps import Step, steps_of
-
-# BOLT rewrites the layout and needs the linker's relocations to do it.
-RELOCATIONS = "-Clink-arg=-Wl,--emit-relocs"
-
-# The seeds' release profile, injected with `cargo --config` so the user's Cargo.toml
-# is never edited.
-RELEASE_PROFILE: dict[str, str | int | bool] = {
-    "lto": "fat",
-    "codegen-units": 1,
-    "panic": "abort",
-    "opt-level": 3,
-    "incremental": False,
-}
 
 
 @dataclass(frozen=True)
@@ -162,37 +156,6 @@ class BuildPlan:
         return (*first, *self.validate_runs)
 
 
-def _profile_args() -> list[str]:
-    args: list[str] = []
-    for key, value in RELEASE_PROFILE.items():
-        rendered = json.dumps(value)  # TOML and JSON agree on strings, ints and booleans
-        args += ["--config", f"profile.release.{key}={rendered}"]
-    return args
-
-
-def _rustflags(
-    options: Options, flavor: Flavor, release_dir: str, sysroot: SysrootPlan | None
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the baseline's rustflags, every other variant's)."""
-    # Paths in panic messages and debug info must not depend on where we built.
-    remap = (
-        f"--remap-path-prefix={PATHS.src}={release_dir}",
-        f"--remap-path-prefix={PATHS.vendor}=crates",
-        f"--remap-path-prefix={PATHS.cargo_home}=cargo-home",
-    )
-    # The crate's own .cargo/config.toml rustflags come first (ours win where they clash:
-    # later -C flags override earlier ones), in every variant, the baseline included.
-    crate_flags = options.crate_cargo.rustflags_for(flavor.rust_target)
-    # The baseline is plain `cargo build --release`: the image's own glibc, no sysroot.
-    linking = sysroot.link_args if sysroot else ()
-    return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *linking, *remap)
-
-
-def _feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]:
-    args = [] if default_features else ["--no-default-features"]
-    return [*args, "--features", ",".join(features)] if features else args
-
-
 def _pgo_plan(
     options: Options,
     flavor: Flavor,
@@ -233,68 +196,6 @@ def _pgo_plan(
         show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
         max_missing_ratio=options.pgo_max_missing_ratio,
     )
-
-
-def shared_test_level(options: Options, flavor: Flavor, target_cpu: str) -> str:
-    """The level whose flags `cargo test` uses instead of `target_cpu`'s, or "" for its own.
-
-    The tests of one flavor's levels read the same sources, features and toolchain; only
-    -Ctarget-cpu tells them apart. Every level but the first runs the first level's test
-    command, so the step cache runs it once per flavor: unless the flavor asks for tests at
-    every level, or has one level, or this build's CPU is not one of its levels.
-    """
-    if options.settings_for(flavor.name).test_every_level:
-        return ""
-    levels = flavor.levels(options)
-    if len(levels) < 2 or target_cpu not in levels:
-        return ""
-    return levels[0]
-
-
-@dataclass(frozen=True)
-class _TestFlags:
-    cpu: str  # the target-cpu the tests are compiled for
-    flags: tuple[str, ...]
-    target_dir: str  # below PATHS.target, where a build with the same flags left its deps
-    shared: str  # "" for the shipped flags; else whose flags, and why
-
-
-def _test_flags(
-    options: Options,
-    flavor: Flavor,
-    target_cpu: str,
-    *,
-    shipped: tuple[str, tuple[str, ...]],  # the shipped variant's name and rustflags
-    release_dir: str,
-    sysroot: SysrootPlan | None,
-) -> _TestFlags:
-    """The flags `cargo test` runs with: the shipped ones, or the flavor's first level's
-    release-profile flags. Those leave out the PGO profile (each level trains its own:
-    reading it would make the levels' test commands differ again) and BOLT's relocations
-    (they change nothing a test sees), and build where the first level's release build
-    left its dependencies."""
-    level = shared_test_level(options, flavor, target_cpu)
-    shipped_variant, shipped_flags = shipped
-    if not level:
-        return _TestFlags(target_cpu, shipped_flags, shipped_variant, "")
-    first = replace(options, target_cpu=level)
-    cpu = flavor.target_cpu(first)
-    return _TestFlags(
-        cpu,
-        _rustflags(first, flavor, release_dir, sysroot)[1],
-        "release",
-        f"the release-profile flags of {flavor.name}'s first level {cpu}: every "
-        f"level of {flavor.name} runs this one command, so the step cache runs it once "
-        f"(flavors.{flavor.name}.test_every_level = true tests each level)",
-    )
-
-
-def release_needed(options: Options, flavor: Flavor, gate: GatePlan | None) -> bool:
-    """Whether the release-profile build has a reader: it ships when there is no PGO and
-    no BOLT, and the speed gate counts it as a candidate (`best` may ship it, `require-all`
-    checks it against the baseline). Without a gate (policy off, an emulated target, no
-    workloads) the most optimized variant ships unmeasured and nothing reads it."""
-    return gate is not None or not (options.pgo or options.bolt)
 
 
 def _check_workloads(options: Options) -> None:
@@ -355,8 +256,8 @@ def make_plan(
     cargo = toolchain.tool("cargo")
 
     sysroot = sysroot_plan(options, flavor, toolchain)
-    baseline_flags, rustflags = _rustflags(options, flavor, release_dir, sysroot)
-    feature_args = _feature_args(settings.default_features, settings.features)
+    baseline_flags, rustflags = variant_rustflags(options, flavor, release_dir, sysroot)
+    features = feature_args(settings.default_features, settings.features)
 
     def command(
         verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool, plain: bool = False
@@ -377,10 +278,10 @@ def make_plan(
             flavor.rust_target,
             "--target-dir",
             target_dir,
-            *feature_args,
+            *features,
         ]
         if profile:
-            argv += _profile_args()
+            argv += profile_args()
         environment = {
             "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
             # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
@@ -460,7 +361,7 @@ def make_plan(
         )
     if options.pgo or options.bolt:
         variants.append(variant("optimized", optimized_flags))
-    tests = _test_flags(
+    tests = test_flags(
         options,
         flavor,
         target_cpu,

@@ -63,7 +63,7 @@ def steps_of(
     pgo: bool,
     bolt: tuple[str, tuple[str, ...]] | None,  # (mode, llvm-bolt flags) when BOLT runs
     optimized: bool,
-    release: bool = True,  # the release-profile build has a reader (build_plan.release_needed)
+    release: bool = True,  # the release-profile build has a reader (cargo_flags.release_needed)
     test_cpu: str = "",  # set when `cargo test` runs another level's flags than the shipped
     gate: GatePlan | None = None,
     distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
