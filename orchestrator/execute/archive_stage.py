@@ -85,7 +85,7 @@ def archive_extras(artifact: ArtifactToPublish, options: Options) -> list[tuple[
     for generated in artifact.manifest.generated or ():
         check_include_pattern(generated.path, "build.json: generated")
         path = artifact.folder / GENERATED_DIR / generated.path
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        data = path.read_bytes() if _inside(artifact.folder, path) else b""
         if sha256_bytes(data) != generated.sha256:
             raise PublishError(
                 f"{artifact.name}/{GENERATED_DIR}/{generated.path} is missing or is not the "
@@ -94,3 +94,16 @@ def archive_extras(artifact: ArtifactToPublish, options: Options) -> list[tuple[
             )
         extras.append((generated.path, data))
     return extras
+
+
+def _inside(folder: Path, path: Path) -> bool:
+    """`path` is a plain file of `folder`, reached through no link (a symlinked folder on
+    the way would pack, and sign, a file from anywhere on this machine)."""
+    if not path.is_file():
+        return False
+    current = path
+    while current != folder:
+        if current.is_symlink():
+            return False
+        current = current.parent
+    return path.resolve().is_relative_to(folder.resolve())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import stat
 import tarfile
 import zipfile
@@ -282,6 +283,14 @@ def test_publish_packs_included_and_generated_files_into_a_signed_zip_verify_cov
     # a generated file edited in the folder is refused when the archive is packed again
     (folder / GENERATED_DIR / "completions" / "demo.bash").write_bytes(b"edited\n")
     item = ArtifactToPublish(folder, plan.artifact_dir, manifest, plan.source.archive)
+    with pytest.raises(OrchestratorError, match=r"not the file build\.json records"):
+        archive_extras(item, options)
+    # ... and so is one reached through a symlinked folder, even with the recorded bytes
+    outside = tmp_path / "elsewhere" / "completions"
+    outside.mkdir(parents=True)
+    (outside / "demo.bash").write_bytes(generated)
+    shutil.rmtree(folder / GENERATED_DIR)
+    (folder / GENERATED_DIR).symlink_to(outside.parent)
     with pytest.raises(OrchestratorError, match=r"not the file build\.json records"):
         archive_extras(item, options)
 
