@@ -8,6 +8,7 @@ variant it picks is validated against the baseline before it replaces the shippe
 from __future__ import annotations
 
 from orchestrator.errors import SpeedGateError, StepFailedError
+from orchestrator.execute.gate_counts import CountRun, parallel_runs, run_counts
 from orchestrator.execute.pipeline import Pipeline, run, variant_binary
 from orchestrator.execute.step_reuse import look_up, store
 from orchestrator.execute.validate import validate_binaries
@@ -52,56 +53,74 @@ def _sha_lines(listing: str) -> list[tuple[str, str]]:
 COUNTS_FILE = "callgrind.txt"  # the `events:`/`summary:` lines of one cached count
 
 
-def _count(
+def _shas(
     pipeline: Pipeline, variant: str, binaries: dict[str, str], log: StepLog
-) -> tuple[list[Counts], list[StepEntry]]:
-    """The counts of each gate workload run by `binaries`, and the step cache entries
-    that stood in for runs (a count is keyed by the binaries' sha256, not their names)."""
+) -> dict[str, str]:
+    """name -> sha256 of each binary (what a count is keyed by); {} without a step cache."""
+    if pipeline.step_cache is None:
+        return {}
+    listing = run(
+        pipeline.box,
+        ["sha256sum", *binaries.values()],
+        log,
+        StepName.SPEED_GATE,
+        keep_output=True,
+    )
+    by_path = dict(_sha_lines(listing))
+    if set(binaries.values()) - set(by_path):
+        raise StepFailedError(f"sha256sum did not hash every binary of {variant}: {listing}")
+    return {name: by_path[path] for name, path in binaries.items()}
+
+
+def _count_all(
+    pipeline: Pipeline, measured: dict[str, dict[str, str]], log: StepLog
+) -> tuple[dict[str, list[Counts]], list[StepEntry]]:
+    """The counts of each gate workload run by each variant's binaries (variant ->
+    {binary: path}), and the step cache entries that stood in for runs (a count is keyed
+    by the binaries' sha256, not their names). The runs not stored go out side by side."""
     gate, plan = pipeline.plan.gate, pipeline.plan
     if gate is None:
         raise StepFailedError("internal: the speed gate runs without a gate plan")
-    shas: dict[str, str] = {}
-    if pipeline.step_cache is not None:
-        listing = run(
-            pipeline.box,
-            ["sha256sum", *binaries.values()],
-            log,
-            StepName.SPEED_GATE,
-            keep_output=True,
-        )
-        by_path = dict(_sha_lines(listing))
-        if set(binaries.values()) - set(by_path):
-            raise StepFailedError(f"sha256sum did not hash every binary of {variant}: {listing}")
-        shas = {name: by_path[path] for name, path in binaries.items()}
-    counts: list[Counts] = []
+    found: dict[tuple[str, int], Counts] = {}
     reused: list[StepEntry] = []
-    for index, workload in enumerate(gate.workloads):
-        key = ""
-        if shas:
-            key = count_key(
-                plan, binaries=shas, workload=workload, container=plan.build.environment
+    to_run: list[tuple[str, int, str]] = []  # variant, workload index, step cache key
+    runs: list[CountRun] = []
+    for variant, binaries in measured.items():
+        log.line(f"counting {variant}: {len(gate.workloads)} workloads under callgrind")
+        shas = _shas(pipeline, variant, binaries, log)
+        for index, workload in enumerate(gate.workloads):
+            key = ""
+            if shas:
+                key = count_key(
+                    plan, binaries=shas, workload=workload, container=plan.build.environment
+                )
+                entry = look_up(pipeline, log, StepName.SPEED_GATE, key, {})
+                if entry is not None:
+                    whence = entry.describe(plan.artifact_dir)
+                    log.line(f"{variant} workload {index}: counted before ({whence})")
+                    text = entry.file(COUNTS_FILE).read_text()
+                    found[variant, index] = parse_totals(text.splitlines())
+                    reused.append(entry)
+                    continue
+            binary = binaries[workload.binary_or(plan.binary)]
+            argv = callgrind_argv(
+                f"{gate.work_dir}/{variant}-{index}", plan.run.stdin, [binary, *workload.args]
             )
-            entry = look_up(pipeline, log, StepName.SPEED_GATE, key, {})
-            if entry is not None:
-                whence = entry.describe(plan.artifact_dir)
-                log.line(f"{variant} workload {index}: counted before ({whence})")
-                counts.append(parse_totals(entry.file(COUNTS_FILE).read_text().splitlines()))
-                reused.append(entry)
-                continue
-        binary = binaries[workload.binary_or(plan.binary)]
-        argv = callgrind_argv(
-            f"{gate.work_dir}/{variant}-{index}", plan.run.stdin, [binary, *workload.args]
-        )
-        output = run(
-            pipeline.box,
-            argv,
-            log,
-            StepName.SPEED_GATE,
-            environment=plan.run.environment,
-            keep_output=True,
-            workdir=plan.run.workdir,
-        )
-        counts.append(parse_totals(output.splitlines()))
+            to_run.append((variant, index, key))
+            runs.append(CountRun(f"{variant} workload {index}", tuple(argv)))
+    box = pipeline.box
+    at_once = parallel_runs(_engine_cores(pipeline), box.limits.memory, len(runs))
+    outputs = run_counts(
+        box,
+        runs,
+        log,
+        StepName.SPEED_GATE,
+        at_once=at_once,
+        environment=plan.run.environment,
+        workdir=plan.run.workdir,
+    )
+    for (variant, index, key), output in zip(to_run, outputs, strict=True):
+        found[variant, index] = parse_totals(output.splitlines())
         if key:
             kept = "\n".join(
                 line for line in output.splitlines() if line.startswith(("events:", "summary:"))
@@ -115,7 +134,22 @@ def _count(
                 texts={COUNTS_FILE: kept + "\n"},
                 inputs={},
             )
+    counts = {
+        variant: [found[variant, index] for index in range(len(gate.workloads))]
+        for variant in measured
+    }
     return counts, reused
+
+
+def _engine_cores(pipeline: Pipeline) -> int:
+    """The cores a build on this engine has: those `release` gave it (CARGO_BUILD_JOBS),
+    else all the engine reports."""
+    if pipeline.cargo_jobs:
+        return pipeline.cargo_jobs
+    try:
+        return max(1, int(pipeline.engine.info().get("NCPU", 1)))
+    except (TypeError, ValueError):
+        return 1
 
 
 def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
@@ -134,12 +168,7 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
         BASELINE: {name: variant_binary("baseline", name) for name in plan.binaries},
         **choices,
     }
-    counts: dict[str, list[Counts]] = {}
-    reused: list[StepEntry] = []
-    for name, binaries in measured.items():
-        log.line(f"counting {name}: {len(gate.workloads)} workloads under callgrind")
-        counts[name], hits = _count(pipeline, name, binaries, log)
-        reused += hits
+    counts, reused = _count_all(pipeline, measured, log)
     decision = decide(counts, list(choices), policy=gate.policy, min_gain=gate.min_gain)
     for reason in decision.reasons:
         log.line(f"gate: {reason}")

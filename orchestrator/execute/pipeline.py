@@ -77,6 +77,14 @@ def run(
     return output
 
 
+def shown_environment(environment: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment as a command's log line shows it: RUSTFLAGS readable, not encoded."""
+    shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
+    if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
+        shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
+    return shown
+
+
 def _logged_exec(
     box: Container,
     argv: Sequence[str],
@@ -87,10 +95,7 @@ def _logged_exec(
     keep_output: bool,
     workdir: str | None,
 ) -> tuple[int, str]:
-    shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
-    if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
-        shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
-    log.command(argv, shown)
+    log.command(argv, shown_environment(environment))
     lines: list[str] = []
 
     def sink(line: str) -> None:
