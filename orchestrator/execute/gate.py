@@ -18,7 +18,7 @@ from orchestrator.model.gate import BASELINE, decide, gain
 from orchestrator.model.gate_table import splits, table_lines, workload_rows
 from orchestrator.model.lockfile import LockDriftError
 from orchestrator.model.records import GateInfo
-from orchestrator.plan.gate import GatePlan, callgrind_argv
+from orchestrator.plan.gate import GatePlan
 from orchestrator.plan.step_keys import count_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
@@ -103,11 +103,15 @@ def _count_all(
                     reused.append(entry)
                     continue
             binary = binaries[workload.binary_or(plan.binary)]
-            argv = callgrind_argv(
-                f"{gate.work_dir}/{variant}-{index}", plan.run.stdin, [binary, *workload.args]
-            )
             to_run.append((variant, index, key))
-            runs.append(CountRun(f"{variant} workload {index}", tuple(argv)))
+            runs.append(
+                CountRun(
+                    label=f"{variant} workload {index}",
+                    out_dir=f"{gate.work_dir}/{variant}-{index}",
+                    stdin=plan.run.stdin,
+                    command=(binary, *workload.args),
+                )
+            )
     box = pipeline.box
     at_once = parallel_runs(_engine_cores(pipeline), box.limits.memory, len(runs))
     outputs = run_counts(

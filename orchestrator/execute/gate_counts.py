@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from queue import SimpleQueue
 from typing import Protocol
 
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.pipeline import limit_error, shown_environment
+from orchestrator.plan.gate import callgrind_argv
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import Limits, OutputSink
 
@@ -50,7 +52,13 @@ class CountRun:
     """One variant's one workload under callgrind."""
 
     label: str  # "pgo workload 2": what the log and errors call it
-    argv: tuple[str, ...]
+    out_dir: str  # callgrind's output files, in the container
+    stdin: str  # a file in the container, "" for none
+    command: tuple[str, ...]
+
+    def argv(self, slot: int) -> list[str]:
+        """The command that counts it on the slot-th CPU of the container's."""
+        return callgrind_argv(self.out_dir, self.stdin, list(self.command), slot=slot)
 
 
 def parallel_runs(cores: int, memory_limit: int, runs: int) -> int:
@@ -79,22 +87,31 @@ def run_counts(
     if at_once > 1:
         log.line(f"{len(runs)} callgrind runs, {at_once} at a time")
 
+    # Each run takes a free slot (a CPU of its own) for as long as it runs.
+    slots: SimpleQueue[int] = SimpleQueue()
+    for slot in range(at_once):
+        slots.put(slot)
+    argvs: dict[int, list[str]] = {}
+
     def one(index: int) -> tuple[int, list[str]]:
-        lines: list[str] = []
-        code = box.exec(
-            runs[index].argv, environment=environment, on_output=lines.append, workdir=workdir
-        )
-        return code, lines
+        slot = slots.get()
+        try:
+            argvs[index] = argv = runs[index].argv(slot)
+            lines: list[str] = []
+            code = box.exec(argv, environment=environment, on_output=lines.append, workdir=workdir)
+            return code, lines
+        finally:
+            slots.put(slot)
 
     def finished(index: int, code: int, lines: list[str]) -> None:
         log.line(f"--- {runs[index].label} ({len(outputs) + 1} of {len(runs)} done) ---")
-        log.command(runs[index].argv, shown)
+        log.command(argvs[index], shown)
         for line in lines:
             log.line(line)
         if code != 0:
             hits = box.limit_hits()
             if hits:
-                raise limit_error(step, runs[index].argv, hits, box.limits)
+                raise limit_error(step, argvs[index], hits, box.limits)
             raise StepFailedError(
                 f"step {step}: the callgrind run of {runs[index].label} exited with {code}",
                 hint="Its output above (and the step log) says why; nothing was published.",

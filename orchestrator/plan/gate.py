@@ -10,14 +10,17 @@ from orchestrator.flavors import Flavor
 from orchestrator.model.callgrind import CALLGRIND_ARGS, FORMULA
 from orchestrator.model.layout import PATHS
 
-# Runs one workload under callgrind, pinned to the first CPU the container may use (so
-# a program sizing its thread pool by the CPUs it sees always sees one: the counts do
-# not depend on the machine), stdin from a file or /dev/null, the program's own output
-# discarded. Prints the `events:` and `summary:` lines of every process's output file.
-# $1: output folder, $2: stdin file ("" for none), then the command.
+# Runs one workload under callgrind, pinned to one CPU the container may use (so a program
+# sizing its thread pool by the CPUs it sees always sees one: the counts do not depend on
+# the machine): the slot-th of them, so that runs side by side get a core each. Stdin from
+# a file or /dev/null, the program's own output discarded. Prints the `events:` and
+# `summary:` lines of every process's output file.
+# $1: output folder, $2: stdin file ("" for none), $3: slot, then the command.
 COUNT_SCRIPT = (
-    'd=$1; i=${2:-/dev/null}; shift 2; rm -rf "$d"; mkdir -p "$d"; '
-    "cpu=$(taskset -pc $$ 2>/dev/null | sed 's/.*: //; s/[-,].*//'); "
+    'd=$1; i=${2:-/dev/null}; s=${3:-0}; shift 3; rm -rf "$d"; mkdir -p "$d"; all=""; '
+    "for r in $(taskset -pc $$ 2>/dev/null | sed 's/.*: //' | tr ',' ' '); do "
+    'all="$all $(seq "${r%-*}" "${r#*-}")"; done; n=$(echo $all | wc -w); cpu=""; '
+    '[ "$n" -gt 0 ] && cpu=$(echo $all | tr " " "\\n" | sed -n "$((s % n + 1))p"); '
     'pin=""; [ -n "$cpu" ] && pin="taskset -c $cpu"; '
     '$pin valgrind "$@" < "$i" > /dev/null 2> "$d/stderr"; c=$?; '
     'if [ "$c" != 0 ]; then tail -n 20 "$d/stderr"; exit "$c"; fi; '
@@ -25,8 +28,9 @@ COUNT_SCRIPT = (
 )
 
 
-def callgrind_argv(out_dir: str, stdin: str, command: list[str]) -> list[str]:
-    """The whole command that counts one run of `command` (writes into out_dir)."""
+def callgrind_argv(out_dir: str, stdin: str, command: list[str], *, slot: int = 0) -> list[str]:
+    """The whole command that counts one run of `command` (writes into out_dir) on the
+    slot-th CPU of the container's."""
     return [
         "/bin/sh",
         "-c",
@@ -34,6 +38,7 @@ def callgrind_argv(out_dir: str, stdin: str, command: list[str]) -> list[str]:
         "sh",
         out_dir,
         stdin,
+        str(slot),
         *CALLGRIND_ARGS,
         f"--callgrind-out-file={out_dir}/callgrind.%p",
         *command,

@@ -16,8 +16,9 @@ from orchestrator.runtime.api import Limits, OutputSink
 
 
 class _Box:
-    """A container whose exec answers from `script`: argv[0] -> (exit code, lines); runs
-    wait on `barrier` first when one is given (they must be running together to pass it)."""
+    """A container whose exec answers from `script`: output folder (the count script's
+    first argument) -> (exit code, lines); runs wait on `barrier` first when one is given
+    (they must be running together to pass it). `slots` holds each running run's CPU slot."""
 
     def __init__(
         self,
@@ -30,6 +31,8 @@ class _Box:
         self.hits = hits
         self.lock = threading.Lock()
         self.running = self.most = 0
+        self.slots_together: set[tuple[str, ...]] = set()
+        self.slots: list[str] = []
 
     def exec(
         self,
@@ -40,19 +43,23 @@ class _Box:
         workdir: str | None = None,
         user: str | None = None,
     ) -> int:
+        out_dir, slot = argv[4], argv[6]
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
+            self.slots.append(slot)
+            self.slots_together.add(tuple(sorted(self.slots)))
         try:
             if self.barrier is not None:
                 self.barrier.wait(timeout=20)
-            code, lines = self.script[argv[0]]
+            code, lines = self.script[out_dir]
             for line in lines:
                 on_output(line)
             return code
         finally:
             with self.lock:
                 self.running -= 1
+                self.slots.remove(slot)
 
     @property
     def limits(self) -> Limits:
@@ -68,7 +75,7 @@ def _log() -> tuple[StepLog, io.StringIO]:
 
 
 def _runs(*names: str) -> list[CountRun]:
-    return [CountRun(f"{name} workload 0", (name, "--flag")) for name in names]
+    return [CountRun(f"{name} workload 0", name, "", ("/bin/prog", "--flag")) for name in names]
 
 
 def test_as_many_runs_at_once_as_cores_unless_memory_or_runs_say_fewer() -> None:
@@ -95,12 +102,17 @@ def test_runs_go_together_and_outputs_come_back_in_the_order_asked() -> None:
     )
     assert outputs == [f"{n} line 1\n{n} line 2" for n in ("a", "b", "c", "d")]
     assert box.most == 2  # the barrier of two passed: two ran together, never more
+    # Runs side by side are pinned to different CPUs of the container's.
+    assert ("0", "1") in box.slots_together and ("0", "0") not in box.slots_together
+    assert ("1", "1") not in box.slots_together
     text = handle.getvalue()
     assert "4 callgrind runs, 2 at a time" in text
     # Each run's block is whole: its header, its command, then its own lines.
     for name in ("a", "b", "c", "d"):
         block = text.split(f"--- {name} workload 0 (")[1]
-        assert block.splitlines()[1] == f"+ K=v {name} --flag"
+        command = block.splitlines()[1]
+        assert command.startswith("+ K=v /bin/sh -c") and command.endswith("/bin/prog --flag")
+        assert f" {name} '' " in command  # its own output folder, no stdin
         assert block.splitlines()[2:4] == [f"{name} line 1", f"{name} line 2"]
 
 
