@@ -42,40 +42,50 @@ def _images() -> list[str]:
     return sorted(line for line in listing.stdout.splitlines() if line)
 
 
+def _first_path(source: Path, scratch: Path) -> None:
+    crate = scratch / source.resolve().name
+    shutil.copytree(
+        source,
+        crate,
+        ignore=shutil.ignore_patterns("target", "artifacts", "orchestrator.toml"),
+    )
+    env = {**os.environ, "ORCHESTRATOR_CACHE_DIR": str(scratch / "cache")}
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=crate, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=crate, check=True)
+    subprocess.run([*git, "commit", "-qm", "the crate"], cwd=crate, check=True)
+    images = _images()
+    print(f"images at the start: {', '.join(images) or 'none'}", flush=True)
+    seconds = {"init": _timed([*ORCHESTRATOR, "init"], crate, env)}
+    subprocess.run([*git, "add", "orchestrator.toml"], cwd=crate, check=True)
+    subprocess.run([*git, "commit", "-qm", "Add orchestrator.toml"], cwd=crate, check=True)
+    seconds["build --flavor cpu"] = _timed([*ORCHESTRATOR, "build", "--flavor", "cpu"], crate, env)
+    release = next((crate / "artifacts").iterdir())
+    seconds["verify"] = _timed([*ORCHESTRATOR, "verify", str(release)], crate, env)
+    build = json.loads(next(release.glob("*/build.json")).read_text())
+    print("\nstep times of the build (build.json):")
+    for step in build.get("steps", []):
+        print(f"  {step['name']:<16} {step['seconds']:8.1f} s  {step.get('status', '')}")
+    print("\ncommands:")
+    for name, wall in seconds.items():
+        print(f"  {name:<20} {wall:8.1f} s")
+    print(f"  {'total':<20} {sum(seconds.values()):8.1f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--crate", type=Path, default=ROOT / "examples" / "minilang")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the copy, its cache and the step logs"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="first-path-") as scratch:
-        crate = Path(scratch) / args.crate.resolve().name
-        shutil.copytree(
-            args.crate,
-            crate,
-            ignore=shutil.ignore_patterns("target", "artifacts", "orchestrator.toml"),
-        )
-        env = {**os.environ, "ORCHESTRATOR_CACHE_DIR": str(Path(scratch) / "cache")}
-        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
-        subprocess.run(["git", "init", "-q"], cwd=crate, check=True)
-        subprocess.run([*git, "add", "-A"], cwd=crate, check=True)
-        subprocess.run([*git, "commit", "-qm", "the crate"], cwd=crate, check=True)
-        images = _images()
-        print(f"images at the start: {', '.join(images) or 'none'}", flush=True)
-        seconds = {"init": _timed([*ORCHESTRATOR, "init"], crate, env)}
-        subprocess.run([*git, "add", "orchestrator.toml"], cwd=crate, check=True)
-        subprocess.run([*git, "commit", "-qm", "Add orchestrator.toml"], cwd=crate, check=True)
-        seconds["build --flavor cpu"] = _timed(
-            [*ORCHESTRATOR, "build", "--flavor", "cpu"], crate, env
-        )
-        release = next((crate / "artifacts").iterdir())
-        seconds["verify"] = _timed([*ORCHESTRATOR, "verify", str(release)], crate, env)
-        build = json.loads(next(release.glob("*/build.json")).read_text())
-        print("\nstep times of the build (build.json):")
-        for step in build.get("steps", []):
-            print(f"  {step['name']:<16} {step['seconds']:8.1f} s  {step.get('status', '')}")
-        print("\ncommands:")
-        for name, wall in seconds.items():
-            print(f"  {name:<20} {wall:8.1f} s")
-        print(f"  {'total':<20} {sum(seconds.values()):8.1f} s")
+    scratch = tempfile.mkdtemp(prefix="first-path-")
+    print(f"working in {scratch}", flush=True)
+    try:
+        _first_path(args.crate, Path(scratch))
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
