@@ -18,6 +18,7 @@ RUN set -eu; \
         'bolt-22=1:22.1.8-1~deb13u5' \
         'ca-certificates=20250419+deb13u1' \
         'cargo-web=1.96.0+dfsg1-1~deb13u1+b1' \
+        'clang-22=1:22.1.8-1~deb13u5' \
         'gcc=4:14.2.0-1' \
         'libc6-dev=2.41-12+deb13u5' \
         'linux-perf=6.12.117-1' \

@@ -74,6 +74,7 @@ def build(
     privileged: Annotated[bool | None, setting_option("profiling.privileges")] = None,
     allow_privileged: Annotated[bool | None, setting_option("profiling.allow_privileged")] = None,
     gate: Annotated[str | None, setting_option("gate.policy")] = None,
+    c_code: Annotated[str | None, setting_option("c_code.mode")] = None,
     glibc_floor: Annotated[str | None, setting_option("release.glibc_floor")] = None,
     distro_check: Annotated[str | None, setting_option("release.distro_check")] = None,
     retrain: Annotated[
@@ -145,6 +146,7 @@ def build(
         "profiling.privileges": privileged,
         "profiling.allow_privileged": allow_privileged,
         "gate.policy": gate,
+        "c_code.mode": c_code,
         "release.glibc_floor": glibc_floor,
         "release.distro_check": distro_check,
     }

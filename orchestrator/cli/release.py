@@ -250,7 +250,9 @@ def _run_and_pin(
     at_start = sources_at_start(options, plans[0][1]) if plans else None
     try:
         engines = connect_engines(options.engine_contexts)
-        jobs = jobs_per_engine(options.engine_jobs, engines, len(plans))
+        jobs = jobs_per_engine(
+            options.engine_jobs, engines, len(plans), prefetch=options.engine_prefetch
+        )
         results = run_release(
             options,
             plans,

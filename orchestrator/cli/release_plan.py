@@ -35,7 +35,9 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
         engines, unreachable = _engines_that_answer(options.engine_contexts)
         planned = plan_release(options, chosen, engines, unreachable)
         to_build = sum(not item.cached.artifact for item in planned)
-        jobs = jobs_per_engine(options.engine_jobs, engines, to_build)
+        jobs = jobs_per_engine(
+            options.engine_jobs, engines, to_build, prefetch=options.engine_prefetch
+        )
     for name, why in unreachable.items():  # connect_engines refuses to start without it
         err_console.print(
             styled("warning:", "yellow bold", f" a release would fail: engine {name}: {why}")

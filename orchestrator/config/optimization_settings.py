@@ -95,6 +95,19 @@ OPTIMIZATION_SETTINGS: tuple[Setting, ...] = (
         attr="bolt_sample_repeat",
     ),
     Setting(
+        "c_code.mode",
+        "str",
+        "off",
+        "how build scripts' C and C++ (the cc crate) are compiled in every build but the "
+        "plain cargo baseline: off (the image's gcc, as cargo would), lto (clang of rustc's "
+        "LLVM, linked with the Rust code by cross-language LTO), lto-pgo (lto, and the C "
+        "code trained and optimized with the same PGO profile as the Rust code); cpu "
+        "flavor only",
+        attr="c_code",
+        flag="--c-code",
+        choices=("off", "lto", "lto-pgo"),
+    ),
+    Setting(
         "gate.policy",
         "str",
         "best",

@@ -84,6 +84,7 @@ class FlavorSettings:
     gpu_targets: tuple[str, ...] = flavor_default_of("gpu_targets")  # empty: flavor's list
     kernels: str = flavor_default_of("kernels")  # embedded | runtime
     test_every_level: bool = flavor_default_of("test_every_level")  # off: first level's flags
+    dispatch: bool = flavor_default_of("dispatch")  # on: compose <artifact>-auto from levels
     # Its [flavors.<name>.<section>] tables, applied by `Options.for_flavor`.
     overrides: Overrides = ()  # (top-level key, value)
     args_append: Appends = ()  # (section, arguments)
@@ -118,11 +119,13 @@ class Options:
     bolt_max_growth: float = default_of("bolt.max_growth")
     bolt_min_samples: int = default_of("bolt.min_samples")
     bolt_sample_repeat: int = default_of("bolt.sample_repeat")
+    c_code: str = default_of("c_code.mode")
     gate_policy: str = default_of("gate.policy")
     gate_min_gain: float = default_of("gate.min_gain")
     gate_workloads: tuple[Run, ...] = default_of("gate.workloads")
     engine_contexts: tuple[str, ...] = default_of("engines.contexts")
     engine_jobs: int | str = default_of("engines.jobs")  # a count, or "auto"
+    engine_prefetch: bool = default_of("engines.prefetch")
     engine_require: tuple[str, ...] = default_of("engines.require")
     ci_runners: tuple[str, ...] = default_of("ci.runners")
     profiling_privileges: bool = default_of("profiling.privileges")
@@ -153,6 +156,8 @@ class Options:
     offline: bool = False
     # reproduce: the variant the release's speed gate shipped (its lock says); "" decides
     gate_pinned: str = ""
+    # reproduce: the binaries the release's speed gate shipped unBOLTed in its BOLT variant
+    gate_pinned_unbolted: tuple[str, ...] = ()
 
     # The flavor whose overrides `for_flavor` put in the fields above ("": none).
     applied_flavor: str = ""

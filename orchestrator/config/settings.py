@@ -204,6 +204,14 @@ SETTINGS: tuple[Setting, ...] = (
         attr="engine_jobs",
     ),
     Setting(
+        "engines.prefetch",
+        "bool",
+        True,
+        "while one target compiles, make the next target's images ready, where an engine "
+        "builds one target at a time, runs on this host and has room (2 cores, 8 GiB)",
+        attr="engine_prefetch",
+    ),
+    Setting(
         "engines.require",
         "list[str]",
         (),
@@ -371,6 +379,13 @@ FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
         False,
         "run `cargo test` with each level's own target-cpu (default: every level runs the "
         "first level's test command, so the step cache runs it once per flavor)",
+    ),
+    FlavorKey(
+        "dispatch",
+        "bool",
+        True,
+        "with two or more x86-64 levels built, also ship `<artifact>-auto`: one binary that "
+        "runs the best level the CPU has (ORCHESTRATOR_LEVEL=v2|v3|v4 forces one)",
     ),
 )
 FLAVOR_KEYS: dict[str, Kind] = {f.name: f.kind for f in FLAVOR_SETTINGS}

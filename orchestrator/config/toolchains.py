@@ -13,6 +13,9 @@ from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 
 TOOL_NAMES = ("rustc", "cargo", "llvm_profdata", "llvm_bolt", "perf2bolt", "merge_fdata")
+# What compiles build scripts' C and C++ with the Rust code ([c_code] mode): named per
+# flavor ([flavors.<name>.tools]), so that only the images that install it change.
+C_TOOL_NAMES = ("clang", "clangxx", "llvm_ar")
 # A Debian package name (optionally with a foreign architecture, `libfoo:arm64`) and a
 # version as dpkg accepts them; keeps shell quoting trivial.
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9]+)?$")
@@ -51,6 +54,8 @@ class ToolchainSpec:
     # per flavor, packages whose files are unpacked under layout.UNPACK_ROOT, not installed
     flavor_unpack: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     sysroot: SysrootSpec | None = None
+    # per flavor, the C tools of C_TOOL_NAMES its image has (clang of rustc's LLVM major)
+    flavor_tools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def glibc(self) -> str:
@@ -60,6 +65,10 @@ class ToolchainSpec:
 
     def tool(self, name: str) -> str:
         return self.tools[name]
+
+    def tools_for(self, flavor: str) -> dict[str, str]:
+        """The toolchain's tools and the flavor's own (clang, where its image has it)."""
+        return {**self.tools, **self.flavor_tools.get(flavor, {})}
 
     def packages_for(self, flavor: str) -> dict[str, str]:
         """Every pin of the flavor's image: the toolchain's plus the flavor's own."""
@@ -93,7 +102,7 @@ class ToolchainSpec:
             "name": self.name,
             "description": self.description,
             "llvm_major": self.llvm_major,
-            "tools": dict(self.tools),
+            "tools": self.tools_for(flavor),
             "packages": self.packages_for(flavor),
             "unpack": self.unpack_for(flavor, arch),
         }
@@ -113,6 +122,17 @@ class ToolchainSpec:
                 name: dict(sorted(pins.items()))
                 for name, pins in sorted(self.flavor_unpack.items())
             },
+            # absent without any: keys of toolchains written before stay the same
+            **(
+                {
+                    "flavor_tools": {
+                        name: dict(sorted(tools.items()))
+                        for name, tools in sorted(self.flavor_tools.items())
+                    }
+                }
+                if self.flavor_tools
+                else {}
+            ),
             "sysroot": self.sysroot.as_dict() if self.sysroot else None,
         }
 
@@ -217,6 +237,7 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
         raise ConfigError(f"{path}: [flavors] must be a table of [flavors.<name>] tables")
     flavor_packages: dict[str, dict[str, str]] = {}
     flavor_unpack: dict[str, dict[str, str]] = {}
+    flavor_tools: dict[str, dict[str, str]] = {}
     for flavor, table in flavors.items():
         if (
             not isinstance(table, dict)
@@ -225,12 +246,16 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
             - {
                 "packages",
                 "unpack",
+                "tools",
             }
         ):
             raise ConfigError(
-                f"{path}: [flavors.{flavor}] must hold a packages table (and may hold unpack)"
+                f"{path}: [flavors.{flavor}] must hold a packages table (and may hold unpack "
+                "and tools)"
             )
         where = f"flavors.{flavor}"
+        if "tools" in table:
+            flavor_tools[flavor] = _flavor_tools(_table(table, "tools", path), where, path)
         flavor_packages[flavor] = _pins(_table(table, "packages", path), f"{where}.packages", path)
         if "unpack" in table:
             unpack = _pins(_table(table, "unpack", path), f"{where}.unpack", path)
@@ -249,7 +274,18 @@ def load_toolchain(name: str, directory: Path | None = None) -> ToolchainSpec:
         flavor_packages=flavor_packages,
         flavor_unpack=flavor_unpack,
         sysroot=_sysroot(data, path),
+        flavor_tools=flavor_tools,
     )
+
+
+def _flavor_tools(table: Mapping[str, object], where: str, path: Path) -> dict[str, str]:
+    unknown = sorted(set(table) - set(C_TOOL_NAMES))
+    if unknown or not all(isinstance(v, str) and _PACKAGE_RE.match(v) for v in table.values()):
+        raise ConfigError(
+            f"{path}: [{where}.tools] may name only {list(C_TOOL_NAMES)}, as program names"
+            + (f"; unknown: {unknown}" if unknown else "")
+        )
+    return {k: str(v) for k, v in table.items()}
 
 
 _SUITE_RE = re.compile(r"^[a-z]+$")

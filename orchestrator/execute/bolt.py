@@ -1,10 +1,13 @@
 """The BOLT steps: profile the optimized binary (LBR, sampling or instrumentation), then
 rewrite its layout with llvm-bolt and check that it still prints what the baseline does.
-BOLT rewrites the main binary (package.binary) with the workloads that run it; the other
-binaries of package.binaries ship as the optimized build made them.
+BOLT rewrites every binary of package.binaries that a training workload runs, each with
+the profile of the workloads that run it (execute/bolt_others.py for all but the main
+one, which wraps these steps); a binary no workload runs ships as the optimized build
+made it.
 
-When a BOLT step fails and bolt.policy is "fallback", the executor ships the unBOLTed
-binary and records why (`fall_back`); with "require" the build fails.
+When a BOLT step of the main binary fails and bolt.policy is "fallback", the executor
+ships every binary unBOLTed and records why (`fall_back`); with "require" the build
+fails. Another binary's failure, under "fallback", leaves only that one unBOLTed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from orchestrator.execute.profiles import ProfileRecord, load_profile, store_pro
 from orchestrator.execute.step_reuse import look_up, mark_reused, store
 from orchestrator.execute.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry, files_tar
-from orchestrator.model.bolt_report import ModeChoice, choose_mode, parse_report
+from orchestrator.model.bolt_report import BoltReport, ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
 from orchestrator.plan.step_keys import bolt_optimize_key, bolt_profile_inputs
 from orchestrator.plan.steps import StepName
@@ -40,15 +43,34 @@ def _bolt(pipeline: Pipeline) -> BoltPlan:
     return pipeline.plan.bolt
 
 
-def _profile_path(bolt: BoltPlan) -> str:
-    return f"{bolt.work_dir}/profile.fdata"
+def policy_of(pipeline: Pipeline) -> str:
+    """bolt.policy: fallback (ship unBOLTed, say why) or require (fail the build)."""
+    return _bolt(pipeline).policy
+
+
+def work_dir(pipeline: Pipeline, name: str) -> str:
+    """Where BOLT works on binary `name`: the main one's folder is the BOLT work folder."""
+    bolt = _bolt(pipeline)
+    return bolt.work_dir if name == pipeline.plan.binary else f"{bolt.work_dir}/binaries/{name}"
+
+
+def profile_path(pipeline: Pipeline, name: str) -> str:
+    return f"{work_dir(pipeline, name)}/profile.fdata"
+
+
+def workloads_of(pipeline: Pipeline, name: str) -> int:
+    """How many training workloads run binary `name`."""
+    plan = pipeline.plan
+    return sum(1 for workload in plan.workloads if workload.binary_or(plan.binary) == name)
 
 
 def profile(pipeline: Pipeline, log: StepLog) -> None:
     """Choose the profile mode, then collect a profile (or reuse the stored one)."""
-    bolt, options, state = _bolt(pipeline), pipeline.options, pipeline.state
+    bolt, plan, state = _bolt(pipeline), pipeline.plan, pipeline.state
     optimized = state.shipped
     state.unbolted = optimized
+    state.unbolted_others = dict(state.others)
+    state.bolt_binaries = {plan.binary: {"workloads": workloads_of(pipeline, plan.binary)}}
     report: dict[str, object] = {"policy": bolt.policy, "flags": list(bolt.flags)}
     state.bolt_report = report
     binary_sha = run(
@@ -56,23 +78,23 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
     ).split()[0]
 
     def cache_for(mode: str) -> Path:
-        return options.cache_dir / "profiles" / "bolt" / f"{binary_sha}-{mode}.fdata"
+        return profile_cache(pipeline, binary_sha, mode)
 
     stored: ProfileRecord | None = None
     choice: ModeChoice | None = None
     if bolt.mode != "auto" and not pipeline.retrain:
         # A forced mode whose profile is stored needs no perf at all (reproductions
         # force the locked mode; the machine may not sample like the releasing one).
-        stored = _load(pipeline, bolt.mode, cache_for(bolt.mode), log)
+        stored = load_stored(pipeline, bolt.mode, cache_for(bolt.mode), log)
         if stored is not None:
             choice = ModeChoice(bolt.mode, "forced; profile stored for this binary")
     if choice is None:
         pipeline.profiler()  # probes perf access first
         choice = choose_mode(bolt.mode, pipeline.perf.capabilities)
         if bolt.mode == "auto" and not pipeline.retrain:  # a forced one was looked up
-            stored = _load(pipeline, choice.mode, cache_for(choice.mode), log)
+            stored = load_stored(pipeline, choice.mode, cache_for(choice.mode), log)
     log.line(f"BOLT profile mode: {choice.mode} ({choice.reason})")
-    stored = stored or _collect(pipeline, choice.mode, optimized, cache_for(choice.mode), log)
+    stored = stored or collect(pipeline, choice.mode, optimized, cache_for(choice.mode), log)
     if choice.mode != "instrument":
         samples = profile_samples(stored.path.read_text(errors="replace"))
         report["sample_gate"] = {"samples": samples, "min_samples": bolt.min_samples}
@@ -87,18 +109,23 @@ def profile(pipeline: Pipeline, log: StepLog) -> None:
             stored = (
                 None
                 if pipeline.retrain
-                else _load(pipeline, "instrument", cache_for("instrument"), log)
+                else load_stored(pipeline, "instrument", cache_for("instrument"), log)
             )
-            stored = stored or _collect(
+            stored = stored or collect(
                 pipeline, "instrument", optimized, cache_for("instrument"), log
             )
     report |= {"mode": choice.mode, "mode_reason": choice.reason}
     if stored.cached:
-        put_file(pipeline.box, _profile_path(bolt), stored.path.read_bytes())
+        put_file(pipeline.box, profile_path(pipeline, plan.binary), stored.path.read_bytes())
         log.mark_cached(f"profile for this exact binary ({binary_sha[:12]})")
     state.bolt_profile = stored
     report["profile"] = stored.as_dict()
     log.detail = log.detail or f"mode {choice.mode}, {stored.size} bytes"
+
+
+def profile_cache(pipeline: Pipeline, binary_sha: str, mode: str) -> Path:
+    """Where the profile store keeps the BOLT profile of a binary (by content) and mode."""
+    return pipeline.options.cache_dir / "profiles" / "bolt" / f"{binary_sha}-{mode}.fdata"
 
 
 def profile_samples(fdata: str) -> int:
@@ -112,29 +139,37 @@ def profile_samples(fdata: str) -> int:
     return total
 
 
-def _collect(
-    pipeline: Pipeline, mode: str, binary: str, cache: Path, log: StepLog
+def collect(
+    pipeline: Pipeline, mode: str, binary: str, cache: Path, log: StepLog, *, name: str = ""
 ) -> ProfileRecord:
-    """A fresh profile in `mode`, stored in the cache; it lies at the profile path too."""
-    bolt = _bolt(pipeline)
-    target = _profile_path(bolt)
-    _collect_bolt_profile(pipeline, bolt, mode=mode, binary=binary, profile=target, log=log)
-    scratch = pipeline.scratch / f"bolt-{mode}"
+    """A fresh profile in `mode` of binary `name` (the main one unless named; its file is
+    `binary`), stored in the cache; it lies at its profile path too."""
+    bolt, name = _bolt(pipeline), name or pipeline.plan.binary
+    target = profile_path(pipeline, name)
+    _collect_bolt_profile(
+        pipeline, bolt, mode=mode, name=name, binary=binary, profile=target, log=log
+    )
+    scratch = pipeline.scratch / (
+        f"bolt-{mode}" if name == pipeline.plan.binary else f"bolt-{mode}-{name}"
+    )
     scratch.mkdir(exist_ok=True)
     fetched = fetch_file(pipeline.box, target, scratch)
-    inputs = bolt_profile_inputs(pipeline.plan, mode)
+    inputs = bolt_profile_inputs(pipeline.plan, mode, name)
     return store_profile(fetched, cache, {"mode": mode, "cache_key": cache.stem, "inputs": inputs})
 
 
-def _load(pipeline: Pipeline, mode: str, cache: Path, log: StepLog) -> ProfileRecord | None:
+def load_stored(
+    pipeline: Pipeline, mode: str, cache: Path, log: StepLog, name: str = ""
+) -> ProfileRecord | None:
     """The profile stored for this binary and mode, unless it was collected from other
-    workloads (or other tools): its record names what it was collected from. A record
+    workloads (or other tools) than those of binary `name` (the main one unless named):
+    its record names what it was collected from. A record
     without that (an older one, or seeded by reproduce from an older lock) is used."""
     stored = load_profile(cache, "BOLT", log.warn)
     if stored is None:
         return None
     recorded = stored.details.get("inputs")
-    if recorded is not None and recorded != bolt_profile_inputs(pipeline.plan, mode):
+    if recorded is not None and recorded != bolt_profile_inputs(pipeline.plan, mode, name):
         log.line(
             f"the stored BOLT profile {cache.name} was collected from other workloads or "
             "tools: profiling again"
@@ -144,30 +179,10 @@ def _load(pipeline: Pipeline, mode: str, cache: Path, log: StepLog) -> ProfileRe
 
 
 def optimize(pipeline: Pipeline, log: StepLog) -> None:
-    bolt, state = _bolt(pipeline), pipeline.state
+    state, main = pipeline.state, pipeline.plan.binary
     report = state.bolt_report if state.bolt_report is not None else {}
-    main = pipeline.plan.binary
-    output = variant_binary("bolt", main)
-    run(pipeline.box, ["mkdir", "-p", str(PurePosixPath(output).parent)], log, "bolt-optimize")
-    # Debug info the crate asked for must describe the rewritten code, not the old layout.
-    asked_for_debug_info = _has_debug_info(pipeline, state.unbolted, log)
-    keep_debug = [DEBUG_FLAG] if asked_for_debug_info and DEBUG_FLAG not in bolt.flags else []
-    argv = [
-        bolt.tools["llvm_bolt"],
-        state.unbolted,
-        f"-data={_profile_path(bolt)}",
-        *bolt.flags,
-        *keep_debug,
-        "-o",
-        output,
-    ]
-    text, entry = _rewrite(pipeline, argv, output, log)
-    coverage = parse_report(text)
-    report["coverage"] = coverage.as_dict()
-    report["debug_info"] = _debug_info_verdict(pipeline, asked_for_debug_info, output, log)
-    _check_growth(pipeline, state.unbolted, output, report, log)
-    validate_binaries(
-        pipeline, {main: output}, log, what="the BOLT-optimized binary", label="bolted"
+    output, coverage, entry = rewrite(
+        pipeline, main, state.unbolted, profile=state.bolt_profile, report=report, log=log
     )
     log.detail = (
         f"{coverage.profiled_functions}/{coverage.total_functions} functions "
@@ -175,29 +190,73 @@ def optimize(pipeline: Pipeline, log: StepLog) -> None:
     )
     report["applied"] = True
     state.shipped = state.bolted = output
+    state.bolt_binaries.setdefault(main, {}).update(
+        applied=True, reason=f"BOLTed with the {report.get('mode')} profile of its workloads"
+    )
     if entry is not None:
         mark_reused(pipeline, log, StepName.BOLT_OPTIMIZE, entry)
+
+
+def rewrite(
+    pipeline: Pipeline,
+    name: str,
+    source: str,
+    *,
+    profile: ProfileRecord | None,
+    report: dict[str, object],
+    log: StepLog,
+) -> tuple[str, BoltReport, StepEntry | None]:
+    """Rewrite binary `name` (at `source`) with its profile, check its debug info, size and
+    outputs; where the BOLTed binary is, llvm-bolt's report, and the step cache entry used
+    (None: llvm-bolt ran). The findings go into `report`."""
+    bolt = _bolt(pipeline)
+    output = variant_binary("bolt", name)
+    run(pipeline.box, ["mkdir", "-p", str(PurePosixPath(output).parent)], log, "bolt-optimize")
+    # Debug info the crate asked for must describe the rewritten code, not the old layout.
+    asked_for_debug_info = _has_debug_info(pipeline, source, log)
+    keep_debug = [DEBUG_FLAG] if asked_for_debug_info and DEBUG_FLAG not in bolt.flags else []
+    argv = [
+        bolt.tools["llvm_bolt"],
+        source,
+        f"-data={profile_path(pipeline, name)}",
+        *bolt.flags,
+        *keep_debug,
+        "-o",
+        output,
+    ]
+    text, entry = _rewrite(pipeline, argv, source=source, profile=profile, output=output, log=log)
+    coverage = parse_report(text)
+    report["coverage"] = coverage.as_dict()
+    report["debug_info"] = _debug_info_verdict(pipeline, asked_for_debug_info, output, log)
+    _check_growth(pipeline, source, output, report, log)
+    what = "the BOLT-optimized binary"
+    if name != pipeline.plan.binary:
+        what = f"the BOLT-optimized {name}"
+    validate_binaries(pipeline, {name: output}, log, what=what, label="bolted")
+    return output, coverage, entry
 
 
 BOLT_LOG = "llvm-bolt.log"  # llvm-bolt's report of a cached rewrite, read again on reuse
 
 
 def _rewrite(
-    pipeline: Pipeline, argv: list[str], output: str, log: StepLog
+    pipeline: Pipeline,
+    argv: list[str],
+    *,
+    source: str,
+    profile: ProfileRecord | None,
+    output: str,
+    log: StepLog,
 ) -> tuple[str, StepEntry | None]:
-    """Run llvm-bolt (`argv`, writing `output`), or put its cached output there; its
-    report, and the entry used (None: it ran)."""
-    state = pipeline.state
-    if pipeline.step_cache is None or state.bolt_profile is None:
+    """Run llvm-bolt (`argv`: `source` with `profile`, writing `output`), or put its cached
+    output there; its report, and the entry used (None: it ran)."""
+    if pipeline.step_cache is None or profile is None:
         return run(pipeline.box, argv, log, StepName.BOLT_OPTIMIZE, keep_output=True), None
     binary_sha = run(
-        pipeline.box, ["sha256sum", state.unbolted], log, StepName.BOLT_OPTIMIZE, keep_output=True
+        pipeline.box, ["sha256sum", source], log, StepName.BOLT_OPTIMIZE, keep_output=True
     ).split()[0]
     key = bolt_optimize_key(
-        pipeline.plan,
-        binary_sha256=binary_sha,
-        profile_sha256=state.bolt_profile.sha256,
-        argv=argv,
+        pipeline.plan, binary_sha256=binary_sha, profile_sha256=profile.sha256, argv=argv
     )
     entry = look_up(pipeline, log, StepName.BOLT_OPTIMIZE, key, {})
     name = PurePosixPath(output).name
@@ -296,15 +355,24 @@ def fall_back(pipeline: Pipeline, error: OrchestratorError) -> None:
 
 
 def _collect_bolt_profile(
-    pipeline: Pipeline, bolt: BoltPlan, *, mode: str, binary: str, profile: str, log: StepLog
+    pipeline: Pipeline,
+    bolt: BoltPlan,
+    *,
+    mode: str,
+    name: str,
+    binary: str,
+    profile: str,
+    log: StepLog,
 ) -> None:
-    tools, raw = bolt.tools, f"{bolt.work_dir}/raw"
+    """Profile binary `name` (its file: `binary`) with the workloads that run it."""
+    folder = work_dir(pipeline, name)
+    tools, raw = bolt.tools, f"{folder}/raw"
     box = pipeline.box
     # Empty: a sampled profile refused by the sample gate must not merge into this one.
     run(box, ["rm", "-rf", raw], log, "bolt-profile")
     run(box, ["mkdir", "-p", raw], log, "bolt-profile")
     if mode == "instrument":
-        instrumented = f"{bolt.work_dir}/instrumented"
+        instrumented = f"{folder}/instrumented"
         run(
             box,
             [
@@ -320,7 +388,7 @@ def _collect_bolt_profile(
             log,
             "bolt-profile",
         )
-        run_workloads(pipeline, {pipeline.plan.binary: instrumented}, log, "bolt-profile")
+        run_workloads(pipeline, {name: instrumented}, log, "bolt-profile")
     else:
         events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
         for repeat in range(bolt.sample_repeat):  # more samples from the same workloads
@@ -334,9 +402,7 @@ def _collect_bolt_profile(
                 f"{raw}/perf-{{index}}-{repeat}.data",
                 "--",
             ]
-            ran = run_workloads(
-                pipeline, {pipeline.plan.binary: binary}, log, "bolt-profile", wrap=wrap
-            )
+            ran = run_workloads(pipeline, {name: binary}, log, "bolt-profile", wrap=wrap)
             for index in ran:
                 argv = [
                     tools["perf2bolt"],

@@ -23,7 +23,7 @@ from orchestrator.config.target_cpus import check_recorded_cpu
 from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute import (
-    bolt,
+    bolt_others,
     crates,
     device,
     gate,
@@ -71,8 +71,8 @@ EXECUTORS: Mapping[StepName, StepExecutor] = {
     StepName.PGO_MERGE: pgo.merge,
     StepName.BUILD_OPTIMIZED: variants.build_optimized,
     StepName.TEST: variants.test,
-    StepName.BOLT_PROFILE: bolt.profile,
-    StepName.BOLT_OPTIMIZE: bolt.optimize,
+    StepName.BOLT_PROFILE: bolt_others.profile,  # every binary a workload runs
+    StepName.BOLT_OPTIMIZE: bolt_others.optimize,
     StepName.DEVICE_CODE: device.device_code,
     StepName.VALIDATE: validate.validate,
     StepName.SPEED_GATE: gate.speed_gate,
@@ -178,5 +178,5 @@ def run_steps(pipeline: Pipeline, executors: Mapping[StepName, StepExecutor] = E
         except OrchestratorError as error:
             if step.name not in BOLT_STEPS:
                 raise
-            bolt.fall_back(pipeline, error)
+            bolt_others.fall_back(pipeline, error)
             bolt_failed = True

@@ -8,6 +8,7 @@ variant it picks is validated against the baseline before it replaces the shippe
 from __future__ import annotations
 
 from orchestrator.errors import SpeedGateError, StepFailedError
+from orchestrator.execute.gate_binaries import judge_bolted, pin_bolted
 from orchestrator.execute.gate_counts import CountRun, parallel_runs, run_counts
 from orchestrator.execute.pipeline import Pipeline, run, variant_binary
 from orchestrator.execute.step_reuse import look_up, store
@@ -26,16 +27,17 @@ from orchestrator.progress.reporter import StepLog
 
 def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
     """The variants that may ship, least optimized first: name -> {binary: path}, main
-    binary first. The other binaries of PGO and BOLT variants are those of the optimized
-    build (BOLT rewrites only the main one)."""
+    binary first. The other binaries of the PGO variant are those of the optimized build;
+    the BOLT variant's are BOLT's where it rewrote them (execute/bolt_others.py)."""
     plan, state = pipeline.plan, pipeline.state
     main = plan.binary
+    unbolted_others = state.unbolted_others or state.others
     found = {"release": {name: variant_binary("release", name) for name in plan.binaries}}
     if plan.pgo is not None and state.unbolted:
-        found["pgo"] = {main: state.unbolted, **state.others}
+        found["pgo"] = {main: state.unbolted, **unbolted_others}
     elif state.unbolted and not state.bolted:
         # No PGO and BOLT failed: the release profile with relocations is what ships now.
-        found["optimized"] = {main: state.unbolted, **state.others}
+        found["optimized"] = {main: state.unbolted, **unbolted_others}
     if state.bolted:
         found["pgo-bolt" if plan.pgo is not None else "bolt"] = {main: state.bolted, **state.others}
     return found
@@ -173,6 +175,7 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
         **choices,
     }
     counts, reused = _count_all(pipeline, measured, log)
+    judge_bolted(pipeline, choices, counts, log)  # before the decision: it may revert some
     decision = decide(counts, list(choices), policy=gate.policy, min_gain=gate.min_gain)
     for reason in decision.reasons:
         log.line(f"gate: {reason}")
@@ -210,6 +213,8 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
         pipeline.reporter.warn(
             f"speed gate ships {decision.shipped}, not {shipped_now}: " + decision.reasons[-1]
         )
+    elif choices[shipped_now] != pipeline.shipped():  # a binary's BOLT did not pay
+        _switch(pipeline, choices[shipped_now], shipped_now, log)
     saved = state.gate.gain_vs_baseline or 0.0
     log.detail = f"ships {decision.shipped}: {saved:.1%} fewer estimated cycles than cargo build"
     if split:  # a mean over workloads hides a loss: the step line says which variant has one
@@ -246,6 +251,7 @@ def _ship_pinned(
         )
     reason = f"pinned by the lock: the release shipped {gate.pinned}; nothing was counted"
     log.line(f"gate: {reason}")
+    pin_bolted(pipeline, choices, gate.pinned_unbolted, log)
     pipeline.state.gate = GateInfo(
         policy=gate.policy,
         min_gain=gate.min_gain,
@@ -254,6 +260,7 @@ def _ship_pinned(
         reasons=[reason],
         skipped=reason,
     )
-    if gate.pinned != shipped_now:
+    # Another variant, or the same one with a binary the release shipped unBOLTed
+    if gate.pinned != shipped_now or choices[gate.pinned] != pipeline.shipped():
         _switch(pipeline, choices[gate.pinned], gate.pinned, log)
     log.detail = f"ships {gate.pinned} (pinned by the lock)"

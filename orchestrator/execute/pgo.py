@@ -26,6 +26,7 @@ from orchestrator.execute.profiles import ProfileRecord, load_profile, store_pro
 from orchestrator.execute.step_reuse import build_inputs, config_of, look_up, mark_reused, store
 from orchestrator.model.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
+from orchestrator.plan.c_code import profile_c_functions
 from orchestrator.plan.step_keys import pgo_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
@@ -119,11 +120,12 @@ def merge(pipeline: Pipeline, log: StepLog) -> None:
             hint="Workloads must exit normally (a process killed or aborting writes no profile).",
         )
     run(box, pgo.merge_argv, log, StepName.PGO_MERGE)
-    summary = parse_profdata_show(
-        run(box, pgo.show_argv, log, StepName.PGO_MERGE, keep_output=True)
-    )
+    shown = run(box, pgo.show_argv, log, StepName.PGO_MERGE, keep_output=True)
+    summary = parse_profdata_show(shown)
     fetched = fetch_file(box, pgo.merged, pipeline.scratch)
     details: dict[str, object] = {"raw_files": len(raw_files), **summary.as_dict()}
+    if "--all-functions" in pgo.show_argv:  # [c_code] lto-pgo: which C functions it holds
+        details["c_functions"] = profile_c_functions(shown)
     record = store_profile(fetched, _store_path(pipeline), details)
     pipeline.state.pgo = record
     store(

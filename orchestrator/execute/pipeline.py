@@ -229,6 +229,12 @@ class BuildState:
     unbolted: str = ""  # the last main binary before BOLT
     bolted: str = ""  # the main binary BOLT made and validation passed ("" without one)
     others: dict[str, str] = field(default_factory=dict)  # the other binaries that ship
+    # The other binaries before BOLT, and those BOLT rewrote and validation passed
+    unbolted_others: dict[str, str] = field(default_factory=dict)
+    bolted_others: dict[str, str] = field(default_factory=dict)
+    # What BOLT did to each binary, main one first (model/records.py BoltBinary)
+    bolt_binaries: dict[str, dict[str, object]] = field(default_factory=dict)
+    bolt_other_profiles: dict[str, ProfileRecord] = field(default_factory=dict)
     pgo: ProfileRecord | None = None
     coverage: Coverage | None = None
     bolt_report: dict[str, object] | None = None

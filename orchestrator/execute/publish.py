@@ -19,11 +19,14 @@ from orchestrator.config.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.archive_files import generate_archive_files
 from orchestrator.execute.archive_stage import ArtifactToPublish, stage_archives
+from orchestrator.execute.bolt_record import bolt_binaries_record, bolt_binaries_shipped
+from orchestrator.execute.c_code import c_code_record
 from orchestrator.execute.pipeline import Pipeline, fetch_file
 from orchestrator.execute.profiles import ProfileRecord
 from orchestrator.execute.variants import keep_variants
 from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
+from orchestrator.model.bolt_binaries import other_profile_name
 from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
@@ -99,9 +102,15 @@ def _profiles(pipeline: Pipeline) -> list[tuple[str, ProfileRecord | None]]:
     `*.unshipped.*` when it was not. Those are kept because `reproduce` rebuilds every
     variant the gate compared."""
     pgo, bolt = _shipped_optimizations(pipeline)
+    state = pipeline.state
+    others = bolt_binaries_shipped(pipeline)
     return [
-        ("pgo.profdata" if pgo else "pgo.unshipped.profdata", pipeline.state.pgo),
-        ("bolt.fdata" if bolt else "bolt.unshipped.fdata", pipeline.state.bolt_profile),
+        ("pgo.profdata" if pgo else "pgo.unshipped.profdata", state.pgo),
+        ("bolt.fdata" if bolt else "bolt.unshipped.fdata", state.bolt_profile),
+        *(
+            (other_profile_name(name, shipped=others.get(name, False)), record)
+            for name, record in state.bolt_other_profiles.items()
+        ),
     ]
 
 
@@ -251,7 +260,9 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
     )
     pgo_shipped, bolt_shipped = _shipped_optimizations(pipeline)
     if bolt is not None:
-        bolt = bolt.model_copy(update={"shipped": bolt_shipped})
+        bolt = bolt.model_copy(
+            update={"shipped": bolt_shipped, "binaries": bolt_binaries_record(pipeline)}
+        )
     return BuildManifest(
         orchestrator_version=__version__,
         artifact=ArtifactInfo(
@@ -273,7 +284,13 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             ],
             optimizations=[
                 name
-                for name, on in (("lto-fat", True), ("pgo", pgo_shipped), ("bolt", bolt_shipped))
+                for name, on in (
+                    # [c_code] mode: lld links Rust and C bitcode in one LTO
+                    ("lto-fat", plan.c_code is None),
+                    ("lto-cross-language", plan.c_code is not None),
+                    ("pgo", pgo_shipped),
+                    ("bolt", bolt_shipped),
+                )
                 if on
             ],
         ),
@@ -284,7 +301,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         flags=FlagsInfo(
             target_cpu=plan.target_cpu,
             rustflags=list(plan.rustflags),
-            release_profile=dict(RELEASE_PROFILE),
+            release_profile={**RELEASE_PROFILE, **(plan.c_code.profile if plan.c_code else {})},
             features=list(settings.features),
             default_features=settings.default_features,
             variants={
@@ -358,6 +375,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         engine=_engine(pipeline),
         reused_steps=dict(state.reused) or None,
         generated=state.generated or None,
+        c_code=c_code_record(pipeline, binary),
         cuda_runtime=state.cuda_runtime,
     )
 

@@ -12,6 +12,7 @@ from orchestrator.errors import ConfigError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, run
 from orchestrator.flavors import get_flavor
 from orchestrator.host.cachedir import write_cache_json
+from orchestrator.plan.c_code import check_clang_major
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.images import ensure_base_image, ensure_toolchain_image
@@ -64,6 +65,10 @@ def toolchain_check(pipeline: Pipeline, log: StepLog) -> None:
     )
     pipeline.state.toolchain = report
     log.detail = f"LLVM {report.llvm_major} everywhere"
+    c_code = pipeline.plan.c_code
+    if c_code is not None:  # [c_code] mode: clang's bitcode and profiles meet rustc's
+        check_clang_major(c_code, spec, version_of(c_code.cc, "--version"))
+        log.detail += f", {c_code.cc} included"
     check_target_cpu(pipeline, log)
 
 

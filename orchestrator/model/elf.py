@@ -195,6 +195,15 @@ def loader_needs(path: Path) -> LoaderNeeds:
         return read_loader_needs(stream)
 
 
+def comment_strings(path: Path) -> list[str]:
+    """The strings of a binary's .comment section: who compiled and linked its code
+    ("rustc version ...", "GCC: ...", "Debian clang version ...", "Linker: ...")."""
+    with path.open("rb") as stream, _reading(f"{path.name}: not a readable ELF binary"):
+        section = ELFFile(stream).get_section_by_name(".comment")
+        data = section.data() if section is not None else b""
+    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
+
+
 def hide_versions_above(data: bytes, floor: str) -> tuple[bytes, list[str]]:
     """A shared library as a linker would see it in glibc `floor`: every GLIBC_x.y symbol
     version newer than the floor hidden, and each symbol's newest version at or below the

@@ -232,6 +232,8 @@ class LockedBolt(Record):
 class LockedGate(Record):
     shipped: str  # the variant the speed gate shipped (release, pgo, pgo-bolt, ...)
     policy: str
+    # The binaries BOLT rewrote that the gate put back unBOLTed in the BOLT variant
+    unbolted: list[str] = Field(default_factory=list)
 
 
 class LockResolved(Record):

@@ -169,6 +169,39 @@ class PgoInfo(Record):
     shipped: bool | None = None
 
 
+class CCodeInfo(Record):
+    """How build scripts' C and C++ were compiled ([c_code] mode), and what shows it."""
+
+    mode: str  # as configured: off | lto | lto-pgo
+    applied: bool  # every variant but the baseline compiled its C with `cc` (clang)
+    skipped: str | None = None  # why the mode does not apply to this flavor
+    cc: str | None = None
+    cxx: str | None = None
+    cflags: list[str] = Field(default_factory=list)  # -flto=thin (PGO flags: per variant)
+    rustflags: list[str] = Field(default_factory=list)  # -Clinker-plugin-lto, the linker
+    # The shipped binary's .comment section names clang: its C came from clang's bitcode
+    compiled_with_clang: bool | None = None
+    comment: list[str] = Field(default_factory=list)  # that section's strings
+    # lto-pgo: functions of the merged profile with unmangled names (C; Rust's are mangled)
+    profile_c_functions: list[str] | None = None
+
+
+class BoltBinary(Record):
+    """What BOLT did to one binary of the artifact, and whether that one ships BOLTed."""
+
+    applied: bool = False  # BOLT made a version of it that validated
+    reason: str  # why it is, or is not, BOLTed
+    # The speed gate kept its BOLT output in the BOLT variant (None: not gated)
+    kept: bool | None = None
+    gain: float | None = None  # share of estimated cycles its own gate workloads saved
+    shipped: bool | None = None  # the published binary is BOLT's
+    workloads: int = 0  # training workloads that run it
+    profile: JsonDict | None = None  # the profile store's record of its own BOLT profile
+    coverage: JsonDict | None = None
+    size: JsonDict | None = None
+    debug_info: JsonDict | None = None
+
+
 class BoltInfo(Record):
     policy: str
     flags: list[str]
@@ -184,6 +217,9 @@ class BoltInfo(Record):
     size: JsonDict | None = None  # bytes before and after BOLT, and their ratio
     sample_gate: JsonDict | None = None  # a sampled profile's count and the threshold
     debug_info: JsonDict | None = None  # asked for (its input had DWARF), kept, why
+    # Every binary of the artifact, main one first (added within version 2: absent in
+    # older files, whose BOLT rewrote only the main one)
+    binaries: dict[str, BoltBinary] = Field(default_factory=dict)
 
 
 class ContainerGrant(Record):
@@ -393,6 +429,7 @@ class BuildManifest(Record):
     reused_steps: dict[str, ReusedStep] | None = None
     cuda_runtime: CudaRuntimeInfo | None = None  # crates that bind CUDA (cudarc)
     generated: list[GeneratedFile] | None = None  # [[archive.generate]] outputs
+    c_code: CCodeInfo | None = None  # [c_code] mode; None: off (or a file from before it)
 
 
 R = TypeVar("R", bound=Record)

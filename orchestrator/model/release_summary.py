@@ -70,13 +70,21 @@ class EngineJobs(Record):
         description="CARGO_BUILD_JOBS each of its builds gets (null: cargo's own default)"
     )
     reason: str = Field(description="the rule that chose `jobs`: engines.jobs or auto's")
+    # Added within version 2 (an older file reads as off, no reason).
+    prefetch: bool = Field(
+        False,
+        description="whether the next target's images are made while one compiles "
+        "(engines.prefetch; one target at a time only)",
+    )
+    prefetch_reason: str = Field("", description="why prefetch is on or off")
 
     def describe(self) -> str:
         """'2 cores, 23 GiB: 1 target at a time, cargo -j2 (auto: ...)'."""
         size = f"{self.cores} cores, {self.memory_gib:.0f} GiB" if self.cores else "size unknown"
         plural = "target" if self.jobs == 1 else "targets"
         cargo = f", cargo -j{self.cargo_jobs}" if self.cargo_jobs else ""
-        return f"{size}: {self.jobs} {plural} at a time{cargo} ({self.reason})"
+        ahead = "; the next target's images made while one compiles" if self.prefetch else ""
+        return f"{size}: {self.jobs} {plural} at a time{cargo} ({self.reason}){ahead}"
 
 
 def _release_v1_to_v2(document: JsonDict) -> JsonDict:

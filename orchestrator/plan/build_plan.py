@@ -24,6 +24,7 @@ from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
+from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan, c_code_plan
 from orchestrator.plan.cargo_flags import (
     RELOCATIONS,
     feature_args,
@@ -132,6 +133,10 @@ class BuildPlan:
     device_code: DeviceCode | None
     glibc_floor: str  # the oldest glibc the binary must load on
     sysroot: SysrootPlan | None  # what shipped variants link against (None: the image's glibc)
+    # How build scripts' C is compiled in every variant but the baseline (None: gcc), and
+    # why [c_code] mode does not apply to this flavor ("" when it does or is off)
+    c_code: CCodePlan | None
+    c_code_skipped: str
     distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
     distro_validation: str  # why validate.command does not run there; "" when it does
     binary: str  # the main binary
@@ -166,6 +171,7 @@ def _pgo_plan(
     generate: Variant,
     runs: RunPlan,
     pgo_dir: str,
+    c_pgo: bool,
 ) -> PgoPlan:
     return PgoPlan(
         profile_key=content_hash(
@@ -193,7 +199,13 @@ def _pgo_plan(
             f"{pgo_dir}/merged.profdata",
             f"{pgo_dir}/raw",
         ),
-        show_argv=(toolchain.tool("llvm_profdata"), "show", f"{pgo_dir}/merged.profdata"),
+        show_argv=(
+            toolchain.tool("llvm_profdata"),
+            "show",
+            # lto-pgo: every function's name, to find the C ones (plan/c_code.py)
+            *(("--all-functions",) if c_pgo else ()),
+            f"{pgo_dir}/merged.profdata",
+        ),
         max_missing_ratio=options.pgo_max_missing_ratio,
     )
 
@@ -226,6 +238,28 @@ def _check_settings(options: Options, source: SourceSnapshot) -> None:
     )
 
 
+def _c_environment(
+    sysroot: SysrootPlan | None,
+    c_code: CCodePlan | None,
+    rustflags: tuple[str, ...],
+    *,
+    plain: bool,
+) -> dict[str, str]:
+    """What a cargo command's C compiler is given beyond CC=gcc: the floor's headers (not
+    the image's) for the target, and with [c_code] mode clang, bitcode and the profile
+    flags of its rustflags; the plain baseline gets neither."""
+    environment: dict[str, str] = {}
+    if sysroot is not None:
+        environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
+    if c_code is not None:
+        environment |= (
+            c_code.plain_environment()
+            if plain
+            else c_code.environment(rustflags, sysroot.cflags if sysroot else "")
+        )
+    return environment
+
+
 def _for_target(options: Options, flavor: Flavor) -> Options:
     """The options a target of `flavor` is planned with, checked by the flavor: its
     [flavors.<name>.train|validate|bench|gate|test] tables applied, so in every step's key."""
@@ -256,7 +290,8 @@ def make_plan(
     cargo = toolchain.tool("cargo")
 
     sysroot = sysroot_plan(options, flavor, toolchain)
-    baseline_flags, rustflags = variant_rustflags(options, flavor, release_dir, sysroot)
+    c_code, c_code_skipped = c_code_plan(options, flavor, toolchain)
+    baseline_flags, rustflags = variant_rustflags(options, flavor, release_dir, sysroot, c_code)
     features = feature_args(settings.default_features, settings.features)
 
     def command(
@@ -281,7 +316,7 @@ def make_plan(
             *features,
         ]
         if profile:
-            argv += profile_args()
+            argv += profile_args(c_code.profile if c_code is not None else None)
         environment = {
             "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
             # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
@@ -290,15 +325,13 @@ def make_plan(
             "TZ": "UTC",
             "LC_ALL": "C.UTF-8",
             **flavor.environment(options),
-            # The cc crate forwards -Cprofile-generate/-use to clang (any LLVM major, whose
-            # profiles llvm-profdata of ours may not read) but never to GCC: C code from
-            # build scripts is compiled by GCC and stays out of the LLVM profile.
-            "CC": "gcc",
+            # C code from build scripts is compiled by GCC and stays out of the LLVM
+            # profile, unless [c_code] mode compiles it with our clang (plan/c_code.py).
+            "CC": DEFAULT_CC,
             # Build scripts' `git` answers from the locked commit (plan/git_shim.py)
             **({"PATH": SHIM_SEARCH_PATH} if source.git is not None else {}),
         }
-        if sysroot is not None:  # C for the target sees the floor's headers, not the image's
-            environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
+        environment |= _c_environment(sysroot, c_code, flags, plain=plain)
         return CargoCommand(tuple(argv), environment)
 
     def variant(name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
@@ -335,6 +368,7 @@ def make_plan(
             generate=generate,
             runs=runs,
             pgo_dir=pgo_dir,
+            c_pgo=c_code is not None and c_code.mode == "lto-pgo",
         )
         optimized_flags = (
             *optimized_flags,
@@ -368,6 +402,7 @@ def make_plan(
         shipped=(variants[-1].name, optimized_flags),
         release_dir=release_dir,
         sysroot=sysroot,
+        c_code=c_code,
     )
     test = command("test", f"{PATHS.target}/{tests.target_dir}", tests.flags, profile=True)
     # Last: a "--" among them passes what follows to the test binaries. The flavor's test
@@ -444,6 +479,8 @@ def make_plan(
         device_code=device_code,
         glibc_floor=options.glibc_floor,
         sysroot=sysroot,
+        c_code=c_code,
+        c_code_skipped=c_code_skipped,
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
         if options.distro_check != "off"
         else (),

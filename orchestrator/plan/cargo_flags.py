@@ -7,11 +7,13 @@ ones, or those of the flavor's first level, so that the step cache runs it once)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from orchestrator.config.options import Options
 from orchestrator.flavors import Flavor
 from orchestrator.model.layout import PATHS
+from orchestrator.plan.c_code import CCodePlan
 from orchestrator.plan.gate import GatePlan
 from orchestrator.plan.portable import SysrootPlan
 
@@ -29,16 +31,21 @@ RELEASE_PROFILE: dict[str, str | int | bool] = {
 }
 
 
-def profile_args() -> list[str]:
+def profile_args(changes: Mapping[str, str | int | bool] | None = None) -> list[str]:
+    """The release profile as `--config` arguments, with `changes` ([c_code] mode's)."""
     args: list[str] = []
-    for key, value in RELEASE_PROFILE.items():
+    for key, value in {**RELEASE_PROFILE, **(changes or {})}.items():
         rendered = json.dumps(value)  # TOML and JSON agree on strings, ints and booleans
         args += ["--config", f"profile.release.{key}={rendered}"]
     return args
 
 
 def variant_rustflags(
-    options: Options, flavor: Flavor, release_dir: str, sysroot: SysrootPlan | None
+    options: Options,
+    flavor: Flavor,
+    release_dir: str,
+    sysroot: SysrootPlan | None,
+    c_code: CCodePlan | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the baseline's rustflags, every other variant's)."""
     # Paths in panic messages and debug info must not depend on where we built.
@@ -52,7 +59,15 @@ def variant_rustflags(
     crate_flags = options.crate_cargo.rustflags_for(flavor.rust_target)
     # The baseline is plain `cargo build --release`: the image's own glibc, no sysroot.
     linking = sysroot.link_args if sysroot else ()
-    return (*crate_flags, *remap), (*crate_flags, *flavor.rustflags(options), *linking, *remap)
+    # [c_code] mode: clang and lld link, with the C code's bitcode (plan/c_code.py)
+    c_linking = c_code.rustflags if c_code else ()
+    return (*crate_flags, *remap), (
+        *crate_flags,
+        *flavor.rustflags(options),
+        *c_linking,
+        *linking,
+        *remap,
+    )
 
 
 def feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]:
@@ -92,6 +107,7 @@ def test_flags(
     shipped: tuple[str, tuple[str, ...]],  # the shipped variant's name and rustflags
     release_dir: str,
     sysroot: SysrootPlan | None,
+    c_code: CCodePlan | None = None,
 ) -> TestFlags:
     """The flags `cargo test` runs with: the shipped ones, or the flavor's first level's
     release-profile flags. Those leave out the PGO profile (each level trains its own:
@@ -106,7 +122,7 @@ def test_flags(
     cpu = flavor.target_cpu(first)
     return TestFlags(
         cpu,
-        variant_rustflags(first, flavor, release_dir, sysroot)[1],
+        variant_rustflags(first, flavor, release_dir, sysroot, c_code)[1],
         "release",
         f"the release-profile flags of {flavor.name}'s first level {cpu}: every "
         f"level of {flavor.name} runs this one command, so the step cache runs it once "

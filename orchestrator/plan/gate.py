@@ -53,6 +53,8 @@ class GatePlan:
     work_dir: str
     metric: str = FORMULA
     pinned: str = ""  # reproduce: ship this variant, as the release did; nothing is counted
+    # reproduce: the binaries the release's BOLT variant shipped unBOLTed (gate verdicts)
+    pinned_unbolted: tuple[str, ...] = ()
 
 
 def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
@@ -75,5 +77,6 @@ def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
         workloads=workloads,
         work_dir=f"{PATHS.out}/gate",
         pinned=options.gate_pinned,
+        pinned_unbolted=options.gate_pinned_unbolted,
     )
     return plan, ""

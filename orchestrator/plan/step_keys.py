@@ -197,19 +197,19 @@ def bolt_optimize_key(
     )
 
 
-def bolt_profile_inputs(plan: BuildPlan, mode: str) -> str:
+def bolt_profile_inputs(plan: BuildPlan, mode: str, binary: str = "") -> str:
     """What a BOLT profile of a binary (stored per binary sha256 and mode) was collected
-    from: the workloads of the main binary and what they see, how it was profiled (the
-    runner, instrumentation arguments, sampling repeats), the tools and the image."""
+    from: the workloads of that binary (the main one unless named) and what they see, how
+    it was profiled (the runner, instrumentation arguments, sampling repeats), the tools
+    and the image."""
     bolt = plan.bolt
+    binary = binary or plan.binary
     return content_hash(
         {
             "kind": "bolt-profile-inputs",
             "version": STEP_CACHE_VERSION,
             "mode": mode,
-            "workloads": [
-                w.shape() for w in plan.workloads if w.binary_or(plan.binary) == plan.binary
-            ],
+            "workloads": [w.shape() for w in plan.workloads if w.binary_or(plan.binary) == binary],
             "run": plan.run.as_dict(),
             "runner": list(plan.runner),
             "instrument_args": list(bolt.instrument_args) if bolt else [],

@@ -24,6 +24,7 @@ from orchestrator.host.bootstrap import (
 from orchestrator.host.source import crate_identity, registry_crates
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
+from orchestrator.model.bolt_binaries import binary_of_profile
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import (
     LOCK_FILE,
@@ -113,8 +114,9 @@ def locked_target(
         if name.startswith("pgo.") and plan.pgo:  # pgo.profdata or pgo.unshipped.profdata
             stored = manifest.pgo.profile if manifest.pgo else {}
             key = f"pgo/{plan.pgo.profile_key}.profdata"
-        else:
-            stored = (bolt.profile if bolt else None) or {}
+        else:  # the main binary's (bolt.fdata) or another one's (bolt-<binary>.fdata)
+            other = bolt.binaries.get(binary_of_profile(name)) if bolt else None
+            stored = (other.profile if other else bolt.profile if bolt else None) or {}
             key = f"bolt/{stored.get('cache_key')}.fdata"
         profiles[name] = LockedProfile(
             sha256=digest,
@@ -347,4 +349,7 @@ def _locked_gate(manifest: BuildManifest) -> LockedGate | None:
     gate = manifest.gate
     if gate is None or gate.shipped is None:
         return None
-    return LockedGate(shipped=gate.shipped, policy=gate.policy)
+    bolted = manifest.bolt.binaries if manifest.bolt else {}
+    # The binaries its BOLT variant ships unBOLTed (each gated on its own workloads)
+    unbolted = sorted(name for name, b in bolted.items() if b.applied and b.kept is False)
+    return LockedGate(shipped=gate.shipped, policy=gate.policy, unbolted=unbolted)

@@ -33,6 +33,7 @@ from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.inputs import unpack_locked_inputs
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
+from orchestrator.model.bolt_binaries import binary_of_profile
 from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import (
@@ -448,6 +449,16 @@ def private_images(plan: BuildPlan, session: str) -> BuildPlan:
     return replace(plan, base_image=base, image=image, steps=steps)
 
 
+def locked_unbolted(entry: LockedTarget, others: Sequence[str]) -> tuple[str, ...]:
+    """The other binaries the release shipped unBOLTed: those its gate put back, and those
+    whose BOLT profile the lock does not hold (no workload runs them, their BOLT failed, or
+    the release predates BOLT of every binary)."""
+    profiled = {binary_of_profile(name) for name in entry.resolved.profiles}
+    gate = entry.resolved.gate
+    put_back = set(gate.unbolted) if gate is not None else set()
+    return tuple(name for name in others if name in put_back or name not in profiled)
+
+
 def _reproduce_one(
     run: ReproduceRun, entry: LockedTarget, target: Target, plan: BuildPlan, result: Reproduced
 ) -> None:
@@ -461,7 +472,11 @@ def _reproduce_one(
     if plan.gate is not None and entry.resolved.gate is not None:
         # The gate's pick is a resolved input: counting again on another machine could
         # land on the other side of min_gain and ship different bytes.
-        options = replace(options, gate_pinned=entry.resolved.gate.shipped)
+        options = replace(
+            options,
+            gate_pinned=entry.resolved.gate.shipped,
+            gate_pinned_unbolted=locked_unbolted(entry, plan.binaries[1:]),
+        )
     if options is not target.options:  # planned once more, with both
         target = replace(target, options=options)
         plan = prepare_plan(options, target.flavor, git=run.document.source.git)

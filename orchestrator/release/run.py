@@ -10,7 +10,7 @@ release.json lists the targets in the order they were built, each with its tripl
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +38,12 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, config_member
 from orchestrator.progress.board import TargetBoard
-from orchestrator.progress.reporter import in_ci, marks_for
-from orchestrator.release.action_cache import look_up
+from orchestrator.progress.reporter import Marks, in_ci, marks_for
+from orchestrator.release.action_cache import CacheLookup, look_up
+from orchestrator.release.compose import compose_release
 from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_per_engine
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
+from orchestrator.release.prefetch import PREFETCH_LOGS, Prefetcher
 from orchestrator.release.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.step_plan import StepPlanner
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
@@ -194,7 +196,7 @@ def run_release(
     jobs = list(jobs or jobs_per_engine(options.engine_jobs, pool, len(planned)))
     side_by_side = len(pool) > 1 or any(item.jobs > 1 for item in jobs)
     waiting: list[tuple[TargetResult, BuildPlan]] = []
-    results = []
+    results: list[TargetResult] = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     marks = marks_for(console)
     signed = _release_json_signed(release_dir, signer, announce)
@@ -235,38 +237,120 @@ def run_release(
             return True
         return False
 
-    for index, (target, plan) in enumerate(planned, start=1):
-        result = TargetResult(target, plan.artifact_dir)
-        results.append(result)
-        announce(f"[{index}/{len(planned)}] {plan.artifact_dir} (target-cpu {target.level})")
-        if not (force or retrain):
-            key = action_key(plan, target.options)
-            lookup = look_up(release_dir / plan.artifact_dir, key, signer.key.public)
-            if lookup.manifest is not None:
-                _reuse(result, lookup.manifest, earlier.get(plan.artifact_dir))
-                announce(f"{marks.cached} {plan.artifact_dir}: cached, {lookup.reason}")
+    ahead = None
+    if not side_by_side and jobs[0].prefetch:
+        logs = options.cache_dir / "runs" / pool[0].session / PREFETCH_LOGS
+        ahead = Prefetcher(pool[0], options, announce, log_dir=logs)
+    order = _InOrder(planned, release_dir, signer, earlier, announce, rebuild=force or retrain)
+    try:
+        for result, plan in order.to_build(results, marks, ahead):
+            if not side_by_side:
+                build((result, plan), pool[0], "")
                 continue
-            announce(f"  building: {lookup.reason}")
-        if side_by_side:
             waiting.append((result, plan))
             if board is not None:
                 board.add(plan.artifact_dir)
-        else:
-            build((result, plan), pool[0], "")
+    finally:
+        if ahead is not None:
+            ahead.stop()
     if waiting:
         with board.shown() if board is not None else nullcontext():
             _build_side_by_side(waiting, pool, build, options, announce, jobs=jobs)
     write_release_json(release_dir, options, results, carry_over=signed, jobs=jobs)
-    _sign_index(release_dir, signer, announce)
+    _compose_and_sign(options, results, planned, pool[0], signer=signer, announce=announce)
     return results
 
 
-def _sign_index(release_dir: Path, signer: Signer, announce: Callable[[str], None]) -> None:
-    """Sign the release index again: release.json is this run's own, the rest only as the
-    last signature vouched for it; say what was left out."""
+def _compose_and_sign(
+    options: Options,
+    results: Sequence[TargetResult],
+    planned: Sequence[tuple[Target, BuildPlan]],
+    engine: Engine,
+    *,
+    signer: Signer,
+    announce: Callable[[str], None],
+) -> None:
+    """Compose the -auto folders from the published levels (release/compose.py), then sign
+    the release index with them."""
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    built = [(result, plan) for result, (_target, plan) in zip(results, planned, strict=False)]
+    composed = compose_release(
+        options, release_dir, built, engine, signer=signer, announce=announce
+    )
+    _sign_index(release_dir, signer, announce, composed=composed)
+
+
+class _InOrder:
+    """The release's targets in their order, each with its result: one whose published
+    artifact is current is cached; the others are built, one after another with their
+    images made ahead (release/prefetch.py), or side by side. The action cache is asked
+    once per target: the prefetch asks ahead which later targets will be built."""
+
+    def __init__(
+        self,
+        planned: Sequence[tuple[Target, BuildPlan]],
+        release_dir: Path,
+        signer: Signer,
+        earlier: Mapping[str, TargetSummary],
+        announce: Callable[[str], None],
+        *,
+        rebuild: bool,
+    ) -> None:
+        self._planned, self._release_dir, self._public = planned, release_dir, signer.key.public
+        self._earlier, self._announce, self._rebuild = earlier, announce, rebuild
+        self._found: dict[str, CacheLookup] = {}
+
+    def to_build(
+        self, results: list[TargetResult], marks: Marks, ahead: Prefetcher | None
+    ) -> Iterator[tuple[TargetResult, BuildPlan]]:
+        """Each target's result into `results`; the ones to build, as their turn comes."""
+        announce = self._announce
+        for index, (target, plan) in enumerate(self._planned, start=1):
+            result = TargetResult(target, plan.artifact_dir)
+            results.append(result)
+            announce(
+                f"[{index}/{len(self._planned)}] {plan.artifact_dir} (target-cpu {target.level})"
+            )
+            if not self._rebuild:
+                lookup = self._lookup(target, plan)
+                if lookup.manifest is not None:
+                    _reuse(result, lookup.manifest, self._earlier.get(plan.artifact_dir))
+                    announce(f"{marks.cached} {plan.artifact_dir}: cached, {lookup.reason}")
+                    continue
+                announce(f"  building: {lookup.reason}")
+            if ahead is not None:  # its images, if made ahead; then the next target's
+                later = [p for t, p in self._planned[index:] if self._built(t, p)]
+                failed_ahead = ahead.turn(plan, later)
+                if failed_ahead:
+                    result.warnings.append(failed_ahead)
+                    announce(f"{marks.warning} {plan.artifact_dir}: {failed_ahead}")
+            yield result, plan
+
+    def _built(self, target: Target, plan: BuildPlan) -> bool:
+        return self._rebuild or self._lookup(target, plan).manifest is None
+
+    def _lookup(self, target: Target, plan: BuildPlan) -> CacheLookup:
+        if plan.artifact_dir not in self._found:
+            key = action_key(plan, target.options)
+            artifact = self._release_dir / plan.artifact_dir
+            self._found[plan.artifact_dir] = look_up(artifact, key, self._public)
+        return self._found[plan.artifact_dir]
+
+
+def _sign_index(
+    release_dir: Path,
+    signer: Signer,
+    announce: Callable[[str], None],
+    *,
+    composed: Sequence[str] = (),
+) -> None:
+    """Sign the release index again: release.json and the -auto folders composed now are
+    this run's own, the rest only as the last signature vouched for it; say what was left
+    out."""
     if not release_dir.is_dir():
         return
-    signature = update_release_index(release_dir, signer, vouched=(RELEASE_JSON,))
+    vouched = (RELEASE_JSON, *composed)
+    signature = update_release_index(release_dir, signer, vouched=vouched)
     for entry in signature.left_out:
         announce(f"warning: not signed again: {entry}")
 

@@ -106,9 +106,45 @@ def ensure_base_image(
     *,
     offline: bool = False,
 ) -> ImageOutcome:
-    return _once_per_engine(
+    outcome = _once_per_engine(
         engine, plan, log, lambda: _import_base(engine, base, plan, cache_dir, log, offline=offline)
     )
+    if outcome.built or offline or _rootfs_tarball(cache_dir, plan).is_file():
+        return outcome
+    return _rootfs_for_existing(engine, base, plan, cache_dir, log, outcome=outcome)
+
+
+def _rootfs_tarball(cache_dir: Path, plan: ImagePlan) -> Path:
+    return cache_dir / "rootfs" / f"{plan.input_hash}.tar"
+
+
+def _rootfs_for_existing(
+    engine: Engine,
+    base: BaseSpec,
+    plan: ImagePlan,
+    cache_dir: Path,
+    log: StepLog,
+    *,
+    outcome: ImageOutcome,
+) -> ImageOutcome:
+    """The base image is on the engine but its rootfs is not in this cache (it was made
+    under another cache directory, or the cache was cleared): a release could not pin it.
+    Make the rootfs here; mmdebstrap is reproducible, so it is the image's own, and where
+    it is not, the image is imported again from it, so that what a lock pins is what runs."""
+    tarball = _rootfs_tarball(cache_dir, plan)
+    log.line(f"{plan.reference} exists, but its rootfs is not in {cache_dir}: making it here")
+    log.cached = False  # work was done: the step line says what, not "exists"
+    digest = make_rootfs(base, tarball, log)
+    if digest == outcome.labels.get(LABEL_ROOTFS_SHA):
+        log.line(f"rootfs {tarball}: sha256 {digest}, the image's own")
+        log.detail = f"{plan.reference} exists; its rootfs made again in this cache"
+        return outcome
+    log.line(
+        f"rootfs {tarball}: sha256 {digest}, not the image's "
+        f"({outcome.labels.get(LABEL_ROOTFS_SHA) or 'unrecorded'}): importing it again"
+    )
+    with engine.image_lock(plan.reference, on_wait=log.line):
+        return _import_base(engine, base, plan, cache_dir, log, offline=False)
 
 
 def _once_per_engine(
@@ -139,7 +175,7 @@ def _import_base(
     *,
     offline: bool,
 ) -> ImageOutcome:
-    tarball = cache_dir / "rootfs" / f"{plan.input_hash}.tar"
+    tarball = _rootfs_tarball(cache_dir, plan)
     if tarball.is_file():  # written atomically: present means complete
         digest = sha256_file(tarball)
         log.line(f"reusing rootfs {tarball} (sha256 {digest})")

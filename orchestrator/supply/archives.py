@@ -134,6 +134,12 @@ def write_archive(
     """Pack `binaries`, `docs` and `extras` ((path, bytes): the [archive] files) under
     `top/` into the .tar.xz `dest`."""
     members = archive_members(binaries, docs, extras)
+    return write_members(dest, top=top, members=members, mtime=mtime)
+
+
+def write_members(dest: Path, *, top: str, members: Sequence[Member], mtime: int) -> Path:
+    """Pack `members` (at their own paths, folders made as needed) under `top/` into the
+    .tar.xz `dest`, as deterministically as every archive of a release."""
     entries: list[tuple[str, Member | None]] = [(m.path, m) for m in members]
     entries += [(folder, None) for folder in member_folders(members)]
     with (

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.model.compose_record import COMPOSE_JSON
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.supply.archives import archive_folder
@@ -286,7 +287,9 @@ def _signed_release_files(
         if name in staged:
             continue
         owner = archive_folder(name.removesuffix(SIGNATURE_SUFFIX))
-        if owner is not None and owner not in signed_folders:
+        # A composed -auto folder has no build.json: its archive is signed like its files
+        composed = owner is not None and (release_dir / owner / COMPOSE_JSON).is_file()
+        if owner is not None and owner not in signed_folders and not composed:
             left_out.append(f"{name}: the artifact folder {owner} is not signed")
         elif not (_vouched_by_caller(name, vouched) or chain.matches(name)):
             left_out.append(f"{name}: {_unvouched_reason(chain, name)}")

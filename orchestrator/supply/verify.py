@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
+from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, composed_digests
 from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
@@ -228,6 +229,62 @@ class Verifier:
 
         self._record(binary, "glibc", run)
 
+    def composed(self, folder: Path) -> None:
+        """A composed -auto folder: bin/ holds the dispatcher compose.json records, and each
+        libexec/ binary is byte-equal to its level folder's signed binary."""
+
+        def run() -> str:
+            record = read_record(folder / COMPOSE_JSON, ComposeRecord)
+            expected = composed_digests(record)
+            for level, source in record.levels.items():
+                if Path(source.target).name != source.target or source.target == folder.name:
+                    raise VerificationError(f"{level}: {source.target!r} is no level folder")
+                manifest = read_record(self.root / source.target / "build.json", BuildManifest)
+                shipped = {b.file: b.sha256 for b in manifest.artifact.binaries}
+                if shipped != source.binaries:
+                    raise VerificationError(
+                        f"{level}: compose.json's binaries are not {source.target}'s"
+                    )
+                for binary, digest in shipped.items():
+                    if sha256_file(self.root / source.target / binary) != digest:
+                        raise VerificationError(f"{source.target}/{binary} is not its build's")
+            present = {
+                path.relative_to(folder).as_posix()
+                for path in folder.rglob("*")
+                if path.is_file() or path.is_symlink()
+            } - {COMPOSE_JSON}
+            if present != set(expected):
+                extra, missing = sorted(present - set(expected)), sorted(set(expected) - present)
+                raise VerificationError(f"files differ from compose.json: +{extra} -{missing}")
+            for name, digest in sorted(expected.items()):
+                path = folder / name
+                if path.is_symlink() or sha256_file(path) != digest:
+                    raise VerificationError(f"{name} is not the binary compose.json records")
+            levels = ", ".join(record.levels)
+            return f"dispatcher and {len(expected) - len(record.binaries)} copies of {levels}"
+
+        self._record(folder / COMPOSE_JSON, "composed", run)
+
+    def composed_archive(self, archive: Path, folder: Path) -> None:
+        """The composed folder's archive holds exactly its files, with their modes."""
+
+        def run() -> str:
+            files = archived_files(archive)
+            on_disk = {
+                path.relative_to(folder).as_posix(): (
+                    path.stat().st_mode & 0o777,
+                    sha256_file(path),
+                )
+                for path in folder.rglob("*")
+                if path.is_file()
+            }
+            if files != on_disk:
+                differ = sorted(set(files.items()) ^ set(on_disk.items()))
+                raise VerificationError(f"differs from {folder.name}/: {differ[:4]}")
+            return f"{len(files)} files match {folder.name}/"
+
+        self._record(archive, "archive", run)
+
 
 def _safe_listing(listing: Path) -> list[str]:
     """The names a SHA256SUMS lists; none at all when it is missing or malformed (its own
@@ -274,11 +331,19 @@ def verify_release(release_dir: Path, key_path: Path | None) -> tuple[list[Check
             # stranger's archive could declare headers or sizes meant to exhaust the reader.
             if verifier.signature(archive):
                 verifier.archive(archive, shipped)
+    folders = sorted(set(binaries.values()))
+    for folder in sorted(p for p in release_dir.iterdir() if (p / COMPOSE_JSON).is_file()):
+        verifier.composed(folder)
+        archive = release_dir / archive_name(folder.name)
+        if archive.exists():
+            binaries[archive.name] = folder.name  # a provenance subject, like the targets'
+            if verifier.signature(archive):
+                verifier.composed_archive(archive, folder)
     if (release_dir / INSTALLER).exists():
         verifier.signature(release_dir / INSTALLER)
     verifier.signature(release_dir / PROVENANCE)
     verifier.provenance(release_dir / PROVENANCE, binaries)
-    verifier.coverage(sorted(set(binaries.values())))
+    verifier.coverage(folders)  # a composed folder's files are listed one by one
     return verifier.checks, key_note
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.resources import resource_dir
+from orchestrator.model.compose_record import ComposeRecord
 from orchestrator.model.lockfile import LockDocument
 from orchestrator.model.records import BuildManifest, Record
 from orchestrator.model.release_summary import ReleaseSummary
@@ -40,6 +41,7 @@ PUBLISHED: tuple[type[Record], ...] = (
     DoctorReport,
     VerifyReport,
     BenchReport,
+    ComposeRecord,
 )
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SUFFIX = ".schema.json"

@@ -189,7 +189,13 @@ def test_the_workspace_release_reproduces_bit_for_bit(
     # The gate's pick is pinned by the lock: the rebuild ships it without counting again.
     [locked] = json.loads((workspace_release.directory / "release.lock").read_text())["targets"]
     shipped = json.loads((workspace_release.artifact / "build.json").read_text())["gate"]
-    assert locked["resolved"]["gate"] == {"shipped": shipped["shipped"], "policy": "best"}
+    bolted = json.loads((workspace_release.artifact / "build.json").read_text())["bolt"]
+    unbolted = [n for n, b in bolted["binaries"].items() if b["applied"] and b["kept"] is False]
+    assert locked["resolved"]["gate"] == {
+        "shipped": shipped["shipped"],
+        "policy": "best",
+        "unbolted": unbolted,  # the binaries the gate shipped unBOLTed, pinned too
+    }
     rebuilt = json.loads(next((tmp_path / "rebuild").rglob(f"{ARTIFACT}/build.json")).read_text())
     assert rebuilt["gate"]["shipped"] == shipped["shipped"]
     assert "pinned by the lock" in rebuilt["gate"]["skipped"] and not rebuilt["gate"]["variants"]

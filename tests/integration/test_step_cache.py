@@ -5,7 +5,9 @@ target released again after each kind of change runs only the steps that read it
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 import docker
 import pytest
 
+from orchestrator.model.dispatch import parse_show
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration
@@ -20,6 +23,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "level-sensitive"
 NAME = "level-sensitive"
 V2 = f"{NAME}-0.0.1-linux-x86_64-cpu"
 V3 = f"{NAME}-0.0.1-linux-x86_64-cpu-v3"
+AUTO = f"{NAME}-0.0.1-linux-x86_64-cpu-auto"
 # Two levels of one flavor, nothing but the builds: the baselines of both are identical.
 CONFIG = """[package]
 crate = "."
@@ -91,6 +95,7 @@ def test_two_cpu_levels_build_the_baseline_once(
     assert reused["files"][NAME]["sha256"] == manifests[V2]["variants"]["baseline"]["sha256"]
     # The levels differ where they should: only the baseline was shared.
     assert manifests[V2]["artifact"]["sha256"] != manifests[V3]["artifact"]["sha256"]
+    _check_auto_folder(release)
 
     # Every step run again, none from the step cache: the same release binaries.
     second = tmp_path / "second"
@@ -103,7 +108,45 @@ def test_two_cpu_levels_build_the_baseline_once(
     for artifact in (V2, V3):
         assert _baseline_cargo_runs(again / artifact) == 1
         assert (again / artifact / NAME).read_bytes() == (release / artifact / NAME).read_bytes()
+    # The composed archive too: same dispatcher, same copies, same bytes.
+    assert (again / f"{AUTO}.tar.xz").read_bytes() == (release / f"{AUTO}.tar.xz").read_bytes()
     assert managed_containers(docker_client) == []
+
+
+def _check_auto_folder(release: Path) -> None:
+    """The -auto folder of the two levels: its dispatcher picks a level present, a run
+    through it prints what that level's binary prints, and `verify` checks it all."""
+    auto = release / AUTO
+    record = json.loads((auto / "compose.json").read_text())
+    assert sorted(record["levels"]) == ["x86-64-v2", "x86-64-v3"]
+    for level, folder in (("x86-64-v2", V2), ("x86-64-v3", V3)):
+        copy = auto / "libexec" / NAME / f"{NAME}-{level}"
+        assert copy.read_bytes() == (release / folder / NAME).read_bytes()
+    dispatcher = str(auto / "bin" / NAME)
+    shown = subprocess.run(
+        [dispatcher],
+        env={**os.environ, "ORCHESTRATOR_LEVEL": "show"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    choice = parse_show(shown)
+    assert choice.level in record["levels"], shown
+    level_run = subprocess.run([choice.path], capture_output=True, text=True, check=True).stdout
+    dispatched = subprocess.run([dispatcher], capture_output=True, text=True, check=True).stdout
+    assert dispatched == level_run
+    assert dispatched == f"portable: {str(choice.level == 'x86-64-v2').lower()}\n"
+    forced = subprocess.run(
+        [dispatcher],
+        env={**os.environ, "ORCHESTRATOR_LEVEL": "v2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert forced.stdout == "portable: true\n"
+    verified = orchestrator(["verify", str(release)])
+    assert verified.returncode == 0, verified.output
+    assert "composed" in verified.output
 
 
 # -- every build step: one PGO + BOLT target, released again after each change ----------

@@ -266,6 +266,8 @@ def test_dry_run_says_the_jobs_it_would_choose(
             "jobs": 1,
             "cargo_jobs": 2,
             "reason": "auto: one per 4 cores and per 6 GiB",
+            "prefetch": False,  # its info names no host: not known to be this one
+            "prefetch_reason": "off: the engine runs on an unnamed host, not this host",
         }
     ]
 

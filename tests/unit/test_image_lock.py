@@ -110,6 +110,8 @@ def test_an_existing_image_takes_no_lock(base: BaseSpec, tmp_path: Path) -> None
     plan = base_image_plan(base)
     fake = FakeEngine()
     fake.add_image(plan.reference, {LABEL_INPUT_HASH: plan.input_hash})
+    (tmp_path / "rootfs").mkdir()
+    (tmp_path / "rootfs" / f"{plan.input_hash}.tar").write_bytes(b"rootfs")
     log, _ = step_log()
     ensure_base_image(as_engine(fake), base, plan, tmp_path, log)
     assert fake.locks.created == [] and fake.imports == []

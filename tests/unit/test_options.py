@@ -112,8 +112,8 @@ def test_flavor_settings_and_describe(project: Path) -> None:
 
 BUILD_KEYS = "artifacts_dir, cache_dir, flavors, source_date_epoch, target_cpu, toolchain"
 SECTIONS = (
-    "archive, bench, bolt, build, ci, engines, flavors, gate, limits, package, pgo, profiling, "
-    "release, signing, test, train, validate"
+    "archive, bench, bolt, build, c_code, ci, engines, flavors, gate, limits, package, pgo, "
+    "profiling, release, signing, test, train, validate"
 )
 
 
@@ -142,7 +142,7 @@ SECTIONS = (
         (
             '[package]\ncrate = "crate"\n[flavors.cpu]\nfeature = ["simd"]\n',
             "unknown key 'flavors.cpu.feature'; did you mean 'flavors.cpu.features'? "
-            "a flavor takes: default_features, features, gpu_targets, kernels, levels, "
+            "a flavor takes: default_features, dispatch, features, gpu_targets, kernels, levels, "
             "test_every_level; and the tables [flavors.cpu.<section>] for train, validate, "
             "bench, gate, test",
         ),

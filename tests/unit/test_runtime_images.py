@@ -61,6 +61,8 @@ def test_base_image_already_there_is_reused(base: BaseSpec, tmp_path: Path) -> N
     plan = base_image_plan(base)
     fake = FakeEngine()
     existing = fake.add_image(plan.reference, {LABEL_INPUT_HASH: plan.input_hash})
+    (tmp_path / "rootfs").mkdir()
+    (tmp_path / "rootfs" / f"{plan.input_hash}.tar").write_bytes(b"rootfs")
     log, _ = step_log()
     outcome = ensure_base_image(as_engine(fake), base, plan, tmp_path, log)
     assert (outcome.id, outcome.built) == (existing.id, False)
@@ -72,6 +74,60 @@ def test_base_image_already_there_is_reused(base: BaseSpec, tmp_path: Path) -> N
         "org.orchestrator.kind": "image",
         LABEL_INPUT_HASH: plan.input_hash,
     }
+
+
+ROOTFS = b"rootfs"
+ROOTFS_SHA = hashlib.sha256(ROOTFS).hexdigest()
+
+
+def _rootfs_maker(made: list[Path]) -> object:
+    def make(_spec: BaseSpec, dest: Path, _log: StepLog) -> str:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(ROOTFS)
+        made.append(dest)
+        return ROOTFS_SHA
+
+    return make
+
+
+def test_an_existing_base_image_whose_rootfs_is_not_in_this_cache_gets_it_made_again(
+    base: BaseSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release pins the base rootfs from the cache: an image made under another cache
+    directory must not leave a release with nothing to pin (it used to stop with exit 53)."""
+    plan = base_image_plan(base)
+    fake = FakeEngine()
+    labels = {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: ROOTFS_SHA}
+    existing = fake.add_image(plan.reference, labels)
+    made: list[Path] = []
+    monkeypatch.setattr(images, "make_rootfs", _rootfs_maker(made))
+    log, text = step_log()
+    outcome = ensure_base_image(as_engine(fake), base, plan, tmp_path, log)
+    assert made == [tmp_path / "rootfs" / f"{plan.input_hash}.tar"]
+    # mmdebstrap made the image's own rootfs: the image stays, nothing is imported.
+    assert (outcome.id, fake.imports) == (existing.id, [])
+    assert not log.cached and "its rootfs made again" in log.detail
+    assert "its rootfs is not in" in text.getvalue()
+    # Offline (reproduce) never makes one: the vault must hold it.
+    other = tmp_path / "offline"
+    offline, _ = step_log()
+    ensure_base_image(as_engine(fake), base, plan, other, offline, offline=True)
+    assert len(made) == 1
+
+
+def test_a_remade_rootfs_that_differs_from_the_image_s_is_imported_again(
+    base: BaseSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = base_image_plan(base)
+    fake = FakeEngine()
+    fake.add_image(plan.reference, {LABEL_INPUT_HASH: plan.input_hash, LABEL_ROOTFS_SHA: "a" * 64})
+    made: list[Path] = []
+    monkeypatch.setattr(images, "make_rootfs", _rootfs_maker(made))
+    log, text = step_log()
+    outcome = ensure_base_image(as_engine(fake), base, plan, tmp_path, log)
+    assert outcome.built and len(fake.imports) == 1 and len(made) == 1
+    assert fake.imports[0].labels[LABEL_ROOTFS_SHA] == ROOTFS_SHA
+    assert "not the image's" in text.getvalue()
 
 
 def test_same_tag_with_other_inputs_is_removed_and_rebuilt(

@@ -23,7 +23,7 @@ from tests.unit.conftest import write_config
 # Options fields that are not settings of orchestrator.toml.
 NOT_SETTINGS = {"config_path", "project_dir", "package_name", "flavor_settings", "sources"}
 NOT_SETTINGS |= {"offline", "crate_cargo"}  # crate_cargo: read from the crate's .cargo/
-NOT_SETTINGS |= {"gate_pinned"}  # reproduce: the lock's gate pick, never configured
+NOT_SETTINGS |= {"gate_pinned", "gate_pinned_unbolted"}  # reproduce: the lock's gate picks
 NOT_SETTINGS |= {"applied_flavor"}  # for_flavor: whose [flavors.<name>.*] tables apply
 
 

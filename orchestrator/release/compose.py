@@ -1,0 +1,263 @@
+"""After a release's targets: one more folder per flavor with two or more x86-64 levels,
+`<crate>-<version>-linux-x86_64-<flavor>-auto/`, whose `bin/<binary>` is the dispatcher
+(execute/dispatcher.c) and whose `libexec/<binary>/<binary>-<level>` are the level targets'
+shipped binaries, byte-equal; compose.json records both, and `<folder>.tar.xz` packs it.
+
+The folder is built from published level folders only, so it needs no build of its own: the
+dispatcher is compiled once per (toolchain image, source) and kept in the cache. Its files
+are listed one by one in the release's SHA256SUMS (release/run.py vouches for them) and its
+archive is a provenance subject; `verify` checks the copies against the level folders.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config.options import Options
+from orchestrator.errors import OrchestratorError
+from orchestrator.execute.dispatcher import build_dispatcher, dispatcher_source
+from orchestrator.flavors import get_flavor
+from orchestrator.model.compose_record import (
+    AUTO_SUFFIX,
+    COMPOSE_JSON,
+    ComposedLevel,
+    ComposeRecord,
+    DispatcherInfo,
+    composed_digests,
+)
+from orchestrator.model.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path
+from orchestrator.model.hashing import content_hash, sha256_bytes, sha256_file
+from orchestrator.model.layout import artifact_dir_name
+from orchestrator.model.records import BuildManifest, read_record, record_text
+from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.release.target import TargetResult
+from orchestrator.runtime.api import EngineApi, OutputSink
+from orchestrator.supply.archives import Member, archive_name, write_members
+from orchestrator.supply.attest import SIGNATURE_SUFFIX, Signer
+
+DISPATCH_ARCH = "x86_64"  # the dispatcher is x86_64 code: cpuid, xgetbv
+CACHE_FOLDER = "dispatcher"
+
+
+@dataclass(frozen=True)
+class ComposeGroup:
+    """One folder to compose: a flavor's built levels, lowest first."""
+
+    flavor: str
+    folder: str  # <crate>-<version>-linux-x86_64-<flavor>-auto
+    levels: tuple[tuple[str, str], ...]  # (rustc's CPU name, the level's artifact folder)
+    image: str  # the flavor's toolchain image: the dispatcher is compiled with its gcc
+
+
+def auto_folder(options: Options, flavor: str) -> str:
+    module = get_flavor(flavor)
+    base = artifact_dir_name(options.binary, options.version, module.arch, module.artifact_flavor)
+    return base + AUTO_SUFFIX
+
+
+def compose_groups(
+    options: Options, built: Sequence[tuple[TargetResult, BuildPlan]]
+) -> tuple[list[ComposeGroup], list[str]]:
+    """The folders to compose (flavors with `dispatch` on and two or more x86-64 levels
+    published), and the -auto folders of this run's other x86-64 flavors (stale: removed)."""
+    by_flavor: dict[str, list[tuple[TargetResult, BuildPlan]]] = {}
+    for result, plan in built:
+        if plan.arch == DISPATCH_ARCH:
+            by_flavor.setdefault(plan.flavor, []).append((result, plan))
+    groups, stale = [], []
+    for flavor, items in by_flavor.items():
+        folder = auto_folder(options, flavor)
+        published = {
+            result.target.level: plan
+            for result, plan in items
+            if result.status in ("ok", "cached") and result.target.level in DISPATCH_LEVELS
+        }
+        levels = dispatch_levels(published)
+        if not options.settings_for(flavor).dispatch or len(levels) < 2:
+            stale.append(folder)
+            continue
+        chosen = tuple((level, published[level].artifact_dir) for level in levels)
+        image = published[levels[0]].image.reference
+        groups.append(ComposeGroup(flavor, folder, chosen, image))
+    return groups, stale
+
+
+def compose_record(
+    options: Options, group: ComposeGroup, release_dir: Path, dispatcher: DispatcherInfo
+) -> ComposeRecord:
+    """compose.json of `group`, from the level folders' build.json (their shipped binaries)."""
+    levels: dict[str, ComposedLevel] = {}
+    names: list[str] | None = None
+    for level, target in group.levels:
+        manifest = read_record(release_dir / target / "build.json", BuildManifest)
+        shipped = {b.file: b.sha256 for b in manifest.artifact.binaries}
+        order = [b.file for b in manifest.artifact.binaries]
+        if names is not None and order != names:
+            raise ComposeError(
+                f"{target} ships {', '.join(order)}, another level ships {', '.join(names)}"
+            )
+        names = order
+        levels[level] = ComposedLevel(target=target, binaries=shipped)
+    return ComposeRecord(
+        name=options.binary,
+        version=options.version,
+        flavor=group.flavor,
+        binaries=names or [],
+        levels=levels,
+        dispatcher=dispatcher,
+    )
+
+
+def composed_files(record: ComposeRecord, release_dir: Path) -> list[tuple[str, Path]]:
+    """(path in the composed folder, the level folder's file) of every libexec/ binary;
+    bin/<binary> is the dispatcher itself."""
+    files = []
+    for binary in record.binaries:
+        for level, source in record.levels.items():
+            files.append(
+                (libexec_path(binary, level).as_posix(), release_dir / source.target / binary)
+            )
+    return files
+
+
+class ComposeError(Exception):
+    """The level folders cannot be composed into one: only ever a warning (the level
+    targets are published either way), so it carries no exit code."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def write_composed(
+    release_dir: Path, folder: str, record: ComposeRecord, dispatcher: bytes, *, mtime: int
+) -> list[str]:
+    """Write the composed folder and its .tar.xz into `release_dir`, replacing any earlier
+    one whole; the release-relative names written (the folder, the archive)."""
+    staging = Path(tempfile.mkdtemp(prefix=".compose-", dir=release_dir))
+    try:
+        top = staging / folder
+        members = [Member(f"bin/{b}", dispatcher, executable=True) for b in record.binaries]
+        for path, source in composed_files(record, release_dir):
+            members.append(Member(path, source.read_bytes(), executable=True))
+        members.append(Member(COMPOSE_JSON, record_text(record).encode(), executable=False))
+        expected = composed_digests(record)
+        for member in members:
+            data = member.data()
+            if member.path in expected and sha256_bytes(data) != expected[member.path]:
+                raise ComposeError(
+                    f"{folder}/{member.path}: the level's binary is not the one its "
+                    "build.json records (changed after it was published?)"
+                )
+            target = top / member.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(member.mode)
+        archive = write_members(
+            staging / archive_name(folder), top=folder, members=members, mtime=mtime
+        )
+        published = release_dir / folder
+        if published.exists():
+            shutil.rmtree(published)
+        top.replace(published)
+        archive.replace(release_dir / archive.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [folder, archive_name(folder)]
+
+
+def remove_composed(release_dir: Path, folder: str) -> bool:
+    """Remove a composed folder and its archive (with signature); whether one was there."""
+    found = False
+    published = release_dir / folder
+    if published.is_dir() and (published / COMPOSE_JSON).is_file():
+        shutil.rmtree(published)
+        found = True
+    for name in (archive_name(folder), archive_name(folder) + SIGNATURE_SUFFIX):
+        if (release_dir / name).is_file():
+            (release_dir / name).unlink()
+            found = True
+    return found
+
+
+def cached_dispatcher(
+    engine: EngineApi, image: str, cache_dir: Path, on_output: OutputSink
+) -> tuple[DispatcherInfo, bytes] | None:
+    """The dispatcher compiled in `image`: from the cache, or built now; None when neither
+    the cache has it nor the Engine has the image."""
+    source = sha256_bytes(dispatcher_source())
+    folder = cache_dir / CACHE_FOLDER / content_hash([image, source])[:24]
+    binary, info_file = folder / "dispatcher", folder / "dispatcher.json"
+    if binary.is_file() and info_file.is_file():
+        info = DispatcherInfo.model_validate_json(info_file.read_text())
+        data = binary.read_bytes()
+        if sha256_bytes(data) == info.sha256:
+            return info, data
+    if engine.image(image) is None:
+        return None
+    built = build_dispatcher(engine, image, binary, on_output=on_output)
+    info = DispatcherInfo(
+        sha256=built.sha256,
+        size=built.size,
+        image=built.image,
+        source_sha256=built.source_sha256,
+        command=list(built.compiler),
+    )
+    info_file.write_text(json.dumps(info.dump(), indent=2, sort_keys=True) + "\n")
+    return info, binary.read_bytes()
+
+
+def compose_release(
+    options: Options,
+    release_dir: Path,
+    built: Sequence[tuple[TargetResult, BuildPlan]],
+    engine: EngineApi,
+    *,
+    signer: Signer,
+    announce: Callable[[str], None],
+) -> list[str]:
+    """Compose every -auto folder of this run (and remove stale ones); the release-relative
+    names written, for the release index to sign. A folder that cannot be composed is a
+    warning, never a failed release: the level targets are published either way."""
+    groups, stale = compose_groups(options, built)
+    for folder in stale:
+        if release_dir.is_dir() and remove_composed(release_dir, folder):
+            announce(f"  removed {folder}: dispatch is off or fewer than two levels built")
+    written: list[str] = []
+    for group in groups:
+        try:
+            found = cached_dispatcher(engine, group.image, options.cache_dir, lambda _line: None)
+        except OrchestratorError as exc:  # a failed compile: the level targets stand alone
+            remove_composed(release_dir, group.folder)
+            announce(f"warning: {group.folder} not composed: {exc.message}")
+            continue
+        if found is None:
+            remove_composed(release_dir, group.folder)
+            announce(
+                f"warning: {group.folder} not composed: no dispatcher built in "
+                f"{group.image} and the Engine lacks that image (build a level again)"
+            )
+            continue
+        info, data = found
+        try:
+            record = compose_record(options, group, release_dir, info)
+            names = write_composed(
+                release_dir, group.folder, record, data, mtime=options.source_date_epoch
+            )
+        except ComposeError as exc:
+            announce(f"warning: {group.folder} not composed: {exc.message}")
+            continue
+        archive = release_dir / archive_name(group.folder)
+        comment = (
+            f"orchestrator: {archive.name} {options.binary} {options.version} "
+            f"compose:{sha256_file(release_dir / group.folder / COMPOSE_JSON)[:16]}"
+        )
+        written += [*names, signer.sign(archive, trusted_comment=comment).name]
+        levels = ", ".join(level for level, _ in group.levels)
+        announce(f"  composed {group.folder}: dispatcher ({info.size} bytes) over {levels}")
+    return written

@@ -1,0 +1,217 @@
+"""The -auto folder (release/compose.py): which flavors compose, its layout and record, its
+archive, and `verify`'s check of it, on two level targets published by the real publish
+step (a fake Engine; the dispatcher taken from a seeded cache, so no compile)."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.execute.dispatcher import dispatcher_source
+from orchestrator.execute.publish import update_release_index
+from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.hashing import content_hash, sha256_bytes, sha256_file
+from orchestrator.model.records import read_record
+from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.release import compose
+from orchestrator.release.target import Target, TargetResult
+from orchestrator.supply.archives import archived_files
+from orchestrator.supply.attest import Signer
+from orchestrator.supply.minisign import SecretKey, write_key_pair
+from orchestrator.supply.verify import verify_release
+
+from .conftest import plan_for
+from .execute_rig import make_options
+from .fakes import FakeEngine
+from .publish_rig import extract_and_publish, ready_to_publish
+
+LEVELS = ("x86-64-v2", "x86-64-v3")
+DISPATCHER = b"\x7fELF the dispatcher"
+
+
+def _options(project: Path, *, dispatch: bool = True, levels: tuple[str, ...] = LEVELS) -> Options:
+    options = make_options(project)
+    settings = FlavorSettings(levels=levels, dispatch=dispatch)
+    return replace(options, flavor_settings={"cpu": settings})
+
+
+def _built(
+    options: Options, levels: tuple[str, ...], status: str = "ok", flavor: str = "cpu"
+) -> list[tuple[TargetResult, BuildPlan]]:
+    built = []
+    for level in levels:
+        level_options = replace(options, target_cpu=level)
+        plan = plan_for(level_options, flavor)
+        result = TargetResult(Target(flavor, level, level_options), plan.artifact_dir)
+        result.status = status  # type: ignore[assignment]
+        built.append((result, plan))
+    return built
+
+
+def test_a_flavor_with_two_levels_composes_one_auto_folder(project: Path) -> None:
+    options = _options(project)
+    built = _built(options, LEVELS)
+    groups, stale = compose.compose_groups(options, built)
+    assert stale == []
+    [group] = groups
+    assert group.folder == "demo-1.2.3-linux-x86_64-cpu-auto"
+    assert [level for level, _ in group.levels] == list(LEVELS)
+    assert group.levels[1][1].endswith("-cpu-v3")
+    assert group.image == built[0][1].image.reference  # its gcc compiles the dispatcher
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "levels", "status"),
+    [
+        (False, LEVELS, "ok"),  # turned off
+        (True, ("x86-64-v2",), "ok"),  # one level: nothing to choose
+        (True, LEVELS, "failed"),  # nothing published
+    ],
+)
+def test_no_auto_folder_without_a_choice_or_when_turned_off(
+    project: Path, dispatch: bool, levels: tuple[str, ...], status: str
+) -> None:
+    options = _options(project, dispatch=dispatch, levels=levels)
+    groups, stale = compose.compose_groups(options, _built(options, levels, status))
+    assert groups == []
+    assert stale == ["demo-1.2.3-linux-x86_64-cpu-auto"]
+
+
+def test_other_architectures_never_compose(project: Path) -> None:
+    options = replace(_options(project), flavor_settings={"aarch64": FlavorSettings()})
+    built = _built(options, ("generic", "neoverse-n1"), flavor="aarch64")
+    assert compose.compose_groups(options, built) == ([], [])
+
+
+def _publish_levels(project: Path, tmp_path: Path, signer: Signer) -> Options:
+    options = _options(project)
+    for level in LEVELS:
+        with ExitStack() as stack:
+            level_options = replace(options, target_cpu=level)
+            (tmp_path / level).mkdir()
+            extract_and_publish(ready_to_publish(level_options, stack, tmp_path / level, signer))
+    return options
+
+
+def _seed_dispatcher(options: Options, image: str) -> DispatcherInfo:
+    """The cache entry `cached_dispatcher` reads, as a compile would have left it."""
+    source = sha256_bytes(dispatcher_source())
+    folder = options.cache_dir / compose.CACHE_FOLDER / content_hash([image, source])[:24]
+    folder.mkdir(parents=True)
+    (folder / "dispatcher").write_bytes(DISPATCHER)
+    info = DispatcherInfo(
+        sha256=sha256_bytes(DISPATCHER),
+        size=len(DISPATCHER),
+        image=image,
+        source_sha256=source,
+        command=["gcc", "-o", "dispatcher", "dispatcher.c"],
+    )
+    (folder / "dispatcher.json").write_text(json.dumps(info.dump()))
+    return info
+
+
+def test_composed_folder_is_signed_verified_and_a_tampered_copy_fails(
+    project: Path, tmp_path: Path
+) -> None:
+    key = SecretKey.generate()
+    public = write_key_pair(key, tmp_path / "keys" / "signing.key", None)
+    signer = Signer(key, False, "test key")
+    options = _publish_levels(project, tmp_path, signer)
+    built = _built(options, LEVELS)
+    release = options.artifacts_dir / built[0][1].release_dir
+    info = _seed_dispatcher(options, built[0][1].image.reference)
+    said: list[str] = []
+    engine = FakeEngine()  # asked nothing: the dispatcher is in the cache
+    written = compose.compose_release(
+        options, release, built, engine, signer=signer, announce=said.append
+    )
+    folder = "demo-1.2.3-linux-x86_64-cpu-auto"
+    assert written == [folder, f"{folder}.tar.xz", f"{folder}.tar.xz.minisig"]
+    assert any("composed" in line for line in said), said
+    auto = release / folder
+    record = read_record(auto / COMPOSE_JSON, ComposeRecord)
+    assert record.dispatcher == info and record.binaries == ["demo"]
+    for level, (_result, plan) in zip(LEVELS, built, strict=True):
+        artifact = plan.artifact_dir
+        copy = auto / "libexec" / "demo" / f"demo-{level}"
+        assert copy.read_bytes() == (release / artifact / "demo").read_bytes()
+        assert record.levels[level].target == artifact
+        assert record.levels[level].binaries["demo"] == sha256_file(copy)
+        assert copy.stat().st_mode & 0o777 == 0o755
+    assert (auto / "bin" / "demo").read_bytes() == DISPATCHER
+    archived = archived_files(release / f"{folder}.tar.xz")
+    assert set(archived) == {
+        "bin/demo",
+        "compose.json",
+        "libexec/demo/demo-x86-64-v2",
+        "libexec/demo/demo-x86-64-v3",
+    }
+    assert archived["bin/demo"] == (0o755, sha256_bytes(DISPATCHER))
+    first_archive = (release / f"{folder}.tar.xz").read_bytes()
+
+    update_release_index(release, signer, vouched=tuple(written))
+    sums = (release / "SHA256SUMS").read_text()
+    assert f"  {folder}/libexec/demo/demo-x86-64-v3\n" in sums
+    assert f"  {folder}.tar.xz\n" in sums
+    provenance = json.loads((release / "provenance.intoto.jsonl").read_text())
+    assert provenance["payloadType"]
+    checks, _ = verify_release(release, public)
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    assert ("composed", True) in {(c.check, c.ok) for c in checks}
+
+    # Composing again gives the same bytes (the archive is deterministic)
+    compose.compose_release(options, release, built, engine, signer=signer, announce=said.append)
+    assert (release / f"{folder}.tar.xz").read_bytes() == first_archive
+
+    # A changed libexec copy fails the composed check (and the signed checksum)
+    (auto / "libexec" / "demo" / "demo-x86-64-v3").write_bytes(b"tampered")
+    checks, _ = verify_release(release, public)
+    failed = {(c.file, c.check) for c in checks if not c.ok}
+    assert (f"{folder}/{COMPOSE_JSON}", "composed") in failed
+    assert ("SHA256SUMS", "checksums") in failed
+
+
+def test_turning_dispatch_off_removes_the_earlier_auto_folder(
+    project: Path, tmp_path: Path
+) -> None:
+    signer = Signer(SecretKey.generate(), False, "test key")
+    options = _publish_levels(project, tmp_path, signer)
+    built = _built(options, LEVELS)
+    release = options.artifacts_dir / built[0][1].release_dir
+    _seed_dispatcher(options, built[0][1].image.reference)
+    compose.compose_release(options, release, built, FakeEngine(), signer=signer, announce=print)
+    folder = "demo-1.2.3-linux-x86_64-cpu-auto"
+    assert (release / folder / COMPOSE_JSON).is_file()
+    off = _options(project, dispatch=False)
+    said: list[str] = []
+    assert (
+        compose.compose_release(
+            off, release, _built(off, LEVELS), FakeEngine(), signer=signer, announce=said.append
+        )
+        == []
+    )
+    assert not (release / folder).exists()
+    assert not (release / f"{folder}.tar.xz").exists()
+    assert not (release / f"{folder}.tar.xz.minisig").exists()
+    assert any("removed" in line for line in said)
+
+
+def test_without_a_cached_dispatcher_or_the_image_nothing_is_composed(
+    project: Path, tmp_path: Path
+) -> None:
+    signer = Signer(SecretKey.generate(), False, "test key")
+    options = _publish_levels(project, tmp_path, signer)
+    built = _built(options, LEVELS)
+    release = options.artifacts_dir / built[0][1].release_dir
+    said: list[str] = []
+    written = compose.compose_release(
+        options, release, built, FakeEngine(), signer=signer, announce=said.append
+    )
+    assert written == []
+    assert any("not composed" in line for line in said), said
+    assert not (release / "demo-1.2.3-linux-x86_64-cpu-auto").exists()
