@@ -6,16 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from orchestrator.config.options import Options
 from orchestrator.config.suggest import suggest
 from orchestrator.config.toolchains import check_coherence
 from orchestrator.errors import ConfigError, StepFailedError
 from orchestrator.execute.pipeline import Pipeline, run
 from orchestrator.flavors import get_flavor
 from orchestrator.host.cachedir import write_cache_json
+from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.c_code import check_clang_major
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
-from orchestrator.runtime.images import ensure_base_image, ensure_toolchain_image
+from orchestrator.runtime.engine import Engine
+from orchestrator.runtime.images import ImageOutcome, ensure_base_image, ensure_toolchain_image
 
 # <cache>/target-cpus/<image id>-<target>.json: what `rustc --print target-cpus` listed.
 TARGET_CPUS_CACHE = "target-cpus"
@@ -32,8 +35,15 @@ def toolchain_image(pipeline: Pipeline, log: StepLog) -> None:
     plan, options, base = pipeline.plan, pipeline.options, pipeline.state.base
     if base is None:
         raise StepFailedError("internal: the toolchain image step runs after the base image step")
-    pipeline.state.image = ensure_toolchain_image(
-        pipeline.engine,
+    pipeline.state.image = plan_toolchain_image(pipeline.engine, options, plan, base, log)
+
+
+def plan_toolchain_image(
+    engine: Engine, options: Options, plan: BuildPlan, base: ImageOutcome, log: StepLog
+) -> ImageOutcome:
+    """The toolchain image `plan` names, on `engine`, over the base image `base`."""
+    return ensure_toolchain_image(
+        engine,
         base=plan.base,
         base_image=base,
         plan=plan.image,
@@ -45,6 +55,15 @@ def toolchain_image(pipeline: Pipeline, log: StepLog) -> None:
         log=log,
         offline=options.offline,
     )
+
+
+def plan_images(engine: Engine, options: Options, plan: BuildPlan, log: StepLog) -> ImageOutcome:
+    """The base and toolchain images of `plan` on `engine`, as its image steps make them
+    (what a release makes ahead for its next target, and tests that need an image)."""
+    base = ensure_base_image(
+        engine, plan.base, plan.base_image, options.cache_dir, log, offline=options.offline
+    )
+    return plan_toolchain_image(engine, options, plan, base, log)
 
 
 def toolchain_check(pipeline: Pipeline, log: StepLog) -> None:

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import IO
 
 from orchestrator.config.options import Options
+from orchestrator.execute.toolchain import plan_images
 from orchestrator.host.signals import deferred_stops
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Engine
-from orchestrator.runtime.images import ensure_base_image, ensure_toolchain_image
 
 # How often the prefetch looks whether the current target's own image is there yet.
 POLL_S = 2.0
@@ -59,22 +59,7 @@ class _StoppableLog(StepLog):
 
 def ensure_images(engine: Engine, options: Options, plan: BuildPlan, log: StepLog) -> None:
     """The base and toolchain images of `plan` on `engine`, as its image steps make them."""
-    base = ensure_base_image(
-        engine, plan.base, plan.base_image, options.cache_dir, log, offline=options.offline
-    )
-    ensure_toolchain_image(
-        engine,
-        base=plan.base,
-        base_image=base,
-        plan=plan.image,
-        dockerfile=plan.dockerfile,
-        packages=plan.packages,
-        sources=plan.apt_sources,
-        unpack=plan.unpack,
-        cache_dir=options.cache_dir,
-        log=log,
-        offline=options.offline,
-    )
+    plan_images(engine, options, plan, log)
 
 
 @dataclass

@@ -22,13 +22,13 @@ import pytest
 from orchestrator.config.options import resolve
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.dispatcher import DispatcherBuild, build_dispatcher
+from orchestrator.execute.toolchain import plan_images
 from orchestrator.host.packing import single_file_tar
 from orchestrator.model import dispatch
 from orchestrator.model.dispatch import Choice, libexec_path, parse_show
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import ContainerApi, ContainerSpec
 from orchestrator.runtime.engine import Engine
-from orchestrator.runtime.images import ensure_base_image, ensure_toolchain_image
 from tests.integration.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -59,23 +59,7 @@ def _flavor_image(engine: Engine, flavor: str) -> str:
     plan = prepare_plan(options, flavor)
     if engine.image(plan.image.reference) is not None:
         return plan.image.reference
-    log = StepLog(sys.stdout, None, None, f"{flavor}-image")
-    base = ensure_base_image(
-        engine, plan.base, plan.base_image, options.cache_dir, log, offline=options.offline
-    )
-    ensure_toolchain_image(
-        engine,
-        base=plan.base,
-        base_image=base,
-        plan=plan.image,
-        dockerfile=plan.dockerfile,
-        packages=plan.packages,
-        sources=plan.apt_sources,
-        unpack=plan.unpack,
-        cache_dir=options.cache_dir,
-        log=log,
-        offline=options.offline,
-    )
+    plan_images(engine, options, plan, StepLog(sys.stdout, None, None, f"{flavor}-image"))
     return plan.image.reference
 
 
