@@ -1,10 +1,14 @@
 """`install.sh`: the release's installer, a POSIX shell script written beside its archives.
 
 It reads the release's SHA256SUMS to learn which archives exist, picks the one for the
-machine (architecture, then the best x86-64 level the CPU's /proc/cpuinfo flags allow),
-checks its sha256 (and its minisign signature when minisign and a key are at hand), and
-unpacks its binaries into ~/.local/bin or --prefix. It depends on name and version only,
-so every publication of the release writes the same bytes.
+machine (architecture, then the best x86-64 level the CPU's /proc/cpuinfo flags allow;
+on x86_64 the flavor's `-auto` archive where the release has one and no level was asked
+for: its dispatcher picks the level each time the program starts, so the installed
+program stays right on another CPU, a copied home folder or a shared disk), checks its
+sha256 (and its minisign signature when minisign and a key are at hand), and unpacks its
+binaries into ~/.local/bin or --prefix (the -auto archive's level builds into
+<prefix>/../libexec/<binary>/, where its dispatcher looks). It depends on name and version
+only, so every publication of the release writes the same bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ usage() {
 usage: install.sh [--from URL|DIR] [--prefix DIR] [--cpu-level LEVEL] [--flavor F] [--key FILE]
   --from       the release: an https:// base URL or a local folder (default: this script's folder)
   --prefix     where the binaries go (default: ~/.local/bin)
-  --cpu-level  use this x86-64 level instead of the one /proc/cpuinfo shows
+  --cpu-level  install this x86-64 level's build instead of the one /proc/cpuinfo shows,
+               and not the -auto archive that picks a level at every start
                (also ORCHESTRATOR_INSTALL_LEVEL)
   --flavor     cpu (default), cuda or rocm
   --key        a minisign public key (minisign.pub): the archive's signature is checked with it
@@ -103,6 +108,7 @@ case $(uname -m) in
 esac
 
 fetch SHA256SUMS
+asked=$level
 # the archives this release has, best first for this CPU
 if [ "$arch" = x86_64 ]; then
   [ -n "$level" ] || level=$(cpu_level)
@@ -127,6 +133,14 @@ for suffix in $suffixes; do
   fi
 done
 [ -n "$archive" ] || die "the release has no $flavor archive for $arch at this CPU level"
+# One archive of every level, whose dispatcher runs the best for the CPU at each start: it
+# holds the level just found, so it runs here too.
+auto="$name-$version-linux-$arch-$flavor-auto.tar.xz"
+if [ "$arch" = x86_64 ] && [ -z "$asked" ] \
+    && grep -q "^[0-9a-f]\{64\}  $auto\$" "$work/SHA256SUMS"; then
+  archive=$auto
+  say "every x86-64 level in one archive: $name runs the best one for the CPU it starts on"
+fi
 say "fetching $archive"
 fetch "$archive"
 
@@ -159,15 +173,34 @@ xz -dc "$work/$archive" | (cd "$work/unpacked" && tar -xf - --no-same-owner) \
   || die "cannot unpack $archive"
 top=${archive%.tar.xz}
 mkdir -p "$prefix" || die "cannot create $prefix"
-for file in "$work/unpacked/$top"/*; do
-  if [ ! -f "$file" ] || [ ! -x "$file" ]; then continue; fi
-  base=${file##*/}
-  # a new name, then a rename: a running copy of the old binary is not overwritten
-  if ! { cp -- "$file" "$prefix/.$base.new" && chmod 0755 "$prefix/.$base.new" \
-      && mv -f -- "$prefix/.$base.new" "$prefix/$base"; }; then
-    die "cannot install into $prefix"
+
+# a new name, then a rename: a running copy of the old binary is not overwritten
+put() {
+  base=${1##*/}
+  if ! { cp -- "$1" "$2/.$base.new" && chmod 0755 "$2/.$base.new" \
+      && mv -f -- "$2/.$base.new" "$2/$base"; }; then
+    die "cannot install into $2"
   fi
-  say "installed $prefix/$base"
+  say "installed $2/$base"
+}
+
+binaries="$work/unpacked/$top"
+if [ -d "$binaries/libexec" ]; then
+  # the level builds first: the dispatcher never points at a missing one
+  mkdir -p "$prefix/../libexec" || die "cannot create $prefix/../libexec"
+  libexec=$(cd "$prefix/../libexec" && pwd)
+  for folder in "$binaries/libexec"/*; do
+    [ -d "$folder" ] || continue
+    mkdir -p "$libexec/${folder##*/}" || die "cannot create $libexec/${folder##*/}"
+    for file in "$folder"/*; do
+      if [ -f "$file" ] && [ -x "$file" ]; then put "$file" "$libexec/${folder##*/}"; fi
+    done
+  done
+  binaries="$binaries/bin"
+fi
+for file in "$binaries"/*; do
+  if [ ! -f "$file" ] || [ ! -x "$file" ]; then continue; fi
+  put "$file" "$prefix"
 done
 """
 

@@ -28,6 +28,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "mixed-language"
 RELEASE = "mixed-language-0.1.0"
 PORTABLE = f"{RELEASE}-linux-x86_64-cpu"
 V3 = f"{PORTABLE}-v3"
+AUTO = f"{PORTABLE}-auto"  # both levels and the dispatcher that picks one at each start
 BINARY = "mixed-language"
 # Small and fast: the archives are what these tests are about, not the optimizations.
 CONFIG = """
@@ -168,6 +169,11 @@ INSTALL = (
     "sh /release/install.sh --from /release && "
     f'sha256sum "$HOME/.local/bin/{BINARY}" && "$HOME/.local/bin/{BINARY}" 3000'
 )
+# The -auto archive's level builds go beside bin/, where its dispatcher looks.
+INSTALLED_LEVELS = (
+    f'ORCHESTRATOR_LEVEL=show "$HOME/.local/bin/{BINARY}" && '
+    f'sha256sum "$HOME/.local/libexec/{BINARY}"/*'
+)
 
 
 def _sha256(path: Path) -> str:
@@ -214,13 +220,20 @@ def test_install_sh_installs_the_best_archive_that_runs(
     published: Path, xz_shim: Path, docker_client: docker.DockerClient, suite: str
 ) -> None:
     image = _distro_images(published)[suite]
-    # this machine's CPU: v3 when it has the flags, and the portable archive otherwise
-    best = V3 if _host_is_v3() else PORTABLE
-    code, output = _in_container(docker_client, image, published, INSTALL, xz=xz_shim)
+    # No level asked for: the -auto archive, whose dispatcher runs v3 on a CPU with the
+    # flags and the portable build otherwise, at every start.
+    best = "x86-64-v3" if _host_is_v3() else "x86-64-v2"
+    compose = json.loads((published / AUTO / "compose.json").read_text())
+    script = f"{INSTALL} && {INSTALLED_LEVELS}"
+    code, output = _in_container(docker_client, image, published, script, xz=xz_shim)
     assert code == 0, output
-    assert f"fetching {best}.tar.xz" in output
-    assert _sha256(published / best / BINARY) in output
-    assert "rounds: 3000" in output
+    assert f"fetching {AUTO}.tar.xz" in output
+    assert f"{compose['dispatcher']['sha256']}  /root/.local/bin/{BINARY}" in output
+    assert "rounds: 3000" in output  # the dispatcher started a level build, which ran
+    assert f"level={best} " in output
+    for folder, level in ((PORTABLE, "x86-64-v2"), (V3, "x86-64-v3")):
+        libexec = f"/root/.local/libexec/{BINARY}/{BINARY}-{level}"
+        assert f"{_sha256(published / folder / BINARY)}  {libexec}" in output
     # told that the CPU lacks AVX2: the portable archive
     code, output = _in_container(
         docker_client,
