@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from orchestrator.config.options import Options
     from orchestrator.model.reports import EngineFit
+    from orchestrator.release.run import PlannedTarget
     from orchestrator.release.target import Target
     from orchestrator.runtime.engine import Engine
 
@@ -69,6 +70,8 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
             else " ".join(s.name for s in item.plan.steps),
         )
     console.print(table)
+    for line in _compositions(options, planned):
+        console.print(Text(line), soft_wrap=True)
     if jobs:  # unwrapped: one line per release, read whole
         console.print(Text(jobs_text(jobs)), soft_wrap=True)
     if several:
@@ -76,6 +79,23 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
             "engines: those that can build the target; which one does is decided as the "
             "release runs (an idle one, preferring one that holds the target's images)"
         )
+
+
+def _compositions(options: Options, planned: Sequence[PlannedTarget]) -> list[str]:
+    """The -auto folders the release composes when every target builds."""
+    from orchestrator.release.compose import compose_groups
+    from orchestrator.release.target import TargetResult
+
+    built = [
+        (TargetResult(item.target, item.plan.artifact_dir, status="ok"), item.plan)
+        for item in planned
+    ]
+    groups, _ = compose_groups(options, built)
+    return [
+        f"composes: {group.folder} (bin/{options.binary} runs the best of "
+        f"{', '.join(level for level, _ in group.levels)} for the CPU it starts on)"
+        for group in groups
+    ]
 
 
 def _engines_that_answer(contexts: Sequence[str]) -> tuple[list[Engine], dict[str, str]]:

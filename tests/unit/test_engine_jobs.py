@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 from contextlib import ExitStack
 from dataclasses import replace
@@ -257,6 +258,17 @@ def test_dry_run_says_the_jobs_it_would_choose(
     text = runner.invoke(app, argv)
     assert text.exit_code == 0, text.output
     assert "jobs: current: 2 cores, 23 GiB: 1 target at a time, cargo -j2 (auto:" in text.stdout
+    # Two x86-64 levels: the -auto folder it would compose, and none with dispatch off.
+    assert re.search(
+        r"composes: \S+-linux-x86_64-cpu-auto \(bin/\S+ runs the best of "
+        r"x86-64-v2, x86-64-v3 for the CPU it starts on\)",
+        text.stdout,
+    )
+    off = configure(
+        project, '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\ndispatch = false\n'
+    )
+    alone = runner.invoke(app, ["release", "--dry-run", "--flavors", "cpu", "-c", str(off)])
+    assert alone.exit_code == 0 and "composes:" not in alone.stdout, alone.output
     document = json.loads(runner.invoke(app, [*argv, "--json"]).stdout)
     assert document["jobs_per_engine"] == [
         {
