@@ -69,7 +69,7 @@ def release_assemble(
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.run import RELEASE_JSON, plan_targets, run_report
-    from orchestrator.release.shard import assemble, check_folders
+    from orchestrator.release.shard import assemble, check_folders, compose_where_possible
     from orchestrator.release.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -93,7 +93,11 @@ def release_assemble(
         err_console.print(styled("warning:", "yellow bold", f" {text}"))
 
     results, lock = assemble(options, checked, signer, console.print, warn)
-    sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE))
+    built = [(result, item.plan) for result, item in zip(results, checked, strict=True)]
+    composed = compose_where_possible(
+        options, release_dir, built, signer, announce=console.print, warn=warn
+    )
+    sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE, *composed))
     report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
     console.print(f"pinned every input in {lock}")
     closing_lines(report, console)

@@ -36,6 +36,7 @@ from orchestrator.model.records import BuildManifest, RecordError, read_record, 
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
+from orchestrator.release.compose import compose_groups, compose_release
 from orchestrator.release.pin import (
     archive_outputs,
     locked_target,
@@ -306,6 +307,31 @@ def assemble(
     pins: SharedPins = checked[0].record.pins
     lock = write_release_lock(options, checked[0].plan, pins, locked, release_dir)
     return results, lock
+
+
+def compose_where_possible(
+    options: Options,
+    release_dir: Path,
+    built: Sequence[tuple[TargetResult, BuildPlan]],
+    signer: Signer,
+    *,
+    announce: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> list[str]:
+    """The -auto folders of the assembled levels, as a one-shot release composes them; the
+    names written. Their dispatcher comes from this machine's cache or is compiled by its
+    Engine in the flavor's toolchain image; without either, the release goes out without
+    them, with a warning (the level folders are whole on their own)."""
+    groups, _ = compose_groups(options, built)
+    if not groups:
+        return []
+    try:
+        engine = Engine.connect()
+    except OrchestratorError as exc:
+        for group in groups:
+            warn(f"{group.folder} not composed: no Docker Engine here ({exc.message})")
+        return []
+    return compose_release(options, release_dir, built, engine, signer=signer, announce=announce)
 
 
 def _copy_folder(source: Path, dest: Path, record: TargetFolder) -> None:

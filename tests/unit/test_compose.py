@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.dispatcher import dispatcher_source
 from orchestrator.execute.publish import update_release_index
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
@@ -19,7 +20,9 @@ from orchestrator.model.hashing import content_hash, sha256_bytes, sha256_file
 from orchestrator.model.records import read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release import compose
+from orchestrator.release.shard import compose_where_possible
 from orchestrator.release.target import Target, TargetResult
+from orchestrator.runtime.engine import Engine
 from orchestrator.supply.archives import archived_files
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
@@ -215,3 +218,35 @@ def test_without_a_cached_dispatcher_or_the_image_nothing_is_composed(
     assert written == []
     assert any("not composed" in line for line in said), said
     assert not (release / "demo-1.2.3-linux-x86_64-cpu-auto").exists()
+
+
+def test_assemble_without_an_engine_publishes_the_levels_and_says_what_is_missing(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`release assemble` composes like a one-shot release where it can reach an Engine;
+    on a machine without one the levels go out alone, with a warning naming the folder."""
+
+    def unreachable() -> Engine:
+        raise DockerUnavailableError("cannot reach the Docker Engine: test")
+
+    monkeypatch.setattr(Engine, "connect", staticmethod(unreachable))
+    options = _options(project)
+    signer = Signer(SecretKey.generate(), False, "test key")
+    warned: list[str] = []
+    written = compose_where_possible(
+        options, project, _built(options, LEVELS), signer, announce=print, warn=warned.append
+    )
+    assert written == []
+    assert warned == [
+        "demo-1.2.3-linux-x86_64-cpu-auto not composed: no Docker Engine here "
+        "(cannot reach the Docker Engine: test)"
+    ]
+    # One level: nothing to compose, and no Engine is asked for.
+    one = _options(project, levels=("x86-64-v2",))
+    assert (
+        compose_where_possible(
+            one, project, _built(one, ("x86-64-v2",)), signer, announce=print, warn=warned.append
+        )
+        == []
+    )
+    assert len(warned) == 1
