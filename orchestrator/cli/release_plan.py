@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from orchestrator.config.options import Options
     from orchestrator.model.reports import EngineFit
-    from orchestrator.release.run import PlannedTarget
+    from orchestrator.release.dry_run import PlannedTarget
     from orchestrator.release.target import Target
     from orchestrator.runtime.engine import Engine
 
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool) -> None:
     """`release --dry-run`: every target's plan, what is cached and, with several engines,
     which of them can build it; as a table or JSON."""
+    from orchestrator.release.dry_run import dry_run as plan_release
+    from orchestrator.release.dry_run import plan_report
     from orchestrator.release.engine_jobs import jobs_per_engine, jobs_text
-    from orchestrator.release.run import dry_run as plan_release
-    from orchestrator.release.run import plan_report
 
     # Reading every target's sources and asking each engine takes a while: a sign of life
     # on a terminal (stderr, so that --json output stays clean; silent elsewhere).

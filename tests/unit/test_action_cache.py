@@ -25,7 +25,8 @@ from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up
-from orchestrator.release.run import RELEASE_JSON, dry_run, run_release, run_report
+from orchestrator.release.dry_run import dry_run
+from orchestrator.release.run import RELEASE_JSON, run_release, run_report
 from orchestrator.release.target import targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.chain import ReleaseKeyError, check_signing_key

@@ -43,8 +43,8 @@ from orchestrator.plan.step_keys import (
 )
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter
+from orchestrator.release.dry_run import dry_run
 from orchestrator.release.reproduce import Reproduced, ReproduceRun
-from orchestrator.release.run import dry_run
 from orchestrator.release.target import Target, targets
 from tests.unit.test_lockfile import lock_for
 
