@@ -1,5 +1,6 @@
 """Typed records of the files kept in the cache, not published: the variant binaries
-`bench` compares, the stored PGO/BOLT profiles' sidecars, the step cache's entries. The
+`bench` compares, the stored PGO/BOLT profiles' sidecars, the step cache's entries, the
+compiled dispatcher's entry. The
 release's own records (build.json) are model/records.py, with the reading and writing
 that both use."""
 
@@ -10,6 +11,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.records import FileDigest, FileName, JsonDict, Record
 
 Migrations = Mapping[int, Callable[[JsonDict], JsonDict]]
@@ -84,3 +86,18 @@ class StepEntryRecord(Record):
 
     def sealed_fields(self) -> JsonDict:
         return self.model_dump(mode="json", by_alias=True, exclude={"seal"})
+
+
+class DispatcherCacheEntry(Record):
+    """<cache>/dispatcher/<key>/dispatcher.json: the compiled dispatcher beside it and the
+    seal that says this machine wrote both (host/cache_seal.py)."""
+
+    SCHEMA = "orchestrator/dispatcher-cache"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/dispatcher-cache"] = Field(
+        "orchestrator/dispatcher-cache", alias="schema"
+    )
+    schema_version: Literal[1] = 1
+    info: DispatcherInfo
+    seal: str

@@ -4,14 +4,14 @@
 shipped binaries, byte-equal; compose.json records both, and `<folder>.tar.xz` packs it.
 
 The folder is built from published level folders only, so it needs no build of its own: the
-dispatcher is compiled once per (toolchain image, source) and kept in the cache. Its files
+dispatcher is compiled once per (toolchain image, source) and kept in the cache, sealed
+(release/dispatcher_cache.py). Its files
 are listed one by one in the release's SHA256SUMS (release/run.py vouches for them) and its
 archive is a provenance subject; `verify` checks the copies against the level folders.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import OrchestratorError
-from orchestrator.execute.dispatcher import build_dispatcher, dispatcher_source
 from orchestrator.flavors import get_flavor
 from orchestrator.model.compose_record import (
     AUTO_SUFFIX,
@@ -31,17 +30,17 @@ from orchestrator.model.compose_record import (
     composed_digests,
 )
 from orchestrator.model.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path
-from orchestrator.model.hashing import content_hash, sha256_bytes, sha256_file
+from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import artifact_dir_name
 from orchestrator.model.records import BuildManifest, read_record, record_text
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.release.dispatcher_cache import cached_dispatcher
 from orchestrator.release.target import TargetResult
-from orchestrator.runtime.api import EngineApi, OutputSink
+from orchestrator.runtime.api import EngineApi
 from orchestrator.supply.archives import Member, archive_name, write_members
 from orchestrator.supply.attest import SIGNATURE_SUFFIX, Signer
 
 DISPATCH_ARCH = "x86_64"  # the dispatcher is x86_64 code: cpuid, xgetbv
-CACHE_FOLDER = "dispatcher"
 
 
 @dataclass(frozen=True)
@@ -185,33 +184,6 @@ def remove_composed(release_dir: Path, folder: str) -> bool:
     return found
 
 
-def cached_dispatcher(
-    engine: EngineApi, image: str, cache_dir: Path, on_output: OutputSink
-) -> tuple[DispatcherInfo, bytes] | None:
-    """The dispatcher compiled in `image`: from the cache, or built now; None when neither
-    the cache has it nor the Engine has the image."""
-    source = sha256_bytes(dispatcher_source())
-    folder = cache_dir / CACHE_FOLDER / content_hash([image, source])[:24]
-    binary, info_file = folder / "dispatcher", folder / "dispatcher.json"
-    if binary.is_file() and info_file.is_file():
-        info = DispatcherInfo.model_validate_json(info_file.read_text())
-        data = binary.read_bytes()
-        if sha256_bytes(data) == info.sha256:
-            return info, data
-    if engine.image(image) is None:
-        return None
-    built = build_dispatcher(engine, image, binary, on_output=on_output)
-    info = DispatcherInfo(
-        sha256=built.sha256,
-        size=built.size,
-        image=built.image,
-        source_sha256=built.source_sha256,
-        command=list(built.compiler),
-    )
-    info_file.write_text(json.dumps(info.dump(), indent=2, sort_keys=True) + "\n")
-    return info, binary.read_bytes()
-
-
 def compose_release(
     options: Options,
     release_dir: Path,
@@ -231,7 +203,13 @@ def compose_release(
     written: list[str] = []
     for group in groups:
         try:
-            found = cached_dispatcher(engine, group.image, options.cache_dir, lambda _line: None)
+            found = cached_dispatcher(
+                engine,
+                group.image,
+                options.cache_dir,
+                lambda _line: None,
+                lambda line: announce(f"warning: {line}"),
+            )
         except OrchestratorError as exc:  # a failed compile: the level targets stand alone
             remove_composed(release_dir, group.folder)
             announce(f"warning: {group.folder} not composed: {exc.message}")

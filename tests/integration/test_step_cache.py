@@ -4,6 +4,7 @@ target released again after each kind of change runs only the steps that read it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +16,9 @@ from typing import Any
 import docker
 import pytest
 
+from orchestrator.config.options import default_cache_dir
 from orchestrator.model.dispatch import parse_show
+from orchestrator.release.dispatcher_cache import cache_folder
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration
@@ -96,6 +99,7 @@ def test_two_cpu_levels_build_the_baseline_once(
     # The levels differ where they should: only the baseline was shared.
     assert manifests[V2]["artifact"]["sha256"] != manifests[V3]["artifact"]["sha256"]
     _check_auto_folder(release)
+    _check_a_forged_dispatcher_cache_is_not_shipped(config, release, tmp_path / "forged")
 
     # Every step run again, none from the step cache: the same release binaries.
     second = tmp_path / "second"
@@ -111,6 +115,29 @@ def test_two_cpu_levels_build_the_baseline_once(
     # The composed archive too: same dispatcher, same copies, same bytes.
     assert (again / f"{AUTO}.tar.xz").read_bytes() == (release / f"{AUTO}.tar.xz").read_bytes()
     assert managed_containers(docker_client) == []
+
+
+def _check_a_forged_dispatcher_cache_is_not_shipped(
+    config: list[str], release: Path, artifacts: Path
+) -> None:
+    """The review's recipe: a shell script in place of the cached dispatcher, its sha256
+    and size put into dispatcher.json. A release of the same (cached) targets ignores the
+    entry, says so, compiles the dispatcher again and ships the real one."""
+    image = json.loads((release / AUTO / "compose.json").read_text())["dispatcher"]["image"]
+    slot = cache_folder(default_cache_dir(os.environ), image)
+    script = b"#!/bin/sh\necho owned\n"
+    (slot / "dispatcher").write_bytes(script)
+    entry = json.loads((slot / "dispatcher.json").read_text())
+    entry["info"].update(sha256=hashlib.sha256(script).hexdigest(), size=len(script))
+    (slot / "dispatcher.json").write_text(json.dumps(entry))
+    run = orchestrator(["release", *config, "--artifacts-dir", str(artifacts), "--allow-dirty"])
+    assert run.returncode == 0, run.output
+    assert "ignoring the cached dispatcher" in run.output
+    again = artifacts / release.name
+    real = (release / AUTO / "bin" / NAME).read_bytes()
+    assert (again / AUTO / "bin" / NAME).read_bytes() == real
+    assert (slot / "dispatcher").read_bytes() == real  # the entry was made again, sealed
+    assert (again / f"{AUTO}.tar.xz").read_bytes() == (release / f"{AUTO}.tar.xz").read_bytes()
 
 
 def _check_auto_folder(release: Path) -> None:

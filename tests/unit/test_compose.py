@@ -5,6 +5,8 @@ step (a fake Engine; the dispatcher taken from a seeded cache, so no compile).""
 from __future__ import annotations
 
 import json
+import struct
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +17,13 @@ from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.dispatcher import dispatcher_source
 from orchestrator.execute.publish import update_release_index
+from orchestrator.host.cache_seal import seal
+from orchestrator.model.cache_records import DispatcherCacheEntry
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
-from orchestrator.model.hashing import content_hash, sha256_bytes, sha256_file
-from orchestrator.model.records import read_record
+from orchestrator.model.hashing import sha256_bytes, sha256_file
+from orchestrator.model.records import read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release import compose
+from orchestrator.release import compose, dispatcher_cache
 from orchestrator.release.shard import compose_where_possible
 from orchestrator.release.target import Target, TargetResult
 from orchestrator.runtime.engine import Engine
@@ -34,7 +38,36 @@ from .fakes import FakeEngine
 from .publish_rig import extract_and_publish, ready_to_publish
 
 LEVELS = ("x86-64-v2", "x86-64-v3")
-DISPATCHER = b"\x7fELF the dispatcher"
+
+
+def tiny_static_elf(marker: bytes = b"") -> bytes:
+    """The smallest file `check_freestanding` takes: an x86_64 ET_EXEC ELF header and one
+    PT_LOAD segment, no loader and no dynamic section (the real one is compiled by gcc in
+    the toolchain image, which these tests do not start)."""
+    header_size, segment_size = 64, 56
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)  # 64-bit, little endian, version 1
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH",
+        2,  # ET_EXEC
+        62,  # EM_X86_64
+        1,
+        0x400078,  # entry
+        header_size,  # program headers right after the ELF header
+        0,  # no section headers
+        0,
+        header_size,
+        segment_size,
+        1,
+        0,
+        0,
+        0,
+    )
+    size = header_size + segment_size + len(marker)
+    segment = struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, size, size, 0x1000)
+    return header + segment + marker
+
+
+DISPATCHER = tiny_static_elf(b"the dispatcher")
 
 
 def _options(project: Path, *, dispatch: bool = True, levels: tuple[str, ...] = LEVELS) -> Options:
@@ -104,7 +137,7 @@ def _publish_levels(project: Path, tmp_path: Path, signer: Signer) -> Options:
 def _seed_dispatcher(options: Options, image: str) -> DispatcherInfo:
     """The cache entry `cached_dispatcher` reads, as a compile would have left it."""
     source = sha256_bytes(dispatcher_source())
-    folder = options.cache_dir / compose.CACHE_FOLDER / content_hash([image, source])[:24]
+    folder = dispatcher_cache.cache_folder(options.cache_dir, image)
     folder.mkdir(parents=True)
     (folder / "dispatcher").write_bytes(DISPATCHER)
     info = DispatcherInfo(
@@ -114,7 +147,8 @@ def _seed_dispatcher(options: Options, image: str) -> DispatcherInfo:
         source_sha256=source,
         command=["gcc", "-o", "dispatcher", "dispatcher.c"],
     )
-    (folder / "dispatcher.json").write_text(json.dumps(info.dump()))
+    entry = DispatcherCacheEntry(info=info, seal=seal(f"dispatcher/{folder.name}", info.dump()))
+    write_record(folder / "dispatcher.json", entry)
     return info
 
 
@@ -250,3 +284,101 @@ def test_assemble_without_an_engine_publishes_the_levels_and_says_what_is_missin
         == []
     )
     assert len(warned) == 1
+
+
+SCRIPT = b"#!/bin/sh\necho owned\n"
+
+
+def _forge_script_with_its_digest(folder: Path) -> None:
+    """The review's recipe: a shell script in place of the dispatcher, its sha256 and size
+    put into dispatcher.json (the seal left as it was)."""
+    (folder / "dispatcher").write_bytes(SCRIPT)
+    document = json.loads((folder / "dispatcher.json").read_text())
+    document["info"].update(sha256=sha256_bytes(SCRIPT), size=len(SCRIPT))
+    (folder / "dispatcher.json").write_text(json.dumps(document))
+
+
+def _forge_and_seal_with_another_key(folder: Path) -> None:
+    """The same, resealed with a key of the forger's own (they do not hold this one)."""
+    _forge_script_with_its_digest(folder)
+    document = json.loads((folder / "dispatcher.json").read_text())
+    slot = f"dispatcher/{folder.name}"
+    document["seal"] = seal(slot, document["info"], {"ORCHESTRATOR_CACHE_KEY": "forger"})
+    (folder / "dispatcher.json").write_text(json.dumps(document))
+
+
+def _replace_binary_only(folder: Path) -> None:
+    (folder / "dispatcher").write_bytes(SCRIPT)
+
+
+def _old_unsealed_record(folder: Path) -> None:
+    """dispatcher.json as versions before the seal wrote it: the bare info."""
+    document = json.loads((folder / "dispatcher.json").read_text())
+    (folder / "dispatcher.json").write_text(json.dumps(document["info"]))
+
+
+def _not_json(folder: Path) -> None:
+    (folder / "dispatcher.json").write_text("not json")
+
+
+def _binary_is_a_link(folder: Path) -> None:
+    (folder / "elsewhere").write_bytes(DISPATCHER)
+    (folder / "dispatcher").unlink()
+    (folder / "dispatcher").symlink_to(folder / "elsewhere")
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        _forge_script_with_its_digest,
+        _forge_and_seal_with_another_key,
+        _replace_binary_only,
+        _old_unsealed_record,
+        _not_json,
+        _binary_is_a_link,
+    ],
+)
+def test_a_tampered_dispatcher_cache_reaches_no_signature(
+    project: Path, tmp_path: Path, tamper: Callable[[Path], None]
+) -> None:
+    signer = Signer(SecretKey.generate(), False, "test key")
+    options = _publish_levels(project, tmp_path, signer)
+    built = _built(options, LEVELS)
+    release = options.artifacts_dir / built[0][1].release_dir
+    image = built[0][1].image.reference
+    _seed_dispatcher(options, image)
+    tamper(dispatcher_cache.cache_folder(options.cache_dir, image))
+    said: list[str] = []
+    # The Engine lacks the image, so the entry is the only dispatcher there could be.
+    written = compose.compose_release(
+        options, release, built, FakeEngine(), signer=signer, announce=said.append
+    )
+    assert written == []
+    assert any("ignoring the cached dispatcher" in line for line in said), said
+    assert any("not composed" in line for line in said), said
+    assert not (release / "demo-1.2.3-linux-x86_64-cpu-auto").exists()
+
+
+def test_an_intact_entry_is_used_and_a_non_elf_one_is_refused_even_when_sealed(
+    project: Path, tmp_path: Path
+) -> None:
+    """The seal says this machine wrote the entry; the bytes are still checked to be a
+    freestanding x86_64 executable (a sealed entry from a buggy compile is not shipped)."""
+    options = make_options(project)
+    image = "orchestrator/toolchain:test"
+    _seed_dispatcher(options, image)
+    folder = dispatcher_cache.cache_folder(options.cache_dir, image)
+    said: list[str] = []
+    found = dispatcher_cache.read_cached(folder, image, said.append)
+    assert found is not None and found[1] == DISPATCHER and said == []
+    assert dispatcher_cache.read_cached(folder, "orchestrator/toolchain:other", said.append) is None
+    assert "another image" in said[-1]
+
+    script_info = found[0].model_copy(update={"sha256": sha256_bytes(SCRIPT), "size": len(SCRIPT)})
+    (folder / "dispatcher").write_bytes(SCRIPT)
+    entry = DispatcherCacheEntry(
+        info=script_info, seal=seal(f"dispatcher/{folder.name}", script_info.dump())
+    )
+    write_record(folder / "dispatcher.json", entry)
+    assert dispatcher_cache.read_cached(folder, image, said.append) is None
+    assert "no ELF file" in said[-1]
