@@ -63,8 +63,14 @@ def _from_step_cache(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
     entry = look_up(pipeline, log, StepName.PGO_MERGE, key, build_inputs(pipeline))
     if entry is None:
         return None
-    details = json.loads(entry.file(DETAILS).read_text())
-    record = store_profile(entry.file(MERGED), _store_path(pipeline), dict(details))
+    try:  # its sha256 was checked against the sealed record; still, never fatal
+        details = json.loads(entry.file(DETAILS).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        details = None
+    if not isinstance(details, dict):
+        log.warn(f"ignoring the cached PGO profile {key[:12]}: its {DETAILS} is no JSON object")
+        return None
+    record = store_profile(entry.file(MERGED), _store_path(pipeline), details)
     record.cached = True
     for step in (StepName.PGO_INSTRUMENT, StepName.PGO_TRAIN, StepName.PGO_MERGE):
         pipeline.state.reused[step] = entry.reused()

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import ProfileError
-from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
+from orchestrator.host.cache_read import UnusableRecord, read_sealed
+from orchestrator.host.cache_seal import seal
 from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.records import read_record, write_record
+from orchestrator.model.records import write_record
 
 
 @dataclass
@@ -49,30 +50,33 @@ def store_profile(source: Path, cache: Path, details: dict[str, object]) -> Prof
     return ProfileRecord(cache, digest, cache.stat().st_size, False, details)
 
 
-def _slot(cache: Path) -> str:
+def profile_slot(cache: Path) -> str:
     """What a seal binds a record to: its kind and file name (which holds its input key)."""
     return f"{cache.parent.name}/{cache.name}"
 
 
 def write_sidecar(cache: Path, sidecar: ProfileSidecar) -> None:
     """The record beside the profile at `cache`, sealed for that slot."""
-    sealed = sidecar.model_copy(update={"seal": seal(_slot(cache), sidecar.sealed_fields())})
+    sealed = sidecar.model_copy(update={"seal": seal(profile_slot(cache), sidecar.sealed_fields())})
     write_record(cache.with_suffix(".json"), sealed)
 
 
 def load_profile(cache: Path, what: str, warn: Callable[[str], object]) -> ProfileRecord | None:
-    """The stored profile, or None when there is none or its record carries no valid seal
-    (it was not written by orchestrator with this machine's key: profile afresh)."""
+    """The stored profile, or None when there is none or its record is unusable: not
+    readable, not a sidecar, or carrying no valid seal (not written by orchestrator with
+    this machine's key). An unusable record is said in one warning: profile afresh."""
     meta_path = cache.with_suffix(".json")
-    if not cache.is_file() or not meta_path.is_file():
+    if not cache.is_file():
         return None
-    meta = read_record(meta_path, ProfileSidecar)
-    if not seal_matches(_slot(cache), meta.sealed_fields(), meta.seal):
+    try:
+        meta = read_sealed(meta_path, ProfileSidecar, profile_slot(cache))
+    except UnusableRecord as why:
         warn(
-            f"ignoring the stored {what} profile {cache.name}: its record is not sealed with "
-            f"this machine's cache key (written elsewhere, by an older version, or forged; "
-            f"set {KEY_ENV} to share a cache between machines); profiling afresh"
+            f"ignoring the stored {what} profile {cache.name}: its record {meta_path} "
+            f"cannot be used ({why}); profiling afresh"
         )
+        return None
+    if meta is None:
         return None
     digest = sha256_file(cache)
     if digest != meta.sha256:

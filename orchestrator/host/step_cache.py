@@ -20,17 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
+from orchestrator.host.cache_read import UnusableRecord, read_sealed
+from orchestrator.host.cache_seal import seal
 from orchestrator.model.cache_records import StepEntryRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import BUILDER_UID
-from orchestrator.model.records import (
-    FileDigest,
-    RecordError,
-    ReusedStep,
-    read_record,
-    write_record,
-)
+from orchestrator.model.records import FileDigest, ReusedStep, write_record
 
 ENTRY_FILE = "step.json"
 
@@ -85,7 +80,7 @@ class StepCache:
     root: Path
     read: bool = True
 
-    def _slot(self, key: str) -> str:
+    def slot(self, key: str) -> str:
         return f"steps/{key}"
 
     def contains(self, key: str) -> bool:
@@ -103,14 +98,20 @@ class StepCache:
         """The verified entry for `key`, or None: nothing stored, `read` off, inputs the
         key does not cover differ (`note`), or it fails verification (`warn`)."""
         folder = self.root / key
-        if not self.read or not (folder / ENTRY_FILE).is_file():
+        entry = folder / ENTRY_FILE
+        if not self.read:
             return None
         try:
-            record = read_record(folder / ENTRY_FILE, StepEntryRecord)
-        except RecordError as error:
-            problem: str | None = error.message
-        else:
-            problem = self._problem(folder, key, step, record)
+            record = read_sealed(entry, StepEntryRecord, self.slot(key))
+        except UnusableRecord as why:
+            warn(
+                f"ignoring the cached {step} outputs {key[:12]}: {entry} cannot be used "
+                f"({why}); running it"
+            )
+            return None
+        if record is None:
+            return None
+        problem = self._problem(folder, key, step, record)
         if problem is not None:
             warn(f"ignoring the cached {step} outputs {key[:12]}: {problem}; running it")
             return None
@@ -123,12 +124,6 @@ class StepCache:
         """Why the entry must not be used, or None."""
         if record.step != step or record.key != key:
             return "recorded for another step"
-        if not seal_matches(self._slot(key), record.sealed_fields(), record.seal):
-            return (
-                "their record is not sealed with this machine's cache key (written elsewhere, "
-                f"by an older version, or forged; set {KEY_ENV} to share a cache between "
-                "machines)"
-            )
         for name, digest in record.files.items():
             path = folder / name
             actual = sha256_file(path) if path.is_file() else "missing"
@@ -169,7 +164,7 @@ class StepCache:
                 inputs=dict(inputs),
             )
             record = record.model_copy(
-                update={"seal": seal(self._slot(key), record.sealed_fields())}
+                update={"seal": seal(self.slot(key), record.sealed_fields())}
             )
             write_record(partial / ENTRY_FILE, record)
             folder = self.root / key

@@ -1,6 +1,8 @@
 """`release --dry-run`: per cached step of each target, whether it would run or be reused,
-and why. Reads the step cache and the stored PGO profiles' records; verifies nothing (a
-tampered entry, or other vendored crates, still run the step when the release does).
+and why. Reads the step cache and the stored PGO profiles' records: a profile record that
+is unreadable or unsealed counts as absent (the reason names it), as the release treats
+it; files' hashes are not checked (a tampered entry, or other vendored crates, still run
+the step when the release does).
 
 Within one release a step whose key an earlier target has is reused from it. Where a key
 needs what an earlier step makes (the merged PGO profile), a profile made in this release
@@ -16,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.execute.pgo import MERGED
+from orchestrator.execute.profiles import profile_slot
+from orchestrator.host.cache_read import S, UnusableRecord, read_sealed
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.model.cache_records import ProfileSidecar, StepEntryRecord
-from orchestrator.model.records import RecordError, read_record
 from orchestrator.model.reports import StepNote
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
@@ -37,6 +40,15 @@ AT_RUN = {
     StepName.SPEED_GATE: "decided as it runs: each count keyed by the variant's binaries' "
     "sha256 and the workload",
 }
+
+
+def _sealed(path: Path, model: type[S], slot: str, unusable: list[str]) -> S | None:
+    """The record, or None; why one that is there cannot be used goes into `unusable`."""
+    try:
+        return read_sealed(path, model, slot)
+    except UnusableRecord as why:
+        unusable.append(f"{path} cannot be used ({why})")
+        return None
 
 
 @dataclass
@@ -66,19 +78,17 @@ class StepPlanner:
             return None, None
         key = plan.pgo.profile_key
         stored = self.cache_dir / "profiles" / "pgo" / f"{key}.profdata"
-        try:
-            sidecar = read_record(stored.with_suffix(".json"), ProfileSidecar)
-        except RecordError:
-            sidecar = None
+        unusable: list[str] = []  # records the release would ignore, with why
+        sidecar = _sealed(
+            stored.with_suffix(".json"), ProfileSidecar, profile_slot(stored), unusable
+        )
         if stored.is_file() and sidecar is not None:
             reason = f"stored PGO profile {sidecar.sha256[:12]} for the same inputs"
             return sidecar.sha256, StepNote(step="pgo", reused=True, reason=reason)
         key = pgo_key(plan, self.config)
         entry = self.cache_dir / "steps" / key / ENTRY_FILE
-        try:
-            merged = read_record(entry, StepEntryRecord).files.get(MERGED)
-        except RecordError:
-            merged = None
+        record = _sealed(entry, StepEntryRecord, self.steps.slot(key), unusable)
+        merged = None if record is None else record.files.get(MERGED)
         if merged is not None:
             reason = f"PGO profile {merged.sha256[:12]} in the step cache"
             return merged.sha256, StepNote(step="pgo", reused=True, reason=reason)
@@ -86,7 +96,8 @@ class StepPlanner:
         stand_in = f"pgo-key:{key}"
         if first != plan.artifact_dir:
             return stand_in, StepNote(step="pgo", reused=True, reason=f"same inputs as {first}")
-        return stand_in, StepNote(step="pgo", reused=False, reason="no stored PGO profile")
+        reason = "; ".join(["no stored PGO profile", *unusable])
+        return stand_in, StepNote(step="pgo", reused=False, reason=reason)
 
     def notes(self, plan: BuildPlan) -> list[StepNote]:
         """A note per cached step the plan has, in its order."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +51,7 @@ from tests.unit.test_lockfile import lock_for
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig
 from .fakes import FakeEngine, as_engine
+from .test_console_warnings import SPOILERS
 from .test_execute_pgo_bolt import BOLT_INFO
 
 
@@ -257,7 +258,26 @@ def test_a_record_rewritten_with_its_binary_is_not_trusted(
     write_record(folder / ENTRY_FILE, forged)
     second = _run_baseline(options, v2, stack, tmp_path, "second")
     assert _cargo_runs(second) == 1
-    assert "not sealed with this machine's cache key" in second.console
+    assert "not sealed with this machine's cache key" in " ".join(second.console.split())
+
+
+@pytest.mark.parametrize("spoil", SPOILERS, ids=lambda spoil: spoil.__name__.strip("_"))
+def test_an_unusable_step_record_is_said_once_and_the_step_runs_again(
+    project: Path, stack: ExitStack, tmp_path: Path, spoil: Callable[[Path], str]
+) -> None:
+    options = make_options(project)
+    v2 = _plan(options)
+    _run_baseline(options, v2, stack, tmp_path, "first")
+    entry = options.cache_dir / "steps" / baseline_key(v2) / ENTRY_FILE
+    why = spoil(entry)
+    second = _run_baseline(options, v2, stack, tmp_path, "second")
+    assert _cargo_runs(second) == 1 and not second.log.cached
+    console = " ".join(second.console.split())
+    assert console.count("warning:") == 1
+    assert f"{entry} cannot be used (" in console and why in console
+    # Stored afresh in its place: the next target reuses it without a word.
+    third = _run_baseline(options, v2, stack, tmp_path, "third")
+    assert _cargo_runs(third) == 0 and "warning" not in third.console
 
 
 def test_refresh_runs_the_step_and_stores_it_again(
@@ -679,6 +699,29 @@ def test_the_dry_run_says_for_each_cached_step_whether_it_runs(project: Path) ->
     assert notes["build-release"].reused and notes["build-release"].reason == "in the step cache"
     assert first.cached.labelled()["build-release (in the step cache)"]
     assert first.entry().cached.steps == first.cached.steps  # in the --json report
+
+
+def test_the_dry_run_counts_an_unusable_profile_record_as_absent_and_names_it(
+    project: Path, tmp_path: Path
+) -> None:
+    options = make_options(project)
+
+    def pgo_note() -> str:
+        (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+        note = {n.step: n for n in planned.cached.steps}["pgo-train"]
+        return f"{note.reused}: {note.reason}"
+
+    (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+    assert planned.plan.pgo is not None
+    stored = options.cache_dir / "profiles" / "pgo" / f"{planned.plan.pgo.profile_key}.profdata"
+    fresh = tmp_path / "fresh"
+    fresh.write_bytes(b"profile")
+    store_profile(fresh, stored, {})
+    assert pgo_note().startswith("True: stored PGO profile")
+    stored.with_suffix(".json").write_text("not json")
+    assert pgo_note() == (
+        f"False: no stored PGO profile; {stored.with_suffix('.json')} cannot be used (not JSON)"
+    )
 
 
 def test_a_profile_in_the_step_cache_skips_the_pgo_steps_when_only_the_config_changed(
