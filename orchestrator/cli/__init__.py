@@ -10,11 +10,22 @@ from typing import Annotated
 import typer
 
 from orchestrator import __version__
-from orchestrator.cli import assemble, build, ci, maintain, release, reproduce, signing
+from orchestrator.cli import assemble, build, ci, lock, maintain, release, reproduce, signing
 from orchestrator.cli.app import INTERRUPTED, app, console, err_console
 from orchestrator.host.signals import stop_on_signals
 
-__all__ = ["app", "assemble", "build", "ci", "main", "maintain", "release", "reproduce", "signing"]
+__all__ = [
+    "app",
+    "assemble",
+    "build",
+    "ci",
+    "lock",
+    "main",
+    "maintain",
+    "release",
+    "reproduce",
+    "signing",
+]
 
 
 def _version_callback(value: bool) -> None:

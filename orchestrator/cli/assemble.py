@@ -4,6 +4,7 @@ checkout's plan, then signed and published once, where the key is (release/shard
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,17 +15,21 @@ from orchestrator.cli.app import (
     ArtifactsOption,
     CacheOption,
     ConfigOption,
-    console,
-    err_console,
     resolve_options,
-    sign_release_index,
     signer_for,
-    styled,
 )
 from orchestrator.cli.complete import complete_flavor_list
-from orchestrator.cli.release import closing_lines, refuse_dirty, release_app
+from orchestrator.cli.release import refuse_dirty, release_app
 from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
+
+
+class Agree(StrEnum):
+    """--agree: how many targets must come from two builders that agree."""
+
+    NONE = "none"
+    ONE = "one"
+    ALL = "all"
 
 
 @release_app.command("assemble")
@@ -49,6 +54,16 @@ def release_assemble(
     artifacts_dir: ArtifactsOption = None,
     cache_dir: CacheOption = None,
     allow_dirty: AllowDirtyOption = False,
+    agree: Annotated[
+        Agree,
+        typer.Option(
+            "--agree",
+            help="The two-builder rule: `all` signs only when every target comes as two "
+            "folders (two builders) with byte-identical shipped files; `one`: at least one "
+            "target does; `none`: one folder per target. A pair that differs: exit 77.",
+            case_sensitive=False,
+        ),
+    ] = Agree.NONE,
 ) -> None:
     """Check, sign and publish a release built across machines.
 
@@ -60,16 +75,21 @@ def release_assemble(
     signed, and release.json, SHA256SUMS, provenance and release.lock are written: the same
     bytes as `orchestrator release` on one machine.
 
+    With --agree, a target may come twice, built by two builders: each folder is checked
+    on its own, then their shipped files (binaries, generated files) must be byte-identical,
+    or nothing is signed (exit 77, naming the first differing file and offset).
+
     \b
     Examples:
       orchestrator release assemble targets/*
+      orchestrator release assemble --agree all runner-a/* runner-b/*
       ORCHESTRATOR_SIGNING_KEY=signing.key orchestrator release assemble downloaded/*/
     """
+    from orchestrator.cli.rebuild import publish_checked
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
-    from orchestrator.release.run import RELEASE_JSON, plan_targets, run_report
-    from orchestrator.release.shard import assemble, check_folders, compose_where_possible
+    from orchestrator.release.run import plan_targets
+    from orchestrator.release.shard import check_folders, check_folders_agreeing
     from orchestrator.release.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -87,17 +107,6 @@ def release_assemble(
     ensure_cache_dir(options.cache_dir)
     signer = signer_for(options)  # the key first: a wrong one is refused before any check
     check_signing_key(release_dir, signer.key.public)
-    checked = check_folders(plan_targets(chosen), folders)
-
-    def warn(text: str) -> None:
-        err_console.print(styled("warning:", "yellow bold", f" {text}"))
-
-    results, lock = assemble(options, checked, signer, console.print, warn)
-    built = [(result, item.plan) for result, item in zip(results, checked, strict=True)]
-    composed = compose_where_possible(
-        options, release_dir, built, signer, announce=console.print, warn=warn
-    )
-    sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE, *composed))
-    report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
-    console.print(f"pinned every input in {lock}")
-    closing_lines(report, console)
+    check = check_folders if agree is Agree.NONE else check_folders_agreeing
+    checked = check(plan_targets(chosen), folders)
+    publish_checked(options, checked, agree.value, signer, started=started)

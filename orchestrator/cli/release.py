@@ -1,4 +1,4 @@
-"""`orchestrator release` and `orchestrator lock`: every target, then the pins."""
+"""`orchestrator release`: every target, then the pins (`lock` alone: cli/lock.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from orchestrator.cli.app import (
     ArtifactsOption,
     CacheOption,
     ConfigOption,
-    LockDirtyOption,
     app,
-    console,
     err_console,
     resolve_options,
     setting_option,
@@ -96,6 +94,23 @@ def release(
         ),
     ] = False,
     allow_dirty: AllowDirtyOption = False,
+    rebuild_on: Annotated[
+        str | None,
+        typer.Option(
+            "--rebuild-on",
+            help="Build every target a second time on this Docker context, with a cache of "
+            "its own, and sign only what both builds gave byte for byte (exit 77 otherwise).",
+            metavar="CONTEXT",
+        ),
+    ] = None,
+    rebuild_cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--rebuild-cache-dir",
+            help="The second build's cache (default: beside the cache, <cache>-rebuild).",
+            metavar="DIR",
+        ),
+    ] = None,
     json_output: Annotated[
         bool,
         json_option(
@@ -123,12 +138,17 @@ def release(
     its own machine, and `orchestrator release assemble FOLDER...` signs and publishes them
     on the one that holds the key (`orchestrator ci github` writes that workflow).
 
+    Two builders: --rebuild-on CONTEXT builds every target again on another Docker engine
+    with a cache of its own and signs a target only when both builds shipped the same
+    bytes; otherwise nothing is signed and the first differing file and offset are named.
+
     \b
     Examples:
       orchestrator release --dry-run     # the plan, and which targets are cached
       orchestrator release --flavors cpu --bench-runs 0
       orchestrator release --force       # build every target again
       orchestrator release assemble targets/*
+      orchestrator release --rebuild-on buildbox   # a second engine must agree
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -180,6 +200,19 @@ def release(
         print_plan(options, chosen, json_output=json_output)
         return
     refuse_dirty(options, allow_dirty=allow_dirty)
+    if rebuild_on is not None:
+        from orchestrator.cli.rebuild import release_rebuilt
+
+        release_rebuilt(
+            options,
+            chosen,
+            rebuild_on,
+            rebuild_cache_dir,
+            bench_runs=bench_runs,
+            retrain=retrain,
+            force=force,
+        )
+        return
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     plans = _read_inputs(chosen, release_dir)
     ensure_cache_dir(options.cache_dir)
@@ -390,61 +423,3 @@ def dirty_files(options: Options) -> list[str]:
     if not crate_identity(options).get("dirty"):
         return []
     return uncommitted_changes(options) or ["(git status says so)"]
-
-
-@app.command()
-def lock(
-    config: ConfigOption = None,
-    artifacts_dir: ArtifactsOption = None,
-    cache_dir: CacheOption = None,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check", help="Only compare release.lock with the config and sources (exit 54)."
-        ),
-    ] = False,
-    allow_dirty: LockDirtyOption = False,
-) -> None:
-    """Pin every input of the published release into release.lock and the vault.
-
-    `orchestrator release` does this itself; run `lock` to re-pin a release built target
-    by target with `orchestrator build`. The lockfile (JSON, schema orchestrator/lock@1)
-    records the rootfs, every Debian package of every image (name, version, architecture,
-    sha256), toolchain versions as the tools reported them, the git commit, Cargo.lock and
-    vendored crates, every flag and environment variable, and the profiles by sha256.
-
-    \b
-    Examples:
-      orchestrator lock
-      orchestrator lock --check      # in CI: has anything drifted from the lock?
-    """
-    from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
-    from orchestrator.release.reproduce import check_lock, record_release, vault_for
-    from orchestrator.release.target import targets
-    from orchestrator.supply.chain import check_signing_key
-
-    options = resolve_options(
-        config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
-    )
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
-    chosen = targets(options, list(options.flavors))
-    blocker = lock_blocker(options)
-    if blocker:
-        raise ConfigError(f"cannot lock: {blocker}", hint=LOCK_BLOCKER_HINT)
-    if check:
-        changes = check_lock(options, read_lock(release_dir / LOCK_FILE), chosen)
-        if changes:
-            for change in changes:
-                console.print(f"  {change}")
-            raise LockDriftError(
-                f"{release_dir / LOCK_FILE} no longer matches: {len(changes)} difference(s)"
-            )
-        console.print(f"{release_dir / LOCK_FILE} matches the config and the sources")
-        return
-    refuse_dirty(options, allow_dirty=allow_dirty)
-    signer = signer_for(options)
-    check_signing_key(release_dir, signer.key.public)  # before the lock is written
-    path = record_release(options, chosen, release_dir, vault_for(options))
-    sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))
-    console.print(f"wrote {path}")

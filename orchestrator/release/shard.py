@@ -192,7 +192,23 @@ def check_folders(
 ) -> list[CheckedFolder]:
     """Every folder intact and built from this checkout's plan, one per planned target, in
     the plan's order; TargetFolderError or AssembleError naming the first that is not."""
+    return _check_folders(planned, folders, allow_twice=False)
+
+
+def check_folders_agreeing(
+    planned: Sequence[tuple[Target, BuildPlan]], folders: Sequence[Path]
+) -> list[CheckedFolder]:
+    """As check_folders, but a target may come twice (two builders, release/agree.py):
+    each folder checked on its own, all returned, the plan's order, the second of a pair
+    after the first."""
+    return _check_folders(planned, folders, allow_twice=True)
+
+
+def _check_folders(
+    planned: Sequence[tuple[Target, BuildPlan]], folders: Sequence[Path], *, allow_twice: bool
+) -> list[CheckedFolder]:
     by_artifact: dict[str, CheckedFolder] = {}
+    witnesses: dict[str, list[CheckedFolder]] = {}
     plans = {plan.artifact_dir: (target, plan) for target, plan in planned}
     for folder in folders:
         record = _read_intact(folder)
@@ -201,7 +217,7 @@ def check_folders(
                 f"{folder} holds {record.artifact}, which is not a target of this release "
                 f"({', '.join(plans)})"
             )
-        if record.artifact in by_artifact:
+        if record.artifact in by_artifact and not allow_twice:
             raise AssembleError(
                 f"{record.artifact} comes twice: {by_artifact[record.artifact].path} and {folder}"
             )
@@ -214,11 +230,16 @@ def check_folders(
                 hint="Build it again from this checkout, or assemble in the checkout it came from.",
             )
         manifest = _read_manifest(folder)
-        by_artifact[record.artifact] = CheckedFolder(folder, record, manifest, target, plan)
+        item = CheckedFolder(folder, record, manifest, target, plan)
+        if record.artifact in by_artifact:
+            witnesses.setdefault(record.artifact, []).append(item)
+        else:
+            by_artifact[record.artifact] = item
     missing = [name for name in plans if name not in by_artifact]
     if missing:
         raise AssembleError(f"no folder for {len(missing)} target(s): {', '.join(missing)}")
     checked = [by_artifact[name] for name in plans]
+    checked += [item for name in plans for item in witnesses.get(name, [])]
     first = checked[0].record.pins
     for item in checked[1:]:
         if item.record.pins != first:
