@@ -7,8 +7,10 @@ for: its dispatcher picks the level each time the program starts, so the install
 program stays right on another CPU, a copied home folder or a shared disk), checks its
 sha256 (and its minisign signature when minisign and a key are at hand), and unpacks its
 binaries into ~/.local/bin or --prefix (the -auto archive's level builds into
-<prefix>/../libexec/<binary>/, where its dispatcher looks). It depends on name and version
-only, so every publication of the release writes the same bytes.
+<prefix>/../libexec/<binary>/, where its dispatcher looks; `..` of the prefix's physical
+folder, as the dispatcher reads its own real path, whichever shell runs the script). It
+depends on name and version only, so every publication of the release writes the same
+bytes.
 """
 
 from __future__ import annotations
@@ -173,6 +175,10 @@ xz -dc "$work/$archive" | (cd "$work/unpacked" && tar -xf - --no-same-owner) \
   || die "cannot unpack $archive"
 top=${archive%.tar.xz}
 mkdir -p "$prefix" || die "cannot create $prefix"
+# The physical folder: a prefix reached through a symbolic link has another parent than
+# its spelling shows, and the dispatcher finds libexec/ beside the real one. dash's cd
+# resolves `..` in the spelling, so everything below works on this path.
+prefix=$(CDPATH='' cd -P -- "$prefix" && pwd -P) || die "cannot enter $prefix"
 
 # a new name, then a rename: a running copy of the old binary is not overwritten
 put() {
@@ -187,8 +193,8 @@ put() {
 binaries="$work/unpacked/$top"
 if [ -d "$binaries/libexec" ]; then
   # the level builds first: the dispatcher never points at a missing one
-  mkdir -p "$prefix/../libexec" || die "cannot create $prefix/../libexec"
-  libexec=$(cd "$prefix/../libexec" && pwd)
+  libexec=${prefix%/*}/libexec
+  mkdir -p "$libexec" || die "cannot create $libexec"
   for folder in "$binaries/libexec"/*; do
     [ -d "$folder" ] || continue
     mkdir -p "$libexec/${folder##*/}" || die "cannot create $libexec/${folder##*/}"

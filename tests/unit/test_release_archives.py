@@ -17,7 +17,14 @@ import pytest
 
 from orchestrator.execute import publish
 from orchestrator.model.hashing import sha256_file
-from orchestrator.supply.archives import archive_name, archived_files, crate_docs, write_archive
+from orchestrator.supply.archives import (
+    Member,
+    archive_name,
+    archived_files,
+    crate_docs,
+    write_archive,
+    write_members,
+)
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.installer import INSTALLER, render_installer
 from orchestrator.supply.minisign import SecretKey, dsse_verify, verify_file
@@ -153,11 +160,11 @@ def _release(tmp_path: Path) -> Path:
 
 
 def _install(
-    release: Path, prefix: Path, *args: str, level: str = ""
+    release: Path, prefix: Path, *args: str, level: str = "", shell: str = "sh"
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ORCHESTRATOR_INSTALL_LEVEL": level}
     return subprocess.run(
-        ["sh", str(release / INSTALLER), "--prefix", str(prefix), *args],
+        [shell, str(release / INSTALLER), "--prefix", str(prefix), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -185,6 +192,51 @@ def test_the_installer_picks_the_best_archive_for_the_level(
         subprocess.run([prefix / "demo"], capture_output=True, text=True, check=True).stdout
         == f"{expected}\n"
     )
+
+
+# Stands in for the dispatcher (execute/dispatcher.c): it finds libexec/ beside the folder
+# of its real path, and exits 127 when the level build is not there.
+FAKE_DISPATCHER = """#!/bin/sh
+real=$(readlink -f -- "$0")
+exec "${real%/*}/../libexec/demo/demo-x86-64-v2" "$@" 2>/dev/null || exit 127
+"""
+
+
+def _with_auto_archive(release: Path) -> None:
+    """Add the -auto archive (bin/demo dispatching to libexec/demo/) to the release."""
+    top = "demo-1.2.3-linux-x86_64-cpu-auto"
+    members = [
+        Member("bin/demo", FAKE_DISPATCHER.encode(), executable=True),
+        Member("libexec/demo/demo-x86-64-v2", b"#!/bin/sh\necho demo-auto-v2\n", True),
+    ]
+    archive = write_members(release / archive_name(top), top=top, members=members, mtime=1)
+    with (release / "SHA256SUMS").open("a") as sums:
+        sums.write(f"{sha256_file(archive)}  {archive.name}\n")
+
+
+@needs_tools
+@pytest.mark.parametrize("shell", ["dash", "bash", "sh"])
+@pytest.mark.parametrize("spelt", [False, True], ids=["plain", "home-libexec-exists"])
+def test_the_auto_archive_installs_through_a_prefix_reached_by_a_symlink(
+    tmp_path: Path, shell: str, spelt: bool
+) -> None:
+    """home/bin -> ../real/bin: libexec/ goes beside the real folder, where the dispatcher
+    looks. dash's cd resolved `home/bin/../libexec` by its spelling: rc 2, or, where
+    home/libexec exists, an install there and a program that always exits 127."""
+    release = _release(tmp_path)
+    _with_auto_archive(release)
+    home = tmp_path / "home"
+    (tmp_path / "real" / "bin").mkdir(parents=True)
+    home.mkdir()
+    (home / "bin").symlink_to("../real/bin")
+    if spelt:
+        (home / "libexec").mkdir()
+    done = _install(release, home / "bin", shell=shell)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "real" / "libexec" / "demo" / "demo-x86-64-v2").is_file()
+    assert not (home / "libexec" / "demo").exists()
+    ran = subprocess.run([home / "bin" / "demo"], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "demo-auto-v2\n")
 
 
 @needs_tools
