@@ -49,13 +49,15 @@ def ci(
             "written, as `render --check` does for Dockerfiles.",
         ),
     ] = False,
-    install_spec: Annotated[
+    install: Annotated[
         str | None,
         typer.Option(
-            "--install-spec",
-            help="What the runners `pip install` (default: rust-release-orchestrator=="
-            "this version), e.g. a git URL: 'rust-release-orchestrator @ git+https://...'.",
-            metavar="REQUIREMENT",
+            "--install",
+            help="Where the runners get orchestrator, instead of ci.install: pypi (this "
+            "version), a wheel URL with its sha256 (https://.../rust_release_orchestrator-"
+            "0.1.0-py3-none-any.whl#sha256=HEX, or file://) or a git URL at a commit "
+            "(git+https://...@SHA).",
+            metavar="SOURCE",
         ),
     ] = None,
     public_key: Annotated[
@@ -78,7 +80,10 @@ def ci(
     reads the signing key, runs `release assemble` and `verify` and uploads the archives,
     install.sh, SHA256SUMS, signatures, provenance and release.lock (GitHub: to the GitHub
     Release; GitLab: to the generic package registry). The key comes from the secret (or
-    File variable) MINISIGN_SECRET_KEY, its passphrase from MINISIGN_PASSPHRASE.
+    File variable) MINISIGN_SECRET_KEY, its passphrase from MINISIGN_PASSPHRASE; the build
+    jobs seal their cached profiles with ORCHESTRATOR_CACHE_KEY. With ci.verify, a second
+    builder builds every target (rebuild) or one (rebuild-one) again and assemble signs
+    only folders that agree byte for byte.
 
     \b
     Examples:
@@ -101,7 +106,7 @@ def ci(
     levels: dict[str, list[str]] = {}
     for target in targets(options, list(options.flavors)):
         levels.setdefault(target.flavor, []).append(target.level)
-    spec = ci_spec(options, levels, root=root, install_spec=install_spec, public_key=public_key)
+    spec = ci_spec(options, levels, root=root, install=install, public_key=public_key)
     path = output if output is not None else default_output(provider.value, root)
     state = write_workflow(
         path,

@@ -177,26 +177,30 @@ def resolve_binaries(path: Path, values: dict[str, Any], package_name: str) -> N
         )
 
 
-# ci.runners: FLAVOR=LABEL, a label as GitHub runner labels and GitLab runner tags are
-# written (no spaces or quotes: it is pasted into YAML as a plain word).
-_CI_RUNNER = re.compile(r"([a-z0-9]+)=([A-Za-z0-9][A-Za-z0-9._:/-]{0,99})")
+# ci.runners: FLAVOR=LABEL (both builders) or FLAVOR@b=LABEL (the second builder of
+# ci.verify), a label as GitHub runner labels and GitLab runner tags are written (no spaces
+# or quotes: it is pasted into YAML as a plain word).
+_CI_RUNNER = re.compile(r"([a-z0-9]+)(?:@(b))?=([A-Za-z0-9][A-Za-z0-9._:/-]{0,99})")
 
 
 def check_ci_runners(
-    entries: tuple[str, ...], flavors: tuple[str, ...], where: str = ""
+    entries: tuple[str, ...], flavors: tuple[str, ...], where: str = "", builder: str = "a"
 ) -> dict[str, list[str]]:
-    """ci.runners as labels by flavor, in the order given; ConfigError naming a bad entry
-    (`where`: the config file, to say where it came from)."""
+    """ci.runners as `builder`'s labels by flavor, in the order given; ConfigError naming a
+    bad entry (`where`: the config file, to say where it came from). Builder b runs where
+    the FLAVOR@b entries say, else where builder a does."""
     labels: dict[str, list[str]] = {}
+    second: dict[str, list[str]] = {}
     for entry in entries:
         found = _CI_RUNNER.fullmatch(entry)
         if found is None:
             raise ConfigError(
-                f"{where}ci.runners: {entry!r} is not FLAVOR=LABEL",
+                f"{where}ci.runners: {entry!r} is not FLAVOR=LABEL or FLAVOR@b=LABEL",
                 hint='One label per entry, e.g. runners = ["cuda=self-hosted", "cuda=gpu"]; a '
-                "label is letters, digits and . _ : / -.",
+                "label is letters, digits and . _ : / -; FLAVOR@b=LABEL places the second "
+                "builder of ci.verify.",
             )
-        flavor, label = found.groups()
+        flavor, qualifier, label = found.groups()
         if flavor not in flavors:
             raise ConfigError(
                 f"{where}ci.runners: {entry!r} names the unknown flavor {flavor!r}; "
@@ -204,6 +208,9 @@ def check_ci_runners(
                 + "known: "
                 + ", ".join(flavors)
             )
-        if label not in labels.setdefault(flavor, []):
-            labels[flavor].append(label)
-    return labels
+        into = second if qualifier == "b" else labels
+        if label not in into.setdefault(flavor, []):
+            into[flavor].append(label)
+    if builder == "a":
+        return labels
+    return {flavor: second.get(flavor) or labels[flavor] for flavor in labels | second}

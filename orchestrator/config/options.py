@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.checks import check_ci_runners, check_run_settings, resolve_binaries
+from orchestrator.config.ci_install import PYPI, install_requirement
 from orchestrator.config.crate_files import (
     CrateCargoConfig,
     read_cargo_package,
@@ -128,6 +129,8 @@ class Options:
     engine_prefetch: bool = default_of("engines.prefetch")
     engine_require: tuple[str, ...] = default_of("engines.require")
     ci_runners: tuple[str, ...] = default_of("ci.runners")
+    ci_install: str = default_of("ci.install")
+    ci_verify: str = default_of("ci.verify")
     profiling_privileges: bool = default_of("profiling.privileges")
     profiling_allow_privileged: bool = default_of("profiling.allow_privileged")
     limit_pids: int = default_of("limits.pids")
@@ -487,6 +490,7 @@ def resolve(
                 + ", ".join(KNOWN_FLAVORS)
             )
     check_ci_runners(values.get("ci_runners", ()), KNOWN_FLAVORS, f"{path}: ")
+    install_requirement(values.get("ci_install", PYPI), f"{path}: ci.install")
     flavor_settings: dict[str, FlavorSettings] = {}
     for name in KNOWN_FLAVORS:
         table: dict[str, Any] = {

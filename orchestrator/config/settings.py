@@ -225,8 +225,28 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         "runner labels (GitHub) or tags (GitLab) of a flavor's build job in the file `orchestrator "
         'ci` writes, as FLAVOR=LABEL, one entry per label: ["cuda=self-hosted", "cuda=gpu"] '
-        "(a flavor named nowhere: ubuntu-latest on GitHub, any runner on GitLab)",
+        "(a flavor named nowhere: ubuntu-latest on GitHub, any runner on GitLab); "
+        "FLAVOR@b=LABEL: where ci.verify's second builder runs instead",
         attr="ci_runners",
+    ),
+    Setting(
+        "ci.install",
+        "str",
+        "pypi",
+        "where the CI runners get orchestrator: pypi (this version), a wheel URL with its "
+        'sha256 ("https://.../rust_release_orchestrator-0.1.0-py3-none-any.whl#sha256=HEX", '
+        'file:// too) or a git URL at a commit ("git+https://.../orchestrator.git@SHA")',
+        attr="ci_install",
+    ),
+    Setting(
+        "ci.verify",
+        "str",
+        "off",
+        "two builders before a signature: rebuild builds every target twice in CI (builders "
+        "a and b, caches apart) and assemble signs only byte-identical pairs; rebuild-one "
+        "builds one target twice, chosen from the tag's hash",
+        attr="ci_verify",
+        choices=("off", "rebuild", "rebuild-one"),
     ),
     Setting(
         "profiling.privileges",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 from orchestrator.supply.workflows import (
+    AGREE,
+    CACHED_FOLDERS,
     CI_SECRETS,
     CiSpec,
     file_header,
@@ -23,7 +25,9 @@ _GITHUB = """\
 # signing key, signs the release, verifies it and uploads it to the GitHub Release.
 # Run by hand (workflow_dispatch), it plans and builds without publishing.
 # Secrets: @SECRET@ (the text of the minisign secret key) and, for an
-# encrypted key, @PASSPHRASE@.
+# encrypted key, @PASSPHRASE@, in the environment `release` (assemble's);
+# @CACHE_SECRET@ (any long random text), in the environment `build`, seals the
+# build jobs' cached profiles so that a runner uses what another stored.@VERIFY_NOTE@
 name: release
 
 on:
@@ -64,33 +68,42 @@ jobs:
       - name: Plan the release
         id: plan
         env:
-          # flavor -> runner labels (ci.runners); a flavor not named here builds on ubuntu-latest
+          # builder -> flavor -> runner labels (ci.runners); elsewhere ubuntu-latest
           RUNNERS: @RUNNERS@
+          # ci.verify: off, rebuild (every target twice) or rebuild-one (one, from the tag)
+          VERIFY: @VERIFY@
         run: |
           orchestrator release --dry-run --json > "$RUNNER_TEMP/plan.json"
           python - "$RUNNER_TEMP/plan.json" <<'EOF'
-          import json, os, sys
+          import hashlib, json, os, sys
           plan = json.load(open(sys.argv[1]))
           tag = os.environ["GITHUB_REF_NAME"] if os.environ["GITHUB_REF_TYPE"] == "tag" else ""
           if tag and tag != "v" + plan["version"]:
               print(f"::error::tag {tag} is not v{plan['version']}: the config releases that")
               sys.exit(1)
           runners = json.loads(os.environ["RUNNERS"])
+          again = {"off": [], "rebuild": plan["targets"]}.get(os.environ["VERIFY"])
+          if again is None:  # rebuild-one: the target the ref's name hashes to
+              digest = hashlib.sha256(os.environ["GITHUB_REF_NAME"].encode()).hexdigest()
+              again = [plan["targets"][int(digest, 16) % len(plan["targets"])]]
           targets = [
               {key: target[key] for key in ("artifact", "flavor", "level")}
-              | {"runner": runners.get(target["flavor"], ["ubuntu-latest"])}
-              for target in plan["targets"]
+              | {"builder": builder}
+              | {"runner": runners[builder].get(target["flavor"], ["ubuntu-latest"])}
+              for builder, chosen in (("a", plan["targets"]), ("b", again))
+              for target in chosen
           ]
           with open(os.environ["GITHUB_OUTPUT"], "a") as output:
               output.write("targets=" + json.dumps(targets, separators=(",", ":")) + "\\n")
           for target in targets:
-              print(target["artifact"], "on", ", ".join(target["runner"]))
+              print(target["artifact"], "by", target["builder"], "on", ", ".join(target["runner"]))
           EOF
 
   build:
-    name: build ${{ matrix.target.artifact }}
+    name: build ${{ matrix.target.artifact }} (${{ matrix.target.builder }})
     needs: plan
     runs-on: ${{ matrix.target.runner }}
+    environment: build  # where @CACHE_SECRET@ lives
     permissions:
       contents: read
     strategy:
@@ -113,19 +126,16 @@ jobs:
           if [ -e /proc/sys/kernel/apparmor_restrict_unprivileged_userns ]; then
             sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0
           fi
-      # The vault and stored PGO/BOLT profiles: files named by their sha256 or by the hash
-      # of what made them, so a stale entry is never used, only not found. A tag's build
-      # only reads the cache: it is written by runs on other refs (run this workflow by hand
-      # on the default branch), and a tag's run sees only its own and the default branch's
-      # entries, which only those who can push there can write.
-      - name: Restore the vault and stored profiles
+      # The vendored crates (each checked against Cargo.lock before use) and the stored
+      # PGO/BOLT profiles (sealed with @CACHE_SECRET@; one without a valid seal is
+      # made again), kept apart for each builder. Never the step cache: a release's
+      # binaries are all compiled by its own build jobs (docs/trust.md).
+      - name: Restore the crates and stored profiles
         id: cache
         uses: @CACHE_RESTORE@
         with:
           path: |
-            ~/.cache/orchestrator/vault
-            ~/.cache/orchestrator/profiles
-          key: @CACHE_KEY@${{ hashFiles(@CACHE_FILES@) }}
+@CACHE_PATHS@          key: @CACHE_KEY@${{ hashFiles(@CACHE_FILES@) }}
           restore-keys: |
             @CACHE_KEY@
       - name: Check the runner
@@ -133,24 +143,29 @@ jobs:
       - name: Build ${{ matrix.target.artifact }}
         env:
           ARTIFACT: ${{ matrix.target.artifact }}
+          BUILDER: ${{ matrix.target.builder }}
+          ORCHESTRATOR_CACHE_KEY: ${{ secrets.@CACHE_SECRET@ }}
         run: |
+          if [ -z "$ORCHESTRATOR_CACHE_KEY" ]; then
+            echo "::warning::no secret @CACHE_SECRET@: no restored profile is used"
+          fi
           orchestrator build --target "$ARTIFACT" --out "$RUNNER_TEMP/targets"
           # a tar keeps the modes that upload-artifact would drop
-          tar -cf "$RUNNER_TEMP/$ARTIFACT.tar" -C "$RUNNER_TEMP/targets" "$ARTIFACT"
+          tar -cf "$RUNNER_TEMP/$ARTIFACT-$BUILDER.tar" -C "$RUNNER_TEMP/targets" "$ARTIFACT"
       - uses: @UPLOAD@
         with:
-          name: target-${{ matrix.target.artifact }}
-          path: ${{ runner.temp }}/${{ matrix.target.artifact }}.tar
+          name: target-${{ matrix.target.artifact }}-${{ matrix.target.builder }}
+          path: ${{ runner.temp }}/${{ matrix.target.artifact }}-${{ matrix.target.builder }}.tar
           if-no-files-found: error
           retention-days: 7
-      - name: Save the vault and stored profiles
-        if: github.ref_type != 'tag' && steps.cache.outputs.cache-hit != 'true'
+      # Saved from every ref, tags included: a ref's entries are restored by later runs of
+      # that ref (a tag's re-run) and, from the default branch, by every ref.
+      - name: Save the crates and stored profiles
+        if: steps.cache.outputs.cache-hit != 'true'
         uses: @CACHE_SAVE@
         with:
           path: |
-            ~/.cache/orchestrator/vault
-            ~/.cache/orchestrator/profiles
-          key: @CACHE_KEY@${{ hashFiles(@CACHE_FILES@) }}
+@CACHE_PATHS@          key: @CACHE_KEY@${{ hashFiles(@CACHE_FILES@) }}
 
   assemble:
     name: sign and publish
@@ -185,9 +200,11 @@ jobs:
             echo "::error::set the secret @SECRET@ to the minisign secret key (orchestrator keygen)"
             exit 1
           fi
-          mkdir -p "$RUNNER_TEMP/targets"
-          for folder in "$RUNNER_TEMP"/downloads/*.tar; do
-            tar -xf "$folder" -C "$RUNNER_TEMP/targets"
+          # one folder per builder's archive: two builders' folders have the same name
+          for archive in "$RUNNER_TEMP"/downloads/*.tar; do
+            folder="$RUNNER_TEMP/targets/$(basename "$archive" .tar)"
+            mkdir -p "$folder"
+            tar -xf "$archive" -C "$folder"
           done
           key="$RUNNER_TEMP/signing.key"
           trap 'rm -f "$key"' EXIT
@@ -196,7 +213,7 @@ jobs:
           if [ -n "$PASSPHRASE" ]; then
             export ORCHESTRATOR_SIGNING_PASSPHRASE="$PASSPHRASE"
           fi
-          orchestrator release assemble "$RUNNER_TEMP"/targets/*
+          orchestrator release assemble@AGREE@ "$RUNNER_TEMP"/targets/*/*
           release_dir=$(orchestrator release --dry-run --json \\
             | python -c 'import json, sys; print(json.load(sys.stdin)["release_dir"])')
           echo "release_dir=$release_dir" >> "$GITHUB_OUTPUT"
@@ -228,21 +245,40 @@ jobs:
 
 def render_github(spec: CiSpec) -> str:
     """.github/workflows/release.yml for `spec`."""
-    runners = {flavor: list(labels) for flavor, labels in sorted(spec.runners.items())}
+    runners = {
+        builder: {flavor: list(labels) for flavor, labels in sorted(spec.runners[builder].items())}
+        for builder in spec.builders
+    }
     verify_key = f" --key {spec.public_key}" if spec.public_key else ""
+    verify_note = (
+        ""
+        if spec.verify == "off"
+        else "\n# ci.verify = "
+        + spec.verify
+        + ": a second builder (b) builds "
+        + ("every target" if spec.verify == "rebuild" else "one target, chosen from the tag")
+        + "\n# again, and assemble signs only folders that agree byte for byte."
+    )
     replacements = {
         "@HEADER@": file_header(
             "github", spec, "GitHub Actions: build the release across runners, sign once."
         ),
+        "@VERIFY_NOTE@": verify_note,
         "@SECRET@": CI_SECRETS["key"],
         "@PASSPHRASE@": CI_SECRETS["passphrase"],
+        "@CACHE_SECRET@": CI_SECRETS["cache"],
         "@INSTALL@": yaml_quote(spec.install_spec),
         "@CONFIG@": yaml_quote(spec.config),
         "@CACHE_KEY@": (
             f"orchestrator-{spec.toolchain}-${{{{ matrix.target.flavor }}}}-"
-            "${{ matrix.target.level }}-"
+            "${{ matrix.target.level }}-${{ matrix.target.builder }}-"
+        ),
+        "@CACHE_PATHS@": "".join(
+            f"            ~/.cache/orchestrator/{folder}\n" for folder in CACHED_FOLDERS
         ),
         "@RUNNERS@": "'" + json.dumps(runners, separators=(",", ":")) + "'",
+        "@VERIFY@": yaml_quote(spec.verify),
+        "@AGREE@": AGREE[spec.verify],
         "@CACHE_FILES@": ", ".join(f"'{path}'" for path in spec.cache_files),
         "@VERIFY_KEY@": verify_key,
         "@CHECKOUT@": pinned_action("checkout"),

@@ -6,6 +6,8 @@ Docker-in-Docker for the builds, and the generic package registry for the files.
 from __future__ import annotations
 
 from orchestrator.supply.workflows import (
+    AGREE,
+    CACHED_FOLDERS,
     CI_SECRETS,
     CiSpec,
     command_line,
@@ -22,8 +24,9 @@ _GITLAB_HEAD = """\
 # job that reads the signing key, signs, verifies and uploads the release to the project's
 # generic package registry (packages/generic/NAME/VERSION/FILE).
 # CI/CD variables: @SECRET@ (type File, protected, the minisign secret key) and, for
-# an encrypted key, @PASSPHRASE@ (masked, protected); protect the v* tags so
-# that tag pipelines see them.
+# an encrypted key, @PASSPHRASE@ (masked, protected); @CACHE_SECRET@ (masked,
+# protected, any long random text) seals the build jobs' cached profiles so that a runner
+# uses what another stored; protect the v* tags so that tag pipelines see them.@VERIFY_NOTE@
 # The build jobs need a runner that allows privileged containers with a /certs/client
 # volume (Docker-in-Docker with TLS).
 workflow:
@@ -61,7 +64,7 @@ plan:
     - orchestrator release --dry-run --json > .orchestrator/plan.json
     - |
       python3 - <<'EOF'
-      import json, os, sys
+      import hashlib, json, os, sys
       plan = json.load(open(".orchestrator/plan.json"))
       tag = os.environ.get("CI_COMMIT_TAG", "")
       if tag and tag != "v" + plan["version"]:
@@ -73,16 +76,16 @@ plan:
                    "write it again with `@COMMAND@`")
       for target in plan["targets"]:
           print(target["artifact"])
-      EOF
+@CHOOSE@      EOF
   artifacts:
     paths:
       - .orchestrator/plan.json
-    expire_in: 1 week
+@PLAN_ARTIFACTS@    expire_in: 1 week
 """
 
 _GITLAB_BUILD = """\
 
-build-@FLAVOR@:
+@JOB@:
   stage: build
   needs:
     - plan
@@ -91,6 +94,7 @@ build-@FLAVOR@:
       alias: docker
   variables:
     FLAVOR: @FLAVOR@
+    BUILDER: @BUILDER@
     DOCKER_HOST: tcp://docker:2376
     DOCKER_TLS_CERTDIR: /certs
     DOCKER_TLS_VERIFY: "1"
@@ -99,24 +103,28 @@ build-@FLAVOR@:
   parallel:
     matrix:
       - LEVEL:
-@LEVELS@  # the vault and stored PGO/BOLT profiles (named by content or by what made them)
+@LEVELS@  # the vendored crates (checked against Cargo.lock on use) and stored PGO/BOLT profiles
+  # (sealed with @CACHE_SECRET@), apart for each builder; never the step cache: a
+  # release's binaries are all compiled by its own build jobs (docs/trust.md)
   cache:
     key:
       files:
-@CACHE_FILES@      prefix: orchestrator-@TOOLCHAIN@-$FLAVOR-$LEVEL
+@CACHE_FILES@      prefix: orchestrator-@TOOLCHAIN@-$FLAVOR-$LEVEL-$BUILDER
     paths:
-      - .orchestrator-cache/vault
-      - .orchestrator-cache/profiles
-  script:
+@CACHE_PATHS@  script:
     - apt-get update -qq
     - apt-get install -y -qq --no-install-recommends mmdebstrap
     - >-
       artifact=$(python3 -c 'import json, sys;
       print(next(t["artifact"] for t in json.load(open(".orchestrator/plan.json"))["targets"]
       if t["flavor"] == sys.argv[1] and t["level"] == sys.argv[2]))' "$FLAVOR" "$LEVEL")
+@SKIP@    - |
+      if [ -z "${@CACHE_SECRET@:-}" ]; then
+        echo "warning: no CI/CD variable @CACHE_SECRET@: no restored profile is used"
+      fi
     - orchestrator build --target "$artifact" --out .orchestrator/targets
     # a tar keeps the files' modes
-    - tar -cf ".orchestrator/$artifact.tar" -C .orchestrator/targets "$artifact"
+    - tar -cf ".orchestrator/$artifact-$BUILDER.tar" -C .orchestrator/targets "$artifact"
   artifacts:
     paths:
       - .orchestrator/*.tar
@@ -137,12 +145,17 @@ assemble:
         echo "set the CI/CD variable @SECRET@ (type File, protected) to the minisign secret key" >&2
         exit 1
       fi
-    - mkdir -p .orchestrator/unpacked
-    - for folder in .orchestrator/*.tar; do tar -xf "$folder" -C .orchestrator/unpacked; done
+    # one folder per builder's archive: two builders' folders have the same name
+    - |
+      for archive in .orchestrator/*.tar; do
+        folder=".orchestrator/unpacked/$(basename "$archive" .tar)"
+        mkdir -p "$folder"
+        tar -xf "$archive" -C "$folder"
+      done
     - export ORCHESTRATOR_SIGNING_KEY="$@SECRET@"
     - if [ -n "${@PASSPHRASE@:-}" ]; then export ORCHESTRATOR_SIGNING_PASSPHRASE="$@PASSPHRASE@"; fi
     - export ORCHESTRATOR_ARTIFACTS_DIR="$CI_PROJECT_DIR/.orchestrator/artifacts"
-    - orchestrator release assemble .orchestrator/unpacked/*
+    - orchestrator release assemble@AGREE@ .orchestrator/unpacked/*/*
     - unset ORCHESTRATOR_SIGNING_KEY ORCHESTRATOR_SIGNING_PASSPHRASE
     - orchestrator release --dry-run --json > .orchestrator/assembled.json
     - release_dir=$(field .orchestrator/assembled.json release_dir)
@@ -164,10 +177,37 @@ assemble:
 """
 
 
+# rebuild-one: the plan picks the target the tag's name hashes to (as GitHub's plan job
+# does), and the second builder's jobs of every other target end at once.
+_CHOOSE = """\
+      digest = hashlib.sha256(os.environ["CI_COMMIT_REF_NAME"].encode()).hexdigest()
+      chosen = plan["targets"][int(digest, 16) % len(plan["targets"])]["artifact"]
+      with open(".orchestrator/rebuild-one", "w") as again:
+          again.write(chosen + "\\n")
+      print("built again by builder b:", chosen)
+"""
+_SKIP = """\
+    - |
+      if [ "$artifact" != "$(cat .orchestrator/rebuild-one)" ]; then
+        echo "rebuild-one: $(cat .orchestrator/rebuild-one) is built again, not $artifact"
+        exit 0
+      fi
+"""
+
+
 def render_gitlab(spec: CiSpec) -> str:
     """.gitlab-ci.yml for `spec`."""
     expected = "\n".join(
         f"{flavor} {level}" for flavor, levels in spec.levels.items() for level in levels
+    )
+    verify_note = (
+        ""
+        if spec.verify == "off"
+        else "\n# ci.verify = "
+        + spec.verify
+        + ": the build-FLAVOR-b jobs build "
+        + ("every target" if spec.verify == "rebuild" else "one target, chosen from the tag")
+        + "\n# again, and assemble signs only folders that agree byte for byte."
     )
     head = fill(
         _GITLAB_HEAD,
@@ -177,10 +217,16 @@ def render_gitlab(spec: CiSpec) -> str:
             ),
             "@SECRET@": CI_SECRETS["key"],
             "@PASSPHRASE@": CI_SECRETS["passphrase"],
+            "@CACHE_SECRET@": CI_SECRETS["cache"],
+            "@VERIFY_NOTE@": verify_note,
             "@INSTALL@": yaml_quote(spec.install_spec),
             "@CONFIG@": yaml_quote(spec.config),
             "@EXPECTED@": yaml_quote(expected),
             "@COMMAND@": command_line("gitlab", spec),
+            "@CHOOSE@": _CHOOSE if spec.verify == "rebuild-one" else "",
+            "@PLAN_ARTIFACTS@": (
+                "      - .orchestrator/rebuild-one\n" if spec.verify == "rebuild-one" else ""
+            ),
         },
     )
     # GitLab keys a cache by at most two files: the lock and the config decide the most.
@@ -188,30 +234,45 @@ def render_gitlab(spec: CiSpec) -> str:
         path for path in spec.cache_files if path.endswith("/Cargo.lock") or path == "Cargo.lock"
     ]
     key_files = [spec.config, *lock][:2]
+    jobs = [
+        (f"build-{flavor}" + ("" if builder == "a" else f"-{builder}"), flavor, builder)
+        for builder in spec.builders
+        for flavor in spec.levels
+    ]
     builds = "".join(
         fill(
             _GITLAB_BUILD,
             {
+                "@JOB@": job,
                 "@FLAVOR@": flavor,
+                "@BUILDER@": builder,
                 "@TAGS@": (
                     "  tags:\n"
-                    + "".join(f"    - {yaml_quote(tag)}\n" for tag in spec.runners[flavor])
-                    if spec.runners.get(flavor)
+                    + "".join(f"    - {yaml_quote(tag)}\n" for tag in spec.runners[builder][flavor])
+                    if spec.runners[builder].get(flavor)
                     else ""
                 ),
-                "@LEVELS@": "".join(f"          - {yaml_quote(level)}\n" for level in levels),
+                "@LEVELS@": "".join(
+                    f"          - {yaml_quote(level)}\n" for level in spec.levels[flavor]
+                ),
                 "@CACHE_FILES@": "".join(f"          - {yaml_quote(path)}\n" for path in key_files),
+                "@CACHE_PATHS@": "".join(
+                    f"      - .orchestrator-cache/{folder}\n" for folder in CACHED_FOLDERS
+                ),
+                "@CACHE_SECRET@": CI_SECRETS["cache"],
                 "@TOOLCHAIN@": spec.toolchain,
+                "@SKIP@": _SKIP if builder == "b" and spec.verify == "rebuild-one" else "",
             },
         )
-        for flavor, levels in spec.levels.items()
+        for job, flavor, builder in jobs
     )
     assemble = fill(
         _GITLAB_ASSEMBLE,
         {
-            "@NEEDS@": "".join(f"    - build-{flavor}\n" for flavor in spec.levels),
+            "@NEEDS@": "".join(f"    - {job}\n" for job, _, _ in jobs),
             "@SECRET@": CI_SECRETS["key"],
             "@PASSPHRASE@": CI_SECRETS["passphrase"],
+            "@AGREE@": AGREE[spec.verify],
             "@VERIFY_KEY@": f" --key {spec.public_key}" if spec.public_key else "",
         },
     )

