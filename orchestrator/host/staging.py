@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.errors import PublishError
 from orchestrator.host.scratch import remove_abandoned
+from orchestrator.model.checksums import checksums_bytes
 from orchestrator.model.hashing import sha256_file
 
 CHECKSUMS = "SHA256SUMS"
@@ -52,15 +53,16 @@ def remove_abandoned_staging(artifacts_dir: Path) -> list[Path]:
 
 
 def write_checksums(directory: Path) -> Path:
-    """SHA256SUMS over every file below `directory`, in `sha256sum -c` format."""
-    lines = []
+    """SHA256SUMS over every file below `directory`, in `sha256sum -c` format (a name with
+    a backslash, newline or carriage return escaped as sha256sum escapes it)."""
+    entries = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         relative = path.relative_to(directory).as_posix()
         if relative == CHECKSUMS:
             continue
-        lines.append(f"{sha256_file(path)}  {relative}\n")
+        entries.append((sha256_file(path), relative))
     target = directory / CHECKSUMS
-    target.write_text("".join(lines))
+    target.write_bytes(checksums_bytes(entries))
     return target
 
 

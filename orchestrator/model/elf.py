@@ -57,6 +57,10 @@ def _reading(what: str) -> Iterator[None]:
         raise ElfReadError(f"{what}: {exc}") from exc
 
 
+# For the other readers of ELF files (model/cpu_levels.py): the same errors, named.
+reading_elf = _reading
+
+
 def version_tuple(text: str) -> tuple[int, ...]:
     """`2.28` -> (2, 28); `2.2.5` -> (2, 2, 5)."""
     return tuple(int(part) for part in text.split("."))

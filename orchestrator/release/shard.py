@@ -5,10 +5,11 @@ that holds the key (`orchestrator release assemble`).
 The folder is the published artifact folder without its signatures, plus target.json
 (model/target_folder.py): the action key of the plan it was built from, its release.json
 entry and lock entry, and the sha256 of every file. Assembling checks each folder against
-the plan this checkout makes (the same action key: the same sources, lock, toolchain,
-settings and orchestrator), refuses anything extra, missing or changed, then publishes
-through the same code as a one-machine release (execute/publish.py sign_and_publish), so
-the release holds the same bytes.
+the plan this checkout makes, believing none of its records (release/assemble_checks.py:
+the files the plan makes and no other, read safely; lock inputs, pins, build.json and the
+SBOM against the plan; every binary's ELF identity, CPU level, glibc floor and compiler),
+then publishes through the same code as a one-machine release (execute/publish.py
+sign_and_publish), so the release holds the same bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 
@@ -32,11 +32,18 @@ from orchestrator.host.staging import fsync_tree, staging_area
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.lockfile import LockedTarget, SharedPins
-from orchestrator.model.records import BuildManifest, RecordError, read_record, write_record
+from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
+from orchestrator.release.assemble_checks import LIMITS, CheckedFolder, check_folder, planned_kind
+from orchestrator.release.assemble_errors import (
+    AssembleError,
+    TargetFolderError,
+    UnplannedBinaryError,
+)
 from orchestrator.release.compose import compose_groups, compose_release
+from orchestrator.release.folder_files import copy_checked, list_files
 from orchestrator.release.pin import (
     archive_outputs,
     locked_target,
@@ -49,32 +56,21 @@ from orchestrator.release.target import Target, TargetResult, build_target, meas
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 
-# A folder with more files than this is not one a build made (logs and profiles included).
-MAX_FOLDER_FILES = 10_000
-
-
-class TargetFolderError(OrchestratorError):
-    exit_code = 69
-    summary = (
-        "`release assemble`: a target folder is not intact: no readable target.json, or a "
-        "file changed, added or missing since `build --target` wrote it"
-    )
-    default_hint = (
-        "Build the target again (`orchestrator build --target NAME`) and pass the new folder."
-    )
-
-
-class AssembleError(OrchestratorError):
-    exit_code = 70
-    summary = (
-        "`release assemble`: the folders do not make this release: one was built from "
-        "another commit, config or orchestrator, names no target of it, comes twice, or a "
-        "target has no folder"
-    )
-    default_hint = (
-        "Build every target from this checkout (`orchestrator build --target NAME` for each "
-        "name in `orchestrator release --dry-run`), then assemble their folders."
-    )
+# Raised here, defined beside the checks; callers and tests import them from this module.
+__all__ = [
+    "AssembleError",
+    "CheckedFolder",
+    "TargetFolderError",
+    "UnplannedBinaryError",
+    "assemble",
+    "build_target_folder",
+    "check_folder",
+    "check_folders",
+    "check_folders_agreeing",
+    "compose_where_possible",
+    "folder_digests",
+    "pick_target",
+]
 
 
 def pick_target(planned: Sequence[tuple[Target, BuildPlan]], name: str) -> tuple[Target, BuildPlan]:
@@ -155,43 +151,28 @@ def _describe(folder: Path, target: Target, plan: BuildPlan, result: TargetResul
         summary=result.summary(),
         lock=locked_target(target, plan, manifest, folder, vault, archive=None),
         pins=shared_pins(options, plan, vault),
-        files=_digests(folder),
+        files=folder_digests(folder),
     )
     write_record(folder / TARGET_RECORD, record)
     fsync_tree(folder)
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    """The sha256 of every regular file below `folder` but target.json, by relative path.
-    Anything that is not a folder or a regular file (a link, a device) is refused."""
-    found: dict[str, str] = {}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder).as_posix()
-        if path.is_symlink() or not (path.is_file() or path.is_dir()):
-            raise TargetFolderError(f"{folder}: {relative} is not a regular file or folder")
-        if path.is_file() and relative != TARGET_RECORD:
-            found[relative] = sha256_file(path)
-        if len(found) > MAX_FOLDER_FILES:
-            raise TargetFolderError(f"{folder} holds more than {MAX_FOLDER_FILES} files")
-    return found
-
-
-@dataclass(frozen=True)
-class CheckedFolder:
-    """A target folder that matched its record and this checkout's plan."""
-
-    path: Path
-    record: TargetFolder
-    manifest: BuildManifest
-    target: Target
-    plan: BuildPlan
+def folder_digests(folder: Path) -> dict[str, str]:
+    """The sha256 of every file below `folder` but target.json, by relative path: the
+    names `release assemble` accepts only (safe characters, regular files, no links)."""
+    return {
+        relative: sha256_file(folder / relative)
+        for relative in list_files(folder)
+        if relative != TARGET_RECORD
+    }
 
 
 def check_folders(
     planned: Sequence[tuple[Target, BuildPlan]], folders: Sequence[Path]
 ) -> list[CheckedFolder]:
-    """Every folder intact and built from this checkout's plan, one per planned target, in
-    the plan's order; TargetFolderError or AssembleError naming the first that is not."""
+    """Every folder checked against this checkout's plan (release/assemble_checks.py), one
+    per planned target, in the plan's order, all with the same pins; TargetFolderError,
+    AssembleError or UnplannedBinaryError naming the first that is not."""
     return _check_folders(planned, folders, allow_twice=False)
 
 
@@ -209,32 +190,18 @@ def _check_folders(
 ) -> list[CheckedFolder]:
     by_artifact: dict[str, CheckedFolder] = {}
     witnesses: dict[str, list[CheckedFolder]] = {}
-    plans = {plan.artifact_dir: (target, plan) for target, plan in planned}
+    plans = [plan.artifact_dir for _, plan in planned]
     for folder in folders:
-        record = _read_intact(folder)
-        if record.artifact not in plans:
+        item = check_folder(folder, planned)
+        artifact = item.record.artifact
+        if artifact in by_artifact and not allow_twice:
             raise AssembleError(
-                f"{folder} holds {record.artifact}, which is not a target of this release "
-                f"({', '.join(plans)})"
+                f"{artifact} comes twice: {by_artifact[artifact].path} and {folder}"
             )
-        if record.artifact in by_artifact and not allow_twice:
-            raise AssembleError(
-                f"{record.artifact} comes twice: {by_artifact[record.artifact].path} and {folder}"
-            )
-        target, plan = plans[record.artifact]
-        if record.action_key != action_key(plan, target.options):
-            raise AssembleError(
-                f"{folder} was built from another plan than this checkout makes for "
-                f"{record.artifact} (another commit, config, toolchain or "
-                f"{record.written_by} against orchestrator {__version__})",
-                hint="Build it again from this checkout, or assemble in the checkout it came from.",
-            )
-        manifest = _read_manifest(folder)
-        item = CheckedFolder(folder, record, manifest, target, plan)
-        if record.artifact in by_artifact:
-            witnesses.setdefault(record.artifact, []).append(item)
+        if artifact in by_artifact:
+            witnesses.setdefault(artifact, []).append(item)
         else:
-            by_artifact[record.artifact] = item
+            by_artifact[artifact] = item
     missing = [name for name in plans if name not in by_artifact]
     if missing:
         raise AssembleError(f"no folder for {len(missing)} target(s): {', '.join(missing)}")
@@ -248,46 +215,6 @@ def _check_folders(
                 f"than {checked[0].path}: they were not built from the same inputs"
             )
     return checked
-
-
-def _read_intact(folder: Path) -> TargetFolder:
-    """target.json of `folder`, once every file it lists has its sha256 and nothing else
-    is there."""
-    if folder.is_symlink() or not folder.is_dir():
-        raise TargetFolderError(f"{folder} is not a folder (a link is refused too)")
-    try:
-        record = read_record(folder / TARGET_RECORD, TargetFolder)
-    except RecordError as error:
-        raise TargetFolderError(
-            f"{folder} is not a target folder: {TARGET_RECORD}: {error.message}"
-        ) from error
-    present = _digests(folder)
-    extra = sorted(set(present) - set(record.files))
-    lost = sorted(set(record.files) - set(present))
-    changed = sorted(
-        name for name in present.keys() & record.files.keys() if present[name] != record.files[name]
-    )
-    problems = [
-        *(f"{name} was added" for name in extra),
-        *(f"{name} is missing" for name in lost),
-        *(f"{name} changed" for name in changed),
-    ]
-    if problems:
-        raise TargetFolderError(
-            f"{folder} is not as `build --target` left it: "
-            + "; ".join(problems[:5])
-            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
-        )
-    return record
-
-
-def _read_manifest(folder: Path) -> BuildManifest:
-    manifest = read_record(folder / "build.json", BuildManifest)
-    for shipped in manifest.artifact.binaries:
-        path = folder / shipped.file
-        if not path.is_file() or sha256_file(path) != shipped.sha256:
-            raise TargetFolderError(f"{folder}: {shipped.file} is not the binary build.json names")
-    return manifest
 
 
 def assemble(
@@ -305,7 +232,7 @@ def assemble(
     for item in checked:
         with staging_area(options.artifacts_dir, f"assemble-{uuid.uuid4().hex[:12]}") as area:
             staged = area / item.record.artifact
-            _copy_folder(item.path, staged, item.record)
+            _copy_folder(item, staged)
             sign_and_publish(
                 ArtifactToPublish(
                     folder=staged,
@@ -323,6 +250,7 @@ def assemble(
             item.record.lock.model_copy(update=archive_outputs(release_dir, item.record.artifact))
         )
         results.append(TargetResult.from_summary(item.target, item.record.summary))
+        # The summary's text was escaped by the checks: a runner's words reach this console.
         announce(f"published {item.record.artifact} (built on {item.record.summary.engine})")
     write_release_json(release_dir, options, results, carry_over=False)
     pins: SharedPins = checked[0].record.pins
@@ -355,12 +283,12 @@ def compose_where_possible(
     return compose_release(options, release_dir, built, engine, signer=signer, announce=announce)
 
 
-def _copy_folder(source: Path, dest: Path, record: TargetFolder) -> None:
-    """The files target.json lists, copied (with their modes) into `dest`: exactly what
-    was checked, never target.json itself."""
+def _copy_folder(item: CheckedFolder, dest: Path) -> None:
+    """The checked files copied (with their permission bits) into `dest`, each read again
+    as safely and hashed while copied: exactly what was checked, never target.json."""
     dest.mkdir()
-    for relative in record.files:
+    for relative, sha256 in item.files.items():
+        kind = planned_kind(relative, item.target, item.plan) or "record"
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / relative, target)
-        target.chmod((source / relative).stat().st_mode & 0o777)
+        copy_checked(item.path / relative, target, limit=LIMITS[kind], sha256=sha256, name=relative)

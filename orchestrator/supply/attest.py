@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.model.checksums import checksums_bytes
 from orchestrator.model.compose_record import COMPOSE_JSON
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
@@ -215,7 +216,7 @@ def write_release_index(
         folder, staged_folder = incoming
         located[folder] = (staged_folder, read_record(staged_folder / "build.json", BuildManifest))
     artifacts = [(folder, located[folder][1]) for folder in sorted(located)]
-    lines = []
+    lines: list[tuple[str, str]] = []  # (sha256, name)
     for folder, (where, manifest) in sorted(located.items()):
         # The folder's own SHA256SUMS lists every file in it (build.json, profiles, logs):
         # listing it here puts all of them under this file's signature.
@@ -223,7 +224,7 @@ def write_release_index(
         for name in (*binaries, "sbom.cdx.json", CHECKSUMS):
             path = where / name
             if path.is_file():
-                lines.append(f"{sha256_file(path)}  {folder}/{name}\n")
+                lines.append((sha256_file(path), f"{folder}/{name}"))
     signed = _signed_release_files(
         release_dir,
         out_dir,
@@ -234,11 +235,11 @@ def write_release_index(
         staged=staged,
         left_out=left_out,
     )
-    lines += [f"{digest}  {name}\n" for name, digest in signed]
+    lines += [(digest, name) for name, digest in signed]
     signed_files = {name for name, _ in signed}
     archives = sorted((name, digest) for name, digest in signed if archive_folder(name))
     checksums = out_dir / CHECKSUMS
-    checksums.write_text("".join(lines))
+    checksums.write_bytes(checksums_bytes(lines))
     release = release_dir.name
     # The lockfile pins every input; without one, the hash of the recorded build inputs.
     lockfile = release_dir / "release.lock"

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
+from orchestrator.model.checksums import ChecksumsFormatError, parse_checksums
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, composed_digests
 from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
+from orchestrator.model.printable import printable
 from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
 from orchestrator.supply.archives import (
     ARCHIVE_SUFFIX,
@@ -108,9 +110,13 @@ class Verifier:
                 if ".." in Path(name).parts or Path(name).is_absolute():
                     raise VerificationError(f"unsafe path {name!r} in {listing.name}")
                 if target.is_symlink() or not target.is_file():
-                    raise VerificationError(f"{name} is listed but missing (or not a plain file)")
+                    raise VerificationError(
+                        f"{printable(name)} is listed but missing (or not a plain file)"
+                    )
                 if sha256_file(target) != digest:
-                    raise VerificationError(f"{name}: sha256 differs from {listing.name}")
+                    raise VerificationError(
+                        f"{printable(name)}: sha256 differs from {listing.name}"
+                    )
             if not listed:
                 raise VerificationError(f"{listing.name} lists nothing")
             return f"{len(listed)} files match"
@@ -136,7 +142,8 @@ class Verifier:
                 if name not in covered and name not in INDEX_FILES and not _is_listing(name):
                     unlisted.append(name)
             if unlisted:
-                shown = ", ".join(unlisted[:10]) + (" ..." if len(unlisted) > 10 else "")
+                shown = ", ".join(map(printable, unlisted[:10]))
+                shown += " ..." if len(unlisted) > 10 else ""
                 raise VerificationError(
                     f"{len(unlisted)} file(s) that no signed checksum lists: {shown}"
                 )
@@ -357,14 +364,12 @@ class LockTrust:
 
 
 def read_checksums(listing: Path) -> dict[str, str]:
-    """`sha256sum` lines as name -> digest; a line that is not one is refused."""
-    found: dict[str, str] = {}
-    for number, line in enumerate(listing.read_text().splitlines(), start=1):
-        digest, separator, name = line.partition("  ")
-        if not separator or len(digest) != 64 or not name:
-            raise VerificationError(f"{listing.name} line {number} is not `<sha256>  <file>`")
-        found[name] = digest
-    return found
+    """`sha256sum` lines as name -> digest, escaped names read back as sha256sum -c reads
+    them (model/checksums.py); a line that is not one is refused."""
+    try:
+        return dict(parse_checksums(listing.read_bytes()))
+    except ChecksumsFormatError as exc:
+        raise VerificationError(f"{listing.name} {exc}") from None
 
 
 def _check_listed_digests(lock: Path, sums: Path) -> bool:
@@ -377,15 +382,14 @@ def _check_listed_digests(lock: Path, sums: Path) -> bool:
     """
     names = {lock.name, LOCK_FILE}
     try:
-        lines = sums.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = parse_checksums(sums.read_bytes())
+    except OSError as exc:
         raise VerificationError(f"{sums} cannot be read: {exc}") from None
+    except ChecksumsFormatError as exc:
+        raise VerificationError(f"{sums} {exc}") from None
     actual = sha256_file(lock)
     listed = False
-    for number, line in enumerate(lines, start=1):
-        digest, separator, name = line.partition("  ")
-        if not separator or len(digest) != 64 or not name:
-            raise VerificationError(f"{sums} line {number} is not `<sha256>  <file>`")
+    for number, (name, digest) in enumerate(lines, start=1):
         if name.removeprefix("./") not in names:
             continue
         listed = True

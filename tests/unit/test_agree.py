@@ -4,31 +4,23 @@ by what ships before either is signed, on folders `build --target` really leaves
 from __future__ import annotations
 
 import shutil
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.agree import settle, shipped_files
 from orchestrator.release.shard import AssembleError, check_folders_agreeing
 from orchestrator.release.target import Target
 from orchestrator.supply.agreement import BuildersDisagreeError
 
-from .execute_rig import make_options
-from .test_release_assemble import _describe, _handed_over
+from .assemble_rig import describe, edit_to_match, ready_folder
 
 
 @pytest.fixture
 def two_builds(project: Path, tmp_path: Path) -> tuple[Path, Path, Target, BuildPlan]:
     """One target's folder as `build --target` leaves it, and a second builder's copy."""
-    options = make_options(project, artifacts_dir=tmp_path / "artifacts")
-    with ExitStack() as stack:
-        first, plan = _handed_over(options, stack, tmp_path)
-    target = Target("cpu", plan.target_cpu, options)
-    _describe(first, target, plan)
+    first, target, plan = ready_folder(project, tmp_path)
     second = tmp_path / "second" / plan.artifact_dir
     shutil.copytree(first, second)
     return first, second, target, plan
@@ -43,10 +35,9 @@ def test_two_identical_builds_agree_and_one_is_published(
     (chosen,) = settle(checked, "all", said.append)
     assert chosen.path == first
     assert shipped_files(chosen) == {"demo"}
-    unnamed = "an engine it did not name"
     assert said == [
         f"agreed: {plan.artifact_dir}: 1 shipped file(s) byte-identical "
-        f"(built on {unnamed} and {unnamed})"
+        "(built on current and current)"
     ]
 
 
@@ -56,12 +47,8 @@ def test_a_differing_binary_is_refused_with_its_offset_and_nothing_chosen(
     first, second, target, plan = two_builds
     data = bytearray((second / "demo").read_bytes())
     data[7] ^= 1  # what a build script's random byte does
-    (second / "demo").write_bytes(bytes(data))
     # The second builder's own records, consistent with its binary: intact on its own.
-    manifest = read_record(second / "build.json", BuildManifest)
-    artifact = manifest.artifact.model_copy(update={"sha256": sha256_bytes(bytes(data))})
-    write_record(second / "build.json", manifest.model_copy(update={"artifact": artifact}))
-    _describe(second, target, plan)
+    edit_to_match(second, target, plan, {"demo": bytes(data)})
     checked = check_folders_agreeing([(target, plan)], [first, second])
     with pytest.raises(BuildersDisagreeError, match="first differing byte at offset 7") as raised:
         settle(checked, "one", lambda _line: None)
@@ -73,7 +60,7 @@ def test_a_log_or_a_timing_may_differ(two_builds: tuple[Path, Path, Target, Buil
     first, second, target, plan = two_builds
     log = next((second / "logs").iterdir())
     log.write_text(log.read_text() + "built on another engine in 12.5 s\n")
-    _describe(second, target, plan)
+    describe(second, target, plan)
     checked = check_folders_agreeing([(target, plan)], [first, second])
     assert [c.path for c in settle(checked, "all", lambda _line: None)] == [first]
 

@@ -13,20 +13,15 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute import publish
 from orchestrator.execute.archive_stage import ArtifactToPublish
-from orchestrator.model.lockfile import SharedPins
-from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import TargetSummary
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
+from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.target_folder import TARGET_RECORD
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.plan.serialize import action_key
 from orchestrator.release.shard import (
     AssembleError,
     TargetFolderError,
-    _digests,
     check_folders,
     pick_target,
 )
@@ -36,53 +31,10 @@ from orchestrator.supply.attest import Signer
 from orchestrator.supply.installer import INSTALLER
 from orchestrator.supply.minisign import SecretKey
 
+from .assemble_rig import describe, handed_over_folder, ready_folder
 from .conftest import plan_for
 from .execute_rig import make_options
 from .publish_rig import extract_and_publish, ready_to_publish
-from .test_lockfile import lock_for
-
-PINS = SharedPins.model_validate(
-    {
-        "rootfs_sha256": "2" * 64,
-        "mmdebstrap": {"command": ["mmdebstrap", "trixie"], "version": "1.5.6"},
-        "vendor_sha256": "1" * 64,
-    }
-)
-
-
-def _handed_over(options: Options, stack: ExitStack, tmp_path: Path) -> tuple[Path, BuildPlan]:
-    """What `build --target` leaves: the finished folder, moved unsigned into out/."""
-    (tmp_path / "rig").mkdir()
-    rig = ready_to_publish(options, stack, tmp_path / "rig", None)  # type: ignore[arg-type]
-    rig.pipeline.unsigned_out = tmp_path / "out"
-    extract_and_publish(rig)
-    plan = rig.pipeline.plan
-    return tmp_path / "out" / plan.artifact_dir, plan
-
-
-def _describe(folder: Path, target: Target, plan: BuildPlan, **changes: object) -> None:
-    """target.json as `build --target` writes it, with fixed lock pins."""
-    fields: dict[str, object] = {
-        "written_by": "orchestrator test",
-        "artifact": plan.artifact_dir,
-        "action_key": action_key(plan, target.options),
-        "summary": TargetSummary(
-            flavor=target.flavor,
-            level=target.level,
-            artifact=plan.artifact_dir,
-            status="ok",
-            seconds=1.0,
-            size=1,
-            sha256=None,
-            speedup_vs_baseline=None,
-            error=None,
-            warnings=[],
-        ),
-        "lock": lock_for(plan).targets[0],
-        "pins": PINS,
-        "files": _digests(folder),
-    } | changes
-    write_record(folder / TARGET_RECORD, TargetFolder.model_validate(fields))
 
 
 def test_a_folder_handed_over_unsigned_publishes_the_bytes_a_signing_build_does(
@@ -96,8 +48,7 @@ def test_a_folder_handed_over_unsigned_publishes_the_bytes_a_signing_build_does(
         rig = ready_to_publish(one_shot, stack, tmp_path / "signed", signer)
         extract_and_publish(rig)
     sharded = make_options(project, artifacts_dir=tmp_path / "sharded")
-    with ExitStack() as stack:
-        folder, plan = _handed_over(sharded, stack, tmp_path)
+    folder, plan = handed_over_folder(sharded, tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == [
         "build.json",
         "demo",
@@ -139,12 +90,7 @@ def test_a_folder_handed_over_unsigned_publishes_the_bytes_a_signing_build_does(
 
 @pytest.fixture
 def handed_over(project: Path, tmp_path: Path) -> tuple[Path, Target, BuildPlan]:
-    options = make_options(project, artifacts_dir=tmp_path / "artifacts")
-    with ExitStack() as stack:
-        folder, plan = _handed_over(options, stack, tmp_path)
-    target = Target("cpu", plan.target_cpu, options)
-    _describe(folder, target, plan)
-    return folder, target, plan
+    return ready_folder(project, tmp_path)
 
 
 def test_an_intact_folder_of_this_plan_is_accepted(
@@ -160,9 +106,10 @@ def test_an_intact_folder_of_this_plan_is_accepted(
     ("change", "said"),
     [
         (lambda f: (f / "demo").write_bytes(b"other"), "demo changed"),
-        (lambda f: (f / "extra.sh").write_text("#!/bin/sh\n"), "extra.sh was added"),
+        (lambda f: (f / "logs" / "99-more.log").write_text("x\n"), "logs/99-more.log was added"),
+        (lambda f: (f / "extra.sh").write_text("#!/bin/sh\n"), "extra.sh is not a file that"),
         (lambda f: (f / "sbom.cdx.json").unlink(), "sbom.cdx.json is missing"),
-        (lambda f: (f / "link").symlink_to(f / "demo"), "link is not a regular file"),
+        (lambda f: (f / "link").symlink_to(f / "demo"), "link: a symbolic link"),
         (lambda f: (f / TARGET_RECORD).write_text("{"), "is not a target folder"),
     ],
 )
@@ -180,11 +127,11 @@ def test_a_folder_of_another_plan_or_no_folder_is_refused(
     handed_over: tuple[Path, Target, BuildPlan], tmp_path: Path
 ) -> None:
     folder, target, plan = handed_over
-    _describe(folder, target, plan, action_key="0" * 64)
+    describe(folder, target, plan, action_key="0" * 64)
     with pytest.raises(AssembleError, match="another plan") as raised:
         check_folders([(target, plan)], [folder])
     assert raised.value.exit_code == 70
-    _describe(folder, target, plan)
+    describe(folder, target, plan)
     with pytest.raises(AssembleError, match="comes twice"):
         check_folders([(target, plan)], [folder, folder])
     v3 = replace(target.options, target_cpu="x86-64-v3")
