@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from orchestrator.host.system import process_alive
 from orchestrator.model.records import ContainerGrant, EngineRecord
+from orchestrator.runtime.quirks import EngineKind, architecture
 from orchestrator.runtime.seccomp import added_syscalls, profile_json, profile_sha256
 
 LABEL_MANAGED = "org.orchestrator.managed"
@@ -72,9 +73,13 @@ class Privileges:
         # Every container drops all capabilities: say so wherever something was granted.
         return ", ".join([parts[0], "cap-drop ALL", *parts[1:]]) if parts else "none"
 
-    def engine_options(self) -> dict[str, Any]:
-        """The container-create options these rights come to (the SDK's names)."""
-        profile = () if self.seccomp is None else (f"seccomp={profile_json(self.seccomp)}",)
+    def engine_options(self, *, seccomp_file: str | None = None) -> dict[str, Any]:
+        """The container-create options these rights come to (the SDK's names). The
+        profile goes as its JSON, or as `seccomp_file`, a file holding it, for an engine
+        that reads the option as a path (Podman)."""
+        profile: tuple[str, ...] = ()
+        if self.seccomp is not None:
+            profile = (f"seccomp={seccomp_file or profile_json(self.seccomp)}",)
         return {
             "privileged": self.privileged,
             "cap_add": list(self.cap_add) or None,
@@ -189,6 +194,8 @@ class EngineApi(Protocol):
 
     def info(self) -> dict[str, Any]: ...
 
+    def kind(self) -> EngineKind: ...
+
     def image(self, reference: str) -> ImageInfo | None: ...
 
     def managed_images(self) -> list[ImageInfo]: ...
@@ -261,7 +268,7 @@ def engine_facts(engine: EngineApi) -> EngineFacts:
         labels[key] = value
     return EngineFacts(
         name=engine.name,
-        architecture=str(info.get("Architecture", "")),
+        architecture=architecture(info),  # x86_64 on Docker and Podman (amd64) alike
         labels=labels,
         images=frozenset(tag for image in engine.managed_images() for tag in image.tags),
     )

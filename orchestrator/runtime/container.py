@@ -10,30 +10,28 @@ import docker.errors
 from docker.models.containers import Container as SdkContainer
 
 from orchestrator.errors import ContainerError
+from orchestrator.runtime import cgroups
 from orchestrator.runtime.api import Limits, OutputSink
 
 NO_LIMITS = Limits()
-# Where a container's cgroup counts the times it ran into a limit: cgroup v1 paths first,
-# then v2's (the container sees its own cgroup at /sys/fs/cgroup either way). The pids
-# controller counts refused forks ("max N"), the memory one OOM kills ("oom_kill N").
 PIDS_SLACK = 8  # this close to limits.pids after a failure counts as having reached it
-_LIMIT_FILES = {
-    "/sys/fs/cgroup/pids/pids.events": ("pids", "max"),
-    "/sys/fs/cgroup/pids.events": ("pids", "max"),
-    "/sys/fs/cgroup/memory/memory.oom_control": ("memory", "oom_kill"),
-    "/sys/fs/cgroup/memory.events": ("memory", "oom_kill"),
-}
 
 
 class Container:
     """A running container that steps `exec` into."""
 
     def __init__(
-        self, client: docker.DockerClient, sdk: SdkContainer, limits: Limits = NO_LIMITS
+        self,
+        client: docker.DockerClient,
+        sdk: SdkContainer,
+        limits: Limits = NO_LIMITS,
+        *,
+        cgroup_version: int = 0,
     ) -> None:
         self._client = client
         self._sdk = sdk
         self._limits = limits
+        self._cgroups = cgroups.layouts(cgroup_version)  # 0: unknown, both are read
         self._hits: dict[str, int] = {}  # counts seen by the last `limit_hits`
 
     @property
@@ -93,44 +91,45 @@ class Container:
             raise ContainerError(f"{path} does not exist in the build container") from None
         return iter(chunks)
 
+    def cgroup(self) -> cgroups.Reading:
+        """Its cgroup's limits in force and hit counters, read from inside; empty when no
+        process can be started (the pids limit is reached)."""
+        output: list[str] = []
+        try:
+            self.exec(cgroups.read_command(self._cgroups), on_output=output.append)
+        except docker.errors.APIError:
+            output = []
+        return cgroups.parse(output, self._cgroups)
+
     def limit_hits(self) -> tuple[str, ...]:
         """The limits ("pids", "memory") this container ran into since the last call, from
         its cgroup's counters. Asked after a command failed, so that a fork bomb or a
         runaway build script is named as such rather than as a plain failed step."""
         if not (self._limits.pids or self._limits.memory):
             return ()
-        output: list[str] = []
-        try:  # `head` prints each file under a "==> path <==" line; absent ones are skipped
-            self.exec(["head", "-n", "20", *_LIMIT_FILES], on_output=output.append)
-        except docker.errors.APIError:
-            output = []  # e.g. no process could be started: the pids limit is reached
-        counts: dict[str, int] = {}
-        kind = word = ""
-        for line in output:
-            if line.startswith("==> ") and line.endswith(" <=="):
-                kind, word = _LIMIT_FILES.get(line[4:-4], ("", ""))
-                continue
-            name, _, value = line.partition(" ")
-            if kind and name == word and value.strip().isdigit():
-                counts[kind] = max(counts.get(kind, 0), int(value))
-        refused = any("resource temporarily unavailable" in line.lower() for line in output)
-        if "pids" not in counts and self._limits.pids and (refused or self._pids_full()):
+        reading = self.cgroup()
+        counts = dict(reading.hits)
+        full = reading.refused or self._pids_full(reading)
+        if "pids" not in counts and self._limits.pids and full:
             counts["pids"] = self._hits.get("pids", 0) + 1
         hits = tuple(k for k, n in sorted(counts.items()) if n > self._hits.get(k, 0))
         self._hits.update(counts)
         return hits
 
-    def _pids_full(self) -> bool:
-        """Whether the Engine's stats show the container at its pids limit (when its
-        counters could not be read from inside)."""
-        try:
-            stats = self._sdk.stats(stream=False)
-        except docker.errors.APIError:
-            return False
-        pids = (stats.get("pids_stats") if isinstance(stats, dict) else None) or {}
-        current, limit = pids.get("current"), pids.get("limit")
-        if not (isinstance(current, int) and isinstance(limit, int) and limit > 0):
+    def _pids_full(self, reading: cgroups.Reading) -> bool:
+        """Whether the container sits at its pids limit, where no counter of refused forks
+        could be read: from its cgroup's pids.current, else from the Engine's stats."""
+        current = reading.current.get("pids")
+        if current is None:
+            try:
+                stats = self._sdk.stats(stream=False)
+            except docker.errors.APIError:
+                return False
+            pids = (stats.get("pids_stats") if isinstance(stats, dict) else None) or {}
+            current = pids.get("current")
+        if not isinstance(current, int):
             return False
         # Read after the failed command: its own processes (cargo, rustc, a shell) have
-        # exited by then, so what a fork bomb left running sits a few pids under the limit.
-        return limit - current <= PIDS_SLACK
+        # exited by then, so what a fork bomb left running sits a few pids under the
+        # limit. The limit is the one asked for: Podman's stats do not report it.
+        return self._limits.pids - current <= PIDS_SLACK

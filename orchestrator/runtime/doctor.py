@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.model.bolt_report import choose_mode
+from orchestrator.runtime import capabilities
+from orchestrator.runtime.capabilities import Check
 from orchestrator.runtime.engine import Engine, ImageInfo, Privileges
 from orchestrator.runtime.perf import find_perf_access
 
+__all__ = ["Check", "run_checks"]
+
 MIN_FREE_GB = 15  # one toolchain image plus its packages and a build
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str  # ok | warn | fail | info | skip
-    detail: str
 
 
 def _tagged(images: list[ImageInfo], repository: str) -> ImageInfo | None:
@@ -82,8 +78,22 @@ def _perf(engine: Engine, image: str, *, allow_privileged: bool) -> Check:
 
 
 DOCKER_SKIPPED = "skipped: Docker unreachable"
-# The checks that start containers; without an Engine each is reported as skipped.
-_CONTAINER_CHECKS = ("privileged containers", "perf in a container")
+# The checks that need an image (a base image made by a first build) to start containers.
+_BASE_CHECKS = (
+    "init",
+    "seccomp profile",
+    "read-only volumes",
+    "pids and memory limits",
+    "privileged containers",
+)
+# The checks that talk to the Engine; without one each is reported as skipped.
+_CONTAINER_CHECKS = (
+    "import and tag",
+    "image cleanup",
+    "image lock",
+    *_BASE_CHECKS,
+    "perf in a container",
+)
 
 
 def run_checks(cache_dir: Path | None, *, allow_privileged: bool = False) -> list[Check]:
@@ -97,12 +107,8 @@ def run_checks(cache_dir: Path | None, *, allow_privileged: bool = False) -> lis
         checks = [Check("docker", "fail", exc.message), _buildx()]
         checks.append(Check("disk (docker)", "skip", DOCKER_SKIPPED))
     else:
-        version, info = engine.version(), engine.info()
-        detail = (
-            f"engine {version.get('Version')} API {version.get('ApiVersion')}, "
-            f"storage {info.get('Driver')}"
-        )
-        checks = [Check("docker", "ok", detail), _buildx()]
+        info = engine.info()
+        checks = [capabilities.describe(engine), _buildx()]
         root = Path(str(info.get("DockerRootDir", "/var/lib/docker")))
         if root.exists():
             checks.append(_disk(root, "docker"))
@@ -137,19 +143,17 @@ def _host_checks() -> list[Check]:
 
 
 def _container_checks(engine: Engine, *, allow_privileged: bool) -> list[Check]:
-    """What containers may do on this Engine: --privileged, perf."""
-    checks: list[Check] = []
+    """What the Engine does as a build asks: images, locks, containers, perf."""
+    checks = [*capabilities.import_and_cleanup(engine), capabilities.image_lock(engine)]
     images = engine.managed_images()
     base = _tagged(images, "orchestrator/base")
     if base is None:
-        checks.append(
-            Check(
-                "privileged containers",
-                "info",
-                "not checked: no base image yet (run `orchestrator build`)",
-            )
-        )
+        checks += [
+            Check(name, "info", "not checked: no base image yet (run `orchestrator build`)")
+            for name in _BASE_CHECKS
+        ]
     else:
+        checks += capabilities.container_checks(engine, base.tags[0])
         code, output = engine.probe(
             base.tags[0], ["true"], privileges=Privileges(privileged=True), user="0"
         )

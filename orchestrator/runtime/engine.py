@@ -8,12 +8,8 @@ leftovers of a crashed or interrupted run can always be found and removed.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import socket
-import tarfile
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -26,7 +22,6 @@ import docker.errors
 import docker.tls
 import requests
 from docker.models.containers import Container as SdkContainer
-from docker.models.images import Image as SdkImage
 
 from orchestrator.errors import (
     ContainerError,
@@ -58,8 +53,12 @@ from orchestrator.runtime.api import (
 )
 from orchestrator.runtime.container import Container
 from orchestrator.runtime.contexts import EngineEndpoint
-from orchestrator.runtime.imagelock import LOCK_KIND, LockHolder, image_lock, stale_reason
+from orchestrator.runtime.imagelock import LOCK_KIND, image_lock
+from orchestrator.runtime.imageops import image_info, import_tar, remove_image
+from orchestrator.runtime.lockstore import EngineLocks
+from orchestrator.runtime.quirks import EngineKind, binds, detect
 from orchestrator.runtime.reach import open_client
+from orchestrator.runtime.seccomp import profile_file
 
 # Builds can stay silent for minutes (a fat-LTO link); the SDK's default 60 s read
 # timeout would abort them. It bounds every call once the Engine has answered; image
@@ -68,9 +67,6 @@ API_TIMEOUT_S = 4 * 3600
 # The first calls (version negotiation, ping) must be answered within this: a socket
 # that accepts and never answers fails here instead of hanging for API_TIMEOUT_S.
 CONNECT_TIMEOUT_S = 15
-# Image locks are containers created (never started) from this empty image: the one image
-# an engine can always be given, before any base image exists (runtime/imagelock.py).
-LOCK_IMAGE = "orchestrator/lock:1"
 
 
 class Engine:
@@ -79,11 +75,14 @@ class Engine:
         self.name = name  # the Docker context it was reached by ("current": DOCKER_HOST)
         self.session = uuid.uuid4().hex[:12]
         self._twins: list[str] = []  # the sessions of its twins (builds beside this one)
+        self._kind: EngineKind | None = None
+        self._locks = EngineLocks(client, self.kind, self._labels)
 
     def twin(self) -> Engine:
         """The same Engine under a session of its own, for one of several builds running
         on it at once: volumes, staging folders and crate downloads are named by session."""
         twin = Engine(self._client, name=self.name)
+        twin._kind = self._kind
         self._twins.append(twin.session)
         return twin
 
@@ -128,6 +127,12 @@ class Engine:
     def info(self) -> dict[str, Any]:
         return dict(self._client.info())
 
+    def kind(self) -> EngineKind:
+        """Docker or Podman, which version, cgroup version, SELinux, rootless: asked once."""
+        if self._kind is None:
+            self._kind = detect(self.version(), self.info())
+        return self._kind
+
     def _labels(self, kind: str) -> dict[str, str]:
         return {
             LABEL_MANAGED: "1",
@@ -143,21 +148,15 @@ class Engine:
             image = self._client.images.get(reference)
         except docker.errors.ImageNotFound:
             return None
-        return _image_info(image)
+        return image_info(image, self.kind())
 
     def managed_images(self) -> list[ImageInfo]:
         images = self._client.images.list(filters={"label": f"{LABEL_MANAGED}=1"})
-        return [_image_info(image) for image in images]
+        return [image_info(image, self.kind()) for image in images]
 
     def import_rootfs(self, tarball: Path, reference: str, labels: Mapping[str, str]) -> str:
-        repository, tag = reference.rsplit(":", 1)
         changes = [f'LABEL {k}="{v}"' for k, v in {**self._labels("image"), **labels}.items()]
-        try:
-            self._client.api.import_image_from_file(
-                str(tarball), repository=repository, tag=tag, changes=changes
-            )
-        except docker.errors.APIError as exc:
-            raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+        import_tar(self._client, self.kind(), str(tarball), reference, changes)
         info = self.image(reference)
         if info is None:
             raise ImageBuildError(f"docker import reported success but {reference} is missing")
@@ -225,112 +224,47 @@ class Engine:
         """Remove an image (its tags, and its layers where nothing else needs them);
         whether it went. `unused_only`: keep it while any container, a concurrent run's
         included, was made from it."""
-        try:
-            if unused_only and self._client.containers.list(
-                all=True, filters={"ancestor": reference}
-            ):
-                return False
-            self._client.images.remove(reference, force=True)
-        except docker.errors.ImageNotFound:
-            return False
-        except docker.errors.APIError as exc:
-            if unused_only and exc.status_code == requests.codes.conflict:
-                return False  # a container started from it in the meantime
-            raise
-        return True
+        return remove_image(self._client, self.kind(), reference, unused_only=unused_only)
 
     # -- image locks (runtime/imagelock.py) -----------------------------------------
     @contextmanager
     def image_lock(self, reference: str, *, on_wait: OutputSink) -> Iterator[bool]:
         """Hold this engine's lock for building `reference`; yields whether it waited."""
-        with image_lock(self, reference, self._labels(LOCK_KIND), on_wait=on_wait) as waited:
+        labels = self._labels(LOCK_KIND)
+        with image_lock(self._locks, reference, labels, on_wait=on_wait) as waited:
             yield waited
-
-    def _lock_image(self) -> str:
-        info = self.image(LOCK_IMAGE)
-        if info is not None:
-            return info.id
-        # One empty folder: an image made on the spot, nothing pulled. Two runs racing to
-        # make it each use their own (a few bytes); the tag goes to either.
-        data = io.BytesIO()
-        with tarfile.open(fileobj=data, mode="w") as tar:
-            entry = tarfile.TarInfo("lock")
-            entry.type, entry.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(entry)
-        repository, tag = LOCK_IMAGE.rsplit(":", 1)
-        labels = {**self._labels("lock-image")}
-        changes = [f'LABEL {k}="{v}"' for k, v in labels.items()]
-        try:
-            answer = self._client.api.import_image_from_data(
-                data.getvalue(), repository=repository, tag=tag, changes=changes
-            )
-        except docker.errors.APIError as exc:
-            raise ImageBuildError(f"cannot make the lock image {LOCK_IMAGE}: {exc}") from exc
-        return str(json.loads(answer)["status"])
-
-    def create_lock(self, name: str, labels: Mapping[str, str]) -> str | None:
-        for attempt in (1, 2):
-            image = self._lock_image()
-            try:
-                sdk = self._client.containers.create(
-                    image, command=["locked"], name=name, labels=dict(labels), network_mode="none"
-                )
-            except docker.errors.ImageNotFound:
-                if attempt == 2:
-                    raise
-                continue  # removed since we looked (`clean --images`): make it again
-            except docker.errors.APIError as exc:
-                if exc.status_code == requests.codes.conflict:
-                    return None  # the name is taken: another run holds the lock
-                raise ContainerError(f"cannot create the image lock {name}: {exc}") from exc
-            return str(sdk.id)
-        return None
-
-    def lock_holder(self, name: str) -> LockHolder | None:
-        try:
-            sdk = self._client.containers.get(name)
-        except docker.errors.NotFound:
-            return None
-        return LockHolder(str(sdk.id), dict(sdk.labels or {}))
-
-    def remove_lock(self, container_id: str) -> None:
-        with suppress(docker.errors.NotFound):
-            self._client.api.remove_container(container_id, force=True)
 
     # -- containers -------------------------------------------------------------
     @contextmanager
     def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[Container]:
         """A container that idles until removed; always removed unless `keep`."""
-        privileges = spec.privileges
+        kind = self.kind()
         try:
-            sdk = self._client.containers.run(
-                spec.image,
-                command=["sleep", "infinity"],
-                detach=True,
-                init=True,
-                network_mode="bridge" if spec.network else "none",
-                environment=dict(spec.environment),
-                labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
-                # cap-drop ALL, no-new-privileges, and only the rights asked for by name
-                **privileges.engine_options(),
-                **spec.limits.engine_options(),  # pids and memory: a fork bomb stays inside
-                user=spec.user,
-                volumes={
-                    **{name: {"bind": path, "mode": "rw"} for name, path in spec.volumes.items()},
-                    **{
-                        name: {"bind": path, "mode": "ro"}
-                        for name, path in spec.read_only_volumes.items()
-                    },
-                },
-                cpuset_cpus=spec.cpuset,
-            )
+            with profile_file(spec.privileges.seccomp, inline=kind.seccomp_inline) as profile:
+                sdk = self._client.containers.run(
+                    spec.image,
+                    command=["sleep", "infinity"],
+                    detach=True,
+                    init=True,
+                    network_mode="bridge" if spec.network else "none",
+                    environment=dict(spec.environment),
+                    labels={**self._labels("container"), "org.orchestrator.purpose": spec.purpose},
+                    # cap-drop ALL, no-new-privileges, and only the rights asked for by name
+                    **spec.privileges.engine_options(seccomp_file=profile),
+                    **spec.limits.engine_options(),  # pids and memory: a fork bomb stays inside
+                    user=spec.user,
+                    volumes=binds(kind, spec.volumes, spec.read_only_volumes),
+                    cpuset_cpus=spec.cpuset,
+                )
         except docker.errors.APIError as exc:
             reason = str(exc.explanation or exc).strip()
             raise ContainerError(
-                f"cannot start a {spec.purpose} container from {spec.image}: {reason}"
+                f"cannot start a {spec.purpose} container from {spec.image} on "
+                f"{kind.title}: {reason}",
+                hint=kind.start_hint(reason) or ContainerError.default_hint,
             ) from exc
         try:
-            yield Container(self._client, sdk, spec.limits)
+            yield Container(self._client, sdk, spec.limits, cgroup_version=kind.cgroup_version)
         finally:
             if not keep:
                 self._force_remove(sdk)
@@ -393,23 +327,29 @@ class Engine:
                 removed += 1
         return removed
 
+    @property
+    def locks(self) -> EngineLocks:
+        """Its image locks, as runtime/imagelock.py takes them (and doctor probes them)."""
+        return self._locks
+
+    @contextmanager
+    def created(self, image: str) -> Iterator[str]:
+        """A container made from `image` and never started (doctor: an image in use)."""
+        try:
+            sdk = self._client.containers.create(
+                image, command=["none"], labels=self._labels("probe"), network_mode="none"
+            )
+        except docker.errors.APIError as exc:
+            raise ContainerError(f"cannot create a container from {image}: {exc}") from exc
+        try:
+            yield str(sdk.id)
+        finally:
+            self._force_remove(sdk)
+
     def remove_stale_locks(self) -> int:
         """Remove image locks whose holder is gone (a later build would take them over
         anyway; `clean` should leave none behind)."""
-        removed = 0
-        host = socket.gethostname()
-        locks = self._client.containers.list(
-            all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={LOCK_KIND}"]}
-        )
-        for sdk in locks:
-            labels = dict(sdk.labels or {})
-            if labels.get(LABEL_KIND) != LOCK_KIND:
-                continue
-            holder = LockHolder(str(sdk.id), labels)
-            if stale_reason(holder, host=host, now=time.time()):
-                self.remove_lock(holder.id)
-                removed += 1
-        return removed
+        return self._locks.remove_stale()
 
     def remove_leftovers(self) -> tuple[int, int]:
         """(containers, volumes) removed: those of finished runs, never a running build's.
@@ -438,15 +378,6 @@ class Engine:
         except OrchestratorError as exc:
             return -1, str(exc)
         return code, "\n".join(output)
-
-
-def _image_info(image: SdkImage) -> ImageInfo:
-    return ImageInfo(
-        id=str(image.id),
-        tags=tuple(image.tags),
-        labels=dict(image.labels or {}),
-        size=int(image.attrs.get("Size", 0)),
-    )
 
 
 if TYPE_CHECKING:  # mypy checks that the real classes satisfy the Protocols

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 PERF_PROFILE = "orchestrator-perf"
@@ -194,6 +197,22 @@ def profile_json(name: str) -> str:
     if name != PERF_PROFILE:
         raise ValueError(f"unknown seccomp profile {name!r}")
     return json.dumps(perf_profile(), sort_keys=True, separators=(",", ":"))
+
+
+@contextmanager
+def profile_file(name: str | None, *, inline: bool) -> Iterator[str | None]:
+    """Where an engine that reads `seccomp=` as a path (Podman) finds profile `name`: a
+    file in a folder of this process's own, there while the container is made (the
+    engine reads it then). None where the option takes the JSON itself (`inline`), or
+    where no profile is asked for."""
+    if name is None or inline:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="orchestrator-seccomp-") as folder:
+        path = Path(folder) / f"{name}.json"
+        path.write_text(profile_json(name))
+        path.chmod(0o644)  # a rootful service reads it as root; rootless as this user
+        yield str(path)
 
 
 def added_syscalls(name: str) -> tuple[str, ...]:

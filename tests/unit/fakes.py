@@ -33,6 +33,7 @@ from orchestrator.runtime.engine import (
     is_leftover,
 )
 from orchestrator.runtime.imagelock import LOCK_KIND, LockHolder, image_lock
+from orchestrator.runtime.quirks import EngineKind, binds, detect
 
 Responder = Callable[[Sequence[str]], tuple[int, list[str]]]
 Prober = Callable[[str, Sequence[str], Privileges], tuple[int, str]]
@@ -90,6 +91,8 @@ class FakeContainer:
     removed: bool = False
     # What `limit_hits` answers after a failed command (a test's fork bomb: ("pids",)).
     hits: tuple[str, ...] = ()
+    # The SDK's `volumes` the real Engine would send for it (SELinux labels included).
+    binds: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def limits(self) -> Limits:
@@ -225,6 +228,9 @@ class FakeEngine:
     def info(self) -> dict[str, Any]:
         return dict(self._info)
 
+    def kind(self) -> EngineKind:
+        return detect(self._version, self._info)
+
     # -- images --------------------------------------------------------------------
     def add_image(
         self, reference: str, labels: Mapping[str, str] | None = None, *, size: int = 0
@@ -306,9 +312,23 @@ class FakeEngine:
 
     # -- containers and volumes ----------------------------------------------------
     @contextmanager
+    def created(self, image: str) -> Iterator[str]:
+        """A container made from `image`, never started: the image is in use meanwhile."""
+        self.in_use.add(image)
+        try:
+            yield self._next_id()
+        finally:
+            self.in_use.discard(image)
+
+    @contextmanager
     def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[FakeContainer]:
         box = FakeContainer(
-            self._next_id(), spec, self.responder, self.missing, archives=dict(self.archives)
+            self._next_id(),
+            spec,
+            self.responder,
+            self.missing,
+            archives=dict(self.archives),
+            binds=binds(self.kind(), spec.volumes, spec.read_only_volumes),
         )
         record = Managed(box.id, labels_of("container", session=self.session))
         self.containers.append(box)

@@ -305,13 +305,14 @@ def test_doctor_with_a_fake_engine(
     use_engine(monkeypatch, engine)
     result = runner.invoke(app, ["doctor", "--config", str(configure(project))])
     assert result.exit_code == 0, result.output
-    assert "engine 27.0.0 API 1.46, storage overlay2" in result.output
+    assert "Docker Engine 27.0.0 (rootful), API 1.46, storage overlay2" in result.output
     assert "disk (docker)" in result.output
     assert "disk (cache)" in result.output
     assert "/usr/bin/mmdebstrap" in result.output
     assert "granted" in result.output  # the privileged probe answered 0
     assert "no toolchain image yet" in result.output
-    assert [p[1] for p in engine.probes] == [("true",)]
+    # init, our seccomp profile, --privileged: each a `true` in the base image
+    assert [p[1] for p in engine.probes] == [("true",)] * 3
 
 
 def test_doctor_blocks_without_mmdebstrap(

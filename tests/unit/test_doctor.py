@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +12,9 @@ from orchestrator.errors import DockerUnavailableError
 from orchestrator.runtime.doctor import Check, run_checks
 from orchestrator.runtime.engine import Privileges
 from orchestrator.runtime.perf import LBR_PROBE
-from tests.unit.fakes import FakeEngine
+from tests.unit.fakes import FakeEngine, Prober
+from tests.unit.test_cgroups import grep_output
+from tests.unit.test_engine_kinds import FEDORA_INFO, PODMAN_VERSION
 
 GB = 1_000_000_000
 
@@ -57,6 +59,13 @@ def test_docker_unreachable_still_runs_every_check(
         "disk (cache)",
         "mmdebstrap",
         "qemu-user (host)",
+        "import and tag",
+        "image cleanup",
+        "image lock",
+        "init",
+        "seccomp profile",
+        "read-only volumes",
+        "pids and memory limits",
         "privileged containers",
         "perf in a container",
     ]
@@ -68,7 +77,7 @@ def test_docker_unreachable_still_runs_every_check(
     assert found["mmdebstrap"].status == "ok"
     assert found["disk (cache)"].status == "ok"
     skipped = [c.name for c in checks if c.status == "skip"]
-    assert skipped == ["disk (docker)", "privileged containers", "perf in a container"]
+    assert skipped == ["disk (docker)", *[c.name for c in checks][-9:]]
     assert {found[name].detail for name in skipped} == {"skipped: Docker unreachable"}
 
 
@@ -78,15 +87,25 @@ def test_fresh_host_without_images(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     use_path(monkeypatch, "mmdebstrap")
     use_free_space(monkeypatch, 100 * GB)
     checks = by_name(run_checks(tmp_path / "cache"))
-    assert checks["docker"] == Check("docker", "ok", "engine 27.0.0 API 1.46, storage overlay2")
+    assert checks["docker"] == Check(
+        "docker",
+        "ok",
+        "Docker Engine 27.0.0 (rootful), API 1.46, storage overlay2, cgroup version unknown",
+    )
     assert checks["buildkit"].status == "info"  # no docker CLI: the classic builder
     assert checks["disk (docker)"].status == "ok"
     assert checks["disk (cache)"] == Check("disk (cache)", "ok", f"100 GB free at {tmp_path}")
     assert checks["mmdebstrap"] == Check("mmdebstrap", "ok", "/usr/bin/mmdebstrap")
-    assert checks["privileged containers"].status == "info"
-    assert "no base image yet" in checks["privileged containers"].detail
+    for name in ("init", "read-only volumes", "pids and memory limits", "privileged containers"):
+        assert checks[name].status == "info"
+        assert "no base image yet" in checks[name].detail
     assert "no toolchain image yet" in checks["perf in a container"].detail
     assert fake.probes == []  # nothing to probe with
+    # What needs no image was tried, and left nothing behind.
+    assert [checks[n].status for n in ("import and tag", "image cleanup", "image lock")] == [
+        "ok"
+    ] * 3
+    assert fake.images == {} and fake.locks.held == {} and fake.in_use == set()
 
 
 def test_missing_mmdebstrap_and_little_disk_fail(
@@ -133,8 +152,8 @@ def test_with_images_probes_privileges_and_perf(monkeypatch: pytest.MonkeyPatch)
         "perf_event_open), cap-drop ALL (the least grant"
     )
     # The privileged probe runs as root in the base image.
-    image, argv, privileges, user = fake.probes[0]
-    assert (image, argv, privileges, user) == (
+    (found,) = [p for p in fake.probes if p[2].privileged]
+    assert found == (
         "orchestrator/base:trixie-" + "0" * 16,
         ("true",),
         Privileges(privileged=True),
@@ -150,3 +169,61 @@ def test_no_perf_at_all_warns_of_instrumentation(monkeypatch: pytest.MonkeyPatch
     perf = by_name(run_checks(None))["perf in a container"]
     assert perf.status == "warn"
     assert "instrumentation" in perf.detail
+
+
+def podman_doctor(
+    monkeypatch: pytest.MonkeyPatch, *, info: Mapping[str, object], cgroup: str, prober: Prober
+) -> dict[str, Check]:
+    """doctor on a fake Podman holding a base image, whose containers' cgroup files are
+    the fixture folder `cgroup` (tests/unit/cgroups/)."""
+
+    def responder(argv: Sequence[str]) -> tuple[int, list[str]]:
+        if argv[0] == "grep":
+            return 0, grep_output(cgroup, argv)
+        return 0, []  # the read-only volume refused the write
+
+    fake = FakeEngine(version=PODMAN_VERSION, info=info, responder=responder, prober=prober)
+    fake.add_image("orchestrator/base:trixie-" + "0" * 16)
+    use_engine(monkeypatch, fake)
+    use_path(monkeypatch, "mmdebstrap")
+    return by_name(run_checks(None))
+
+
+def test_podman_is_named_and_each_of_its_differences_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    info = {**FEDORA_INFO, "Driver": "overlay"}
+    checks = podman_doctor(
+        monkeypatch, info=info, cgroup="v2-hits", prober=lambda _i, _a, _p: (0, "")
+    )
+    assert checks["docker"].detail == (
+        "Podman 4.3.1 (rootless), API 1.41, storage overlay, cgroup v2, "
+        "SELinux: volumes mounted with :z"
+    )
+    assert "tagged by id after the import" in checks["import and tag"].detail
+    assert "never forced" in checks["image cleanup"].detail
+    assert "HTTP 500 (Podman)" in checks["image lock"].detail
+    assert "by file path" in checks["seccomp profile"].detail
+    # v2-hits has pids.max 64 and memory.max 256 MiB: the probe's own limits.
+    assert checks["pids and memory limits"] == Check(
+        "pids and memory limits", "ok", "in force (cgroup v2); hits are detected"
+    )
+    assert {c.status for c in checks.values()} <= {"ok", "info"}
+
+
+def test_podman_without_catatonit_or_delegated_controllers_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def prober(_image: str, _argv: Sequence[str], privileges: Privileges) -> tuple[int, str]:
+        if privileges.privileged:
+            return 0, ""
+        return -1, "container-init binary not found: stat /usr/libexec/podman/catatonit"
+
+    checks = podman_doctor(monkeypatch, info=FEDORA_INFO, cgroup="v2-undelegated", prober=prober)
+    assert checks["init"].status == "fail"
+    assert checks["init"].detail.endswith("apt-get install catatonit.")
+    assert checks["seccomp profile"].status == "fail"  # no container starts at all
+    limits = checks["pids and memory limits"]
+    assert limits.status == "warn"
+    assert limits.detail.startswith("pids and memory limit not in force")
+    assert "Delegate=pids memory" in limits.detail
