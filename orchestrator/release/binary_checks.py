@@ -61,23 +61,13 @@ def check_binary(path: Path, name: str, plan: BuildPlan) -> BinaryFacts:
         try:
             with reading_elf(f"{where}: not a readable ELF binary"):
                 elf = ELFFile(handle)
-                header = elf.header
-                identity = (elf.elfclass, elf.little_endian, header["e_machine"])
-                kind = header["e_type"]
+                _check_identity(where, elf, plan)
                 comment = _comment(elf)
             needs = read_loader_needs(handle)
             handle.seek(0)
             scan = scan_levels(handle, where) if plan.arch == "x86_64" else None
         except ElfReadError as error:
             raise UnplannedBinaryError(shown(str(error))) from None
-    machine = MACHINES.get(plan.arch)
-    if identity != (64, True, machine):
-        raise UnplannedBinaryError(
-            f"{where} is a {identity[0]}-bit {'little' if identity[1] else 'big'}-endian "
-            f"{identity[2]} binary; the plan builds a 64-bit little-endian {machine} one"
-        )
-    if kind not in EXECUTABLE_TYPES:
-        raise UnplannedBinaryError(f"{where} is of ELF type {kind}, not an executable")
     if scan is not None:
         problem = level_problem(scan, plan.target_cpu)
         if problem:
@@ -93,6 +83,18 @@ def check_binary(path: Path, name: str, plan: BuildPlan) -> BinaryFacts:
         )
     _check_toolchain(where, comment, plan)
     return BinaryFacts(glibc_max=needs.glibc_max)
+
+
+def _check_identity(where: str, elf: ELFFile, plan: BuildPlan) -> None:
+    machine, header = MACHINES.get(plan.arch), elf.header
+    identity = (elf.elfclass, elf.little_endian, header["e_machine"])
+    if identity != (64, True, machine):
+        raise UnplannedBinaryError(
+            f"{where} is a {identity[0]}-bit {'little' if identity[1] else 'big'}-endian "
+            f"{identity[2]} binary; the plan builds a 64-bit little-endian {machine} one"
+        )
+    if header["e_type"] not in EXECUTABLE_TYPES:
+        raise UnplannedBinaryError(f"{where} is of ELF type {header['e_type']}, not an executable")
 
 
 def _check_toolchain(where: str, comment: list[str], plan: BuildPlan) -> None:

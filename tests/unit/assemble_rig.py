@@ -33,17 +33,19 @@ from .publish_rig import extract_and_publish, ready_to_publish
 from .test_lockfile import lock_for
 
 # A program with no libc (so no glibc symbol versions and no CPUID), whose one loop the
-# compiler vectorizes: SSE2 at x86-64, AVX2 (VEX-encoded) at x86-64-v3.
+# compiler vectorizes: PMULUDQ (SSE2) at x86-64, PMULLD (SSE4.1) at x86-64-v2, VPMULLD
+# (AVX2) at x86-64-v3. Its count of trailing zeros is `rep bsf` (TZCNT's encoding) at
+# every level.
 ELF_SOURCE = r"""
 __asm__(".ident \"rustc version %(rustc)s (0000000 2026-01-01)\"");
-int data[256];
-__attribute__((noinline)) int total(const int *a, int n) {
+int data[256], more[256];
+__attribute__((noinline)) int total(const int *a, const int *b, int n) {
     int s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * 7;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
 }
 void _start(void) {
-    long code = total(data, 256) & 0x7f;
+    long code = (total(data, more, 256) + __builtin_ctz((unsigned)data[1] | 8u)) & 0x7f;
     __asm__ volatile("syscall" :: "a"(60L), "D"(code));
     for (;;) {}
 }
@@ -57,7 +59,8 @@ def compile_elf(out: Path, *, march: str, rustc: str, flags: tuple[str, ...] = (
     source = out.with_suffix(".c")
     source.write_text(ELF_SOURCE % {"rustc": rustc})
     argv = [compiler, "-O3", f"-march={march}", "-static", "-nostdlib", "-ffreestanding"]
-    argv += ["-fno-pie", "-no-pie", *flags, "-o", str(out), str(source)]
+    # --eh-frame-hdr: the function table a linker writes for every program but a static one
+    argv += ["-fno-pie", "-no-pie", "-Wl,--eh-frame-hdr", *flags, "-o", str(out), str(source)]
     subprocess.run(argv, check=True)
     return out
 
@@ -87,9 +90,11 @@ def describe(folder: Path, target: Target, plan: BuildPlan, **changes: object) -
     """target.json as `build --target` writes it for the folder as it is now: the lock's
     outputs and profiles from its files, the pins this plan fixes."""
     manifest = read_record(folder / "build.json", BuildManifest)
-    files = folder_digests(folder)
+    files = changes["files"] if "files" in changes else folder_digests(folder)
     outputs = [
-        LockOutput(file=name, sha256=files[name], size=(folder / name).stat().st_size)
+        LockOutput(
+            file=name, sha256=sha256_file(folder / name), size=(folder / name).stat().st_size
+        )
         for name in plan.binaries
     ]
     base = lock_for(plan).targets[0]
