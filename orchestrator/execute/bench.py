@@ -9,13 +9,10 @@ numbers taken at different times.
 from __future__ import annotations
 
 import io
-import json
 import math
 import random
-import shutil
 import statistics
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,10 +24,8 @@ from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
-from orchestrator.model.callgrind import FORMULA
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
-from orchestrator.model.records import BuildManifest, read_record, record_text
-from orchestrator.model.reports import BenchReport, BenchVariant, CountedVariant
+from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
@@ -167,76 +162,6 @@ def summarise(samples: Mapping[str, Sequence[Sample]], sizes: dict[str, int]) ->
             )
         )
     return stats
-
-
-def markdown_table(stats: Sequence[VariantStats], title: str) -> str:
-    lines = [
-        f"### {title}",
-        "",
-        "| variant | median | p95 | speedup vs baseline (95% CI) | max RSS | size |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for s in stats:
-        lines.append(
-            f"| {LABELS.get(s.name, s.name)} | {s.median * 1000:.1f} ms | {s.p95 * 1000:.1f} ms "
-            f"| {s.speedup_text()} "
-            f"| {s.max_rss_kb / 1024:.1f} MiB | {s.size / 1e6:.2f} MB |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def hyperfine_json(stats: Sequence[VariantStats], command: Sequence[str]) -> dict[str, object]:
-    """The same numbers in hyperfine's --export-json shape, for tools that read it."""
-    return {
-        "results": [
-            {
-                "command": f"{s.name}: {' '.join(command)}",
-                "mean": s.mean,
-                "stddev": s.stddev,
-                "median": s.median,
-                "min": min(s.times),
-                "max": max(s.times),
-                "user": s.user_s,
-                "system": s.system_s,
-                "times": list(s.times),
-                "exit_codes": list(s.exit_codes),
-                "memory_usage_byte": [kb * 1024 for kb in s.rss_kb],
-            }
-            for s in stats
-        ]
-    }
-
-
-def bar_chart(stats: Sequence[VariantStats], title: str, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415 - heavy; only bench draws
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    names = [LABELS.get(s.name, s.name) for s in stats]
-    medians = [s.median * 1000 for s in stats]
-    upper = [(s.p95 - s.median) * 1000 for s in stats]
-    figure, axes = plt.subplots(figsize=(8, 4), dpi=100)
-    bars = axes.barh(
-        names[::-1],
-        medians[::-1],
-        xerr=[[0.0] * len(stats), upper[::-1]],
-        color="#4c72b0",
-        capsize=3,
-    )
-    for bar, s in zip(bars, stats[::-1], strict=True):
-        axes.text(
-            s.p95 * 1000,  # right of the error bar
-            bar.get_y() + bar.get_height() / 2,
-            f"  {s.speedup:.2f}x" if s.verdict != NO_DIFFERENCE else "  no measurable difference",
-            va="center",
-        )
-    axes.set_xlabel("median wall time, ms (error bar: p95)")
-    axes.set_title(title)
-    axes.margins(x=0.15)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
 
 
 @dataclass(frozen=True)
@@ -379,52 +304,3 @@ def measure(
                     samples[name].append(sample)
             progress(f"round {round_ + 1}/{warmup + runs}" + ("" if timed else " (warm-up)"))
     return summarise(samples, setup.sizes)
-
-
-def write_report(
-    setup: BenchSetup,
-    stats: Sequence[VariantStats],
-    command: Sequence[str],
-    *,
-    cpu: str,
-    runs: int,
-    warmup: int,
-    counted: Sequence[CountedVariant] = (),
-) -> Path:
-    """bench.json and bench.md; bench.png and hyperfine.json for wall time, callgrind.png
-    for the counts; written atomically (a folder renamed into place)."""
-    from orchestrator.execute.bench_counts import counts_chart, counts_markdown  # noqa: PLC0415
-
-    title = f"{setup.artifact.name}: {' '.join(command)}"
-    setup.output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=setup.output_dir.parent, prefix=".bench-") as tmp:
-        staging = Path(tmp) / "report"
-        staging.mkdir()
-        report = BenchReport(  # bench.json, and what `bench --json` prints
-            artifact=setup.artifact.name,
-            image=setup.image,
-            command=list(command),
-            cpu=cpu,
-            runs=runs if stats else 0,
-            warmup=warmup if stats else 0,
-            order="interleaved",
-            variants=[BenchVariant.model_validate(s.as_dict()) for s in stats],
-            metric="all" if stats and counted else ("callgrind" if counted else "wall"),
-            counts=list(counted),
-            counts_formula=FORMULA if counted else None,
-        )
-        (staging / "bench.json").write_text(record_text(report))
-        tables = [markdown_table(stats, title)] if stats else []
-        if counted:
-            tables.append(counts_markdown(counted, title))
-            counts_chart(counted, title, staging / "callgrind.png")
-        (staging / "bench.md").write_text("\n".join(tables))
-        if stats:
-            (staging / "hyperfine.json").write_text(
-                json.dumps(hyperfine_json(stats, command), indent=2) + "\n"
-            )
-            bar_chart(stats, title, staging / "bench.png")
-        if setup.output_dir.exists():
-            shutil.rmtree(setup.output_dir)
-        staging.replace(setup.output_dir)
-    return setup.output_dir

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from orchestrator.config.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.bench import BENCH_DIR, LABELS, BenchSetup, bench_box, kept_variants
-from orchestrator.model.callgrind import FORMULA, Counts, cycles_ratio, parse_totals
+from orchestrator.model.callgrind import Counts, cycles_ratio, parse_totals
 from orchestrator.model.layout import PATHS
 from orchestrator.model.reports import CountedRun, CountedVariant
 from orchestrator.plan.gate import callgrind_argv
@@ -94,61 +93,3 @@ def count_variants(
         )
         for name, runs in counted.items()
     ]
-
-
-def _millions(value: int) -> str:
-    return f"{value / 1e6:,.2f} M"
-
-
-def counts_markdown(counted: Sequence[CountedVariant], title: str) -> str:
-    """Totals per variant, then estimated cycles per run: the deterministic tables."""
-    lines = [
-        f"### {title}: callgrind counts",
-        "",
-        f"Estimated cycles = {FORMULA}. Ratios are geometric means over the runs, against "
-        "plain `cargo build --release`; the same binary and input give the same counts.",
-        "",
-        "| variant | instructions | L1 misses | LL misses | mispredicts | est. cycles "
-        "| cycles vs baseline | size |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for variant in counted:
-        total = sum(
-            (
-                Counts(r.instructions, r.l1_misses, r.ll_misses, r.branches, r.mispredicts)
-                for r in variant.runs
-            ),
-            Counts(),
-        )
-        lines.append(
-            f"| {variant.label} | {_millions(total.instructions)} | {total.l1_misses:,} "
-            f"| {total.ll_misses:,} | {total.mispredicts:,} | {_millions(total.estimated_cycles)} "
-            f"| {variant.cycles_vs_baseline:.3f}x | {variant.size_bytes / 1e6:.2f} MB |"
-        )
-    header = " | ".join(v.label for v in counted)
-    lines += ["", f"| run | {header} |", "|---|" + "---:|" * len(counted)]
-    for index, run in enumerate(counted[0].runs if counted else []):
-        cells = " | ".join(_millions(v.runs[index].estimated_cycles) for v in counted)
-        lines.append(f"| {run.label}: `{' '.join(run.command)}` | {cells} |")
-    return "\n".join(lines) + "\n"
-
-
-def counts_chart(counted: Sequence[CountedVariant], title: str, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415 - heavy; only bench draws
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    names = [v.label for v in counted][::-1]
-    ratios = [v.cycles_vs_baseline for v in counted][::-1]
-    figure, axes = plt.subplots(figsize=(8, 4), dpi=100)
-    bars = axes.barh(names, ratios, color="#55a868")
-    for bar, ratio in zip(bars, ratios, strict=True):
-        axes.text(ratio, bar.get_y() + bar.get_height() / 2, f"  {ratio:.3f}x", va="center")
-    axes.axvline(1.0, color="#444444", linewidth=0.8)
-    axes.set_xlabel("estimated cycles vs cargo build --release (geometric mean; lower is better)")
-    axes.set_title(f"{title} (callgrind)")
-    axes.margins(x=0.15)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)

@@ -19,13 +19,12 @@ from orchestrator.execute.bench import (
     Sample,
     VariantStats,
     bench_cpu,
-    hyperfine_json,
-    markdown_table,
     measure,
     percentile,
     speedup_interval,
     summarise,
 )
+from orchestrator.execute.bench_report import hyperfine_json, markdown_table
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.runtime.engine import ContainerSpec
 from tests.unit.fakes import FakeEngine, as_engine

@@ -28,6 +28,7 @@ from orchestrator.cli.complete import (
 from orchestrator.config.flags import flag_specs
 from orchestrator.config.toolchains import available_toolchains
 from orchestrator.execute import bench as bench_module
+from orchestrator.execute import bench_report
 from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.publish import update_release_index
 from orchestrator.progress.reporter import Reporter
@@ -273,7 +274,7 @@ def test_the_bench_table_shows_the_command_as_written(
     monkeypatch.setattr(bench_module, "locate", lambda _o, _f: SimpleNamespace(artifact=artifact))
     monkeypatch.setattr(bench_module, "bench_cpu", lambda _engine: 1)
     monkeypatch.setattr(bench_module, "measure", lambda *_a, **_k: [stat])
-    monkeypatch.setattr(bench_module, "write_report", lambda *_a, **_k: artifact / "bench")
+    monkeypatch.setattr(bench_report, "write_report", lambda *_a, **_k: artifact / "bench")
     result = runner.invoke(app, ["bench", "--config", str(config)])
     output = _no_traceback(result)
     assert result.exit_code == 0, output
