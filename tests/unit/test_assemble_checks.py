@@ -4,6 +4,7 @@ every one is refused here, by what the plan and the bytes show, naming the file 
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -14,21 +15,28 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from orchestrator.execute.publish import update_release_index
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.lockfile import LockInputArchive
+from orchestrator.model.lockfile import LOCK_FILE, LockInputArchive
 from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble_checks import MAX_LOG_BYTES, check_folder
 from orchestrator.release.binary_checks import planned_rustc
+from orchestrator.release.run import RELEASE_JSON
 from orchestrator.release.shard import (
     AssembleError,
     TargetFolderError,
     UnplannedBinaryError,
+    assemble,
     check_folders,
 )
 from orchestrator.release.target import Target
+from orchestrator.supply.attest import Signer
+from orchestrator.supply.minisign import SecretKey
+from orchestrator.supply.verify import verify_release
 
 from .assemble_rig import compile_elf, describe, edit_to_match, ready_folder
 
@@ -279,3 +287,27 @@ def test_a_device_among_the_files_is_refused(handed_over: Folder) -> None:
     os.mknod(log, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers
     with pytest.raises(TargetFolderError, match="not a regular file or folder"):
         check_folders([(target, plan)], [folder])
+
+
+def test_an_accepted_folder_is_published_and_verifies(handed_over: Folder) -> None:
+    """What was checked is what is copied, signed and published: `verify` passes, and the
+    runner's engine name reaches the console escaped, markup and all."""
+    folder, target, plan = handed_over
+    summary = _record(folder).summary.model_copy(update={"engine": "[/bold]\x1b[2J"})
+    describe(folder, target, plan, summary=summary)
+    checked = check_folders([(target, plan)], [folder])
+    signer = Signer(SecretKey.generate(), False, "test key")
+    said: list[str] = []
+    results, lock = assemble(target.options, checked, signer, said.append, pytest.fail)
+    release_dir = lock.parent
+    update_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE))
+    checks, _ = verify_release(release_dir, None)
+    assert [c for c in checks if not c.ok] == []
+    assert (release_dir / plan.artifact_dir / plan.binary).read_bytes() == (
+        folder / plan.binary
+    ).read_bytes()
+    assert not (release_dir / plan.artifact_dir / TARGET_RECORD).exists()
+    assert results[0].engine == "[/bold]\\x1b[2J"
+    shown = io.StringIO()
+    Console(file=shown, width=200).print(*said)  # a MarkupError before
+    assert shown.getvalue() == f"published {plan.artifact_dir} (built on [/bold]\\x1b[2J)\n"
