@@ -68,12 +68,15 @@ def release_assemble(
     """Check, sign and publish a release built across machines.
 
     Each FOLDER is one target built with `orchestrator build --target` (on a CI runner,
-    unsigned). Every folder must be intact (each file as its target.json lists it, nothing
-    added) and built from the plan this checkout makes (the same action key: sources,
-    Cargo.lock, toolchain, settings, orchestrator version), and every target of the release
-    must have one. Then, on this machine only, the binaries, archives and install.sh are
-    signed, and release.json, SHA256SUMS, provenance and release.lock are written: the same
-    bytes as `orchestrator release` on one machine.
+    unsigned). Nothing a folder says of itself is believed: it must hold only the files
+    its plan makes (regular files with safe names, within size limits, each as target.json
+    lists it), be built from the plan this checkout makes (the same action key; lock
+    inputs, pins and build.json compared field by field), and every binary is checked
+    again: its ELF machine and type, the CPU level of its instructions, the glibc floor and
+    the rustc that compiled it (exit 71 when one is not what the plan builds). Every
+    target of the release must have a folder. Then, on this machine only, the binaries,
+    archives and install.sh are signed, and release.json, SHA256SUMS, provenance and
+    release.lock are written: the same bytes as `orchestrator release` on one machine.
 
     With --agree, a target may come twice, built by two builders: each folder is checked
     on its own, then their shipped files (binaries, generated files) must be byte-identical,
