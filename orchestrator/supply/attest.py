@@ -20,34 +20,44 @@ import tempfile
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from orchestrator.model.checksums import checksums_bytes
 from orchestrator.model.compose_record import COMPOSE_JSON
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.supply.archives import archive_folder
+from orchestrator.supply.chain import SignedChain
+from orchestrator.supply.index_files import (
+    CHECKSUMS,
+    INDEX_FILES,
+    PROVENANCE,
+    PUBLIC_KEY,
+    SIGNATURE_SUFFIX,
+)
 from orchestrator.supply.minisign import SecretKey, SigningError, dsse_sign, write_key_pair
 from orchestrator.supply.provenance import PAYLOAD_TYPE, statement
 
-if TYPE_CHECKING:  # supply/chain.py reads this module's names: no import at run time
-    from orchestrator.supply.chain import SignedChain
+__all__ = [  # the index's file names live in supply/index_files.py; signers read them here
+    "CHECKSUMS",
+    "INDEX_FILES",
+    "PROVENANCE",
+    "PUBLIC_KEY",
+    "SIGNATURE_SUFFIX",
+    "THROWAWAY_KEY",
+    "ReleaseIndex",
+    "Signer",
+    "artifact_comment",
+    "check_key_destination",
+    "keygen",
+    "refuse_inside_repository",
+    "release_artifacts",
+    "release_files",
+    "repository_holding",
+    "resolve_signer",
+    "write_release_index",
+]
 
-CHECKSUMS = "SHA256SUMS"
-PROVENANCE = "provenance.intoto.jsonl"
-PUBLIC_KEY = "minisign.pub"
-SIGNATURE_SUFFIX = ".minisig"
 THROWAWAY_KEY = "throwaway-signing.key"
-# The release-level files that sign the rest: no checksum lists them.
-INDEX_FILES = frozenset(
-    {
-        CHECKSUMS,
-        CHECKSUMS + SIGNATURE_SUFFIX,
-        PROVENANCE,
-        PROVENANCE + SIGNATURE_SUFFIX,
-        PUBLIC_KEY,
-    }
-)
 
 
 @dataclass(frozen=True)

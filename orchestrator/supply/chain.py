@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.model.hashing import sha256_file
-from orchestrator.supply.attest import CHECKSUMS, SIGNATURE_SUFFIX
+from orchestrator.supply.index_files import CHECKSUMS, SIGNATURE_SUFFIX, read_checksums
 from orchestrator.supply.minisign import (
     PublicKey,
     SigningError,
@@ -25,7 +25,6 @@ from orchestrator.supply.minisign import (
     signing_key_id,
     verify_file,
 )
-from orchestrator.supply.verify import read_checksums
 
 
 class ReleaseKeyError(SigningError):

@@ -25,12 +25,13 @@ from orchestrator.supply.archives import (
     archive_name,
     archived_files,
 )
-from orchestrator.supply.attest import (
+from orchestrator.supply.index_files import (
     CHECKSUMS,
     INDEX_FILES,
     PROVENANCE,
     PUBLIC_KEY,
     SIGNATURE_SUFFIX,
+    read_checksums,
 )
 from orchestrator.supply.installer import INSTALLER
 from orchestrator.supply.minisign import PublicKey, VerificationError, dsse_verify, verify_file
@@ -361,15 +362,6 @@ class LockTrust:
     signed: bool
     origin_checked: bool  # signed by a key the rebuilder named, not one shipped alongside
     note: str  # one line for the rebuilder: which key vouched for it, or that none did
-
-
-def read_checksums(listing: Path) -> dict[str, str]:
-    """`sha256sum` lines as name -> digest, escaped names read back as sha256sum -c reads
-    them (model/checksums.py); a line that is not one is refused."""
-    try:
-        return dict(parse_checksums(listing.read_bytes()))
-    except ChecksumsFormatError as exc:
-        raise VerificationError(f"{listing.name} {exc}") from None
 
 
 def _check_listed_digests(lock: Path, sums: Path) -> bool:

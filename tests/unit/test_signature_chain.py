@@ -11,8 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.supply.attest import CHECKSUMS
-from orchestrator.supply.verify import read_checksums
+from orchestrator.supply.index_files import CHECKSUMS, read_checksums
 
 from .test_supply_release_files import Release, make_release
 
