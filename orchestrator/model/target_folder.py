@@ -5,6 +5,10 @@ reads them on the one machine that holds the signing key. The record says which 
 folder was built from (its action key), what the release summary and the lock will say
 of it, and the sha256 of every file in the folder, so that a folder changed on its way
 (a file edited, added or lost) is refused whole.
+
+Everything here is the runner's claim: assemble (release/assemble_checks.py) compares it
+with what this checkout's plan gives and what the files themselves show, and signs the
+plan's values, not these.
 """
 
 from __future__ import annotations
