@@ -22,7 +22,6 @@ from difflib import get_close_matches
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from orchestrator import __version__
 from orchestrator.config.options import Options
@@ -251,9 +250,9 @@ def assemble(
             item.record.lock.model_copy(update=archive_outputs(release_dir, item.record.artifact))
         )
         results.append(TargetResult.from_summary(item.target, item.record.summary))
-        # A runner's words: control characters were escaped by the checks, and rich's
-        # markup is escaped here ("[/x]" would end the print in a MarkupError).
-        engine = escape(item.record.summary.engine or "an engine it did not name")
+        # A runner's words: its control characters were escaped by the checks (the CLI's
+        # consoles print without markup, so brackets need nothing more).
+        engine = item.record.summary.engine or "an engine it did not name"
         announce(f"published {item.record.artifact} (built on {engine})")
     write_release_json(release_dir, options, results, carry_over=False)
     pins: SharedPins = checked[0].record.pins
