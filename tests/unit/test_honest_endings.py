@@ -37,7 +37,7 @@ from orchestrator.model.lockfile import (
 )
 from orchestrator.release import pin
 from orchestrator.release.ending import changed_note, interrupted, published_marks
-from orchestrator.release.reproduce import config_folders, lay_out_sources
+from orchestrator.release.locked_sources import config_folders, lay_out_sources
 from orchestrator.release.sources_at_start import (
     SourcesAtStart,
     changed_files,

@@ -18,6 +18,7 @@ from orchestrator.config.options import resolve
 from orchestrator.errors import ForeignFolderError, SourceError
 from orchestrator.host.cachedir import WORKDIR_MARKER, prepare_workdir
 from orchestrator.host.vault import Vault, VaultError
+from orchestrator.release.locked_sources import lay_out_sources
 from orchestrator.release.reproduce import Reproduced, ReproduceRun, diffoscope_report
 from orchestrator.release.target import Target
 from orchestrator.runtime.engine import Engine
@@ -201,7 +202,7 @@ def test_the_locked_config_replaces_a_symlink_the_sources_brought(
     shutil.copytree(project / "crate", tree)
     (tree / "orchestrator.toml").symlink_to(outside)
     document = _crate_at_root(project, tmp_path, "orchestrator.toml")
-    config = repro.lay_out_sources(document, tmp_path / "w" / "src", tree)
+    config = lay_out_sources(document, tmp_path / "w" / "src", tree)
     assert not config.is_symlink() and config.read_text() == "# locked\n"
     assert outside.read_text() == "not yours\n"
 
@@ -216,5 +217,5 @@ def test_the_locked_config_is_not_written_through_a_symlinked_folder(
     (tree / "ci").symlink_to(outside)
     document = _crate_at_root(project, tmp_path, "ci/orchestrator.toml")
     with pytest.raises(SourceError, match="is a symlink"):
-        repro.lay_out_sources(document, tmp_path / "w" / "src", tree)
+        lay_out_sources(document, tmp_path / "w" / "src", tree)
     assert list(outside.iterdir()) == []
