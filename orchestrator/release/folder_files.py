@@ -18,12 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
 from orchestrator.model.printable import printable
 from orchestrator.release.assemble_errors import TargetFolderError
 
 # More files or folders than a build leaves (logs and profiles included).
 MAX_FILES = 10_000
-MAX_DEPTH = 4  # generated/<dir>/<dir>/<file> at most
+# Folders inside one another: generated/ and an [[archive.generate]] path's own folders.
+MAX_DEPTH = MAX_MEMBER_DEPTH
 # One part of a path: letters, digits and ._+- (no leading dot or dash), as cargo's binary
 # names, our logs and profiles, and [[archive.generate]] paths have them.
 SAFE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
@@ -143,7 +145,7 @@ def list_files(folder: Path) -> list[str]:
             if entry.is_symlink():
                 raise TargetFolderError(f"{shown(relative)}: a symbolic link, not a file")
             if entry.is_dir(follow_symlinks=False):
-                if depth + 1 >= MAX_DEPTH:
+                if depth + 1 > MAX_DEPTH:
                     raise TargetFolderError(f"{shown(relative)}: folders nested too deep")
                 pending.append((Path(entry.path), relative + "/", depth + 1))
             elif entry.is_file(follow_symlinks=False):

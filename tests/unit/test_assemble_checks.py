@@ -311,3 +311,17 @@ def test_an_accepted_folder_is_published_and_verifies(handed_over: Folder) -> No
     shown = io.StringIO()
     Console(file=shown, width=200, markup=False, highlight=False).print(*said)  # as the CLI
     assert shown.getvalue() == f"published {plan.artifact_dir} (built on [/bold]\\x1b[2J)\n"
+
+
+def test_folders_nested_deeper_than_a_generated_path_are_refused(handed_over: Folder) -> None:
+    folder, target, plan = handed_over
+    deep = folder.joinpath("generated", *["d"] * 8)
+    deep.mkdir(parents=True)
+    (deep / "x.1").write_text("deep\n")
+    with pytest.raises(TargetFolderError, match="folders nested too deep"):
+        check_folders([(target, plan)], [folder])
+    (deep / "x.1").unlink()
+    deep.rmdir()  # one folder less: within the limit, then refused as a file of no plan
+    (deep.parent / "x.1").write_text("deep\n")
+    with pytest.raises(TargetFolderError, match=r"d/x\.1 is not a file that the plan"):
+        check_folders([(target, plan)], [folder])
