@@ -5,7 +5,10 @@ two builds shipped the same bytes (release/agree.py). Then published exactly as
 as a one-engine release.
 
 The second build never reads the first one's cache: a poisoned cache entry (a profile, a
-step's output, the rootfs) would otherwise make both builds agree on the poison.
+step's output, the rootfs, the dispatcher) would otherwise make both builds agree on the
+poison. The one exception is registry crates, which Cargo.lock's checksums vouch for
+whatever cache holds them: they are copied over, each checked, so that a second engine
+without a network can build.
 """
 
 from __future__ import annotations
@@ -114,6 +117,8 @@ def release_rebuilt(
     with staging_area(options.artifacts_dir, f"rebuild-{uuid.uuid4().hex[:12]}") as area:
         folders: list[Path] = []
         for label, engine, cache in builders:
+            if label == "second":
+                _share_registry_crates(options, cache)
             for target, plan in planned:
                 console.print(
                     f"building {plan.artifact_dir} on {engine.name} "
@@ -134,3 +139,19 @@ def release_rebuilt(
                 )
         checked = check_folders_agreeing(planned, folders)
         publish_checked(options, checked, "all", signer, started=started)
+
+
+def _share_registry_crates(options: Options, second_cache: Path) -> None:
+    """The one thing the second builder takes from the first one's cache: registry crates,
+    each checked against Cargo.lock (which vouches for them, not the cache), so that a
+    second engine without a network builds too. Everything else it makes itself."""
+    from orchestrator.host.crates import share_checked_crates
+    from orchestrator.host.source import registry_crates
+
+    crates = registry_crates((options.crate_dir / "Cargo.lock").read_text())
+    shared = share_checked_crates(options.cache_dir, second_cache, crates)
+    if shared:
+        console.print(
+            f"the second builder takes {shared} registry crate(s), each checked against "
+            "Cargo.lock; it makes every other input itself"
+        )

@@ -186,3 +186,33 @@ def _add_git_dependencies(out: tarfile.TarFile, tree: Path, registry: set[str]) 
             out.addfile(
                 _info(path.as_posix(), size=len(body), executable=executable), io.BytesIO(body)
             )
+
+
+def share_checked_crates(
+    source_cache: Path, dest_cache: Path, crates: Iterable[LockedCrate]
+) -> int:
+    """Copy into `dest_cache`'s store each of `crates` that `source_cache`'s store holds
+    and that matches Cargo.lock's checksum; how many were copied.
+
+    A second, independent builder may take these and nothing else from the first one's
+    cache: Cargo.lock, not the cache, vouches for their bytes (each is checked here and
+    again before every use), so they are what crates.io would serve it. A crate that does
+    not match is left behind (the second build downloads it itself)."""
+    store = store_dir(dest_cache)
+    copied = 0
+    for crate in crates:
+        target = crate_file(dest_cache, crate)
+        if target.is_file():
+            continue
+        try:
+            data = verified_crate(source_cache, crate)
+        except CacheCorruptError:
+            continue
+        if data is None:
+            continue
+        store.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_bytes(data)
+        partial.replace(target)
+        copied += 1
+    return copied

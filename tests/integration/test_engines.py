@@ -11,8 +11,10 @@ host and the summary says so.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -307,6 +309,123 @@ def test_assemble_refuses_a_changed_folder_a_missing_target_and_another_checkout
     assert run.returncode == 70, run.output
     assert "built from another plan" in run.output
     assert not refused.exists()
+
+
+def _edited_to_match(folder: Path, name: str, data: bytes, *, main: bool) -> None:
+    """What a runner that lies does after its build: put `data` in the folder as `name`
+    and rewrite build.json, the SBOM and target.json so that every hash agrees with it."""
+    path = folder / name
+    old = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    path.write_bytes(data)
+    path.chmod(0o755)
+    digest, size = hashlib.sha256(data).hexdigest(), len(data)
+    manifest = json.loads((folder / "build.json").read_text())
+    entry = {"file": name, "sha256": digest, "size": size}
+    if main:
+        manifest["artifact"].update(sha256=digest, size=size)
+    else:
+        manifest["artifact"]["other_binaries"].append(entry)
+    (folder / "build.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    sbom = (folder / "sbom.cdx.json").read_text()
+    (folder / "sbom.cdx.json").write_text(sbom.replace(old, digest) if old else sbom)
+    record = json.loads((folder / "target.json").read_text())
+    for listed in ("build.json", "sbom.cdx.json", name):
+        record["files"][listed] = hashlib.sha256((folder / listed).read_bytes()).hexdigest()
+    if main:
+        record["lock"]["output"].update(sha256=digest, size=size)
+        record["summary"].update(sha256=digest, size=size)
+    else:
+        record["lock"]["other_outputs"].append(entry)
+    (folder / "target.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def test_assemble_refuses_a_swapped_binary_and_an_extra_binary(
+    project: Path, shards: list[Path], tmp_path: Path
+) -> None:
+    """Issue 38's recipes on real folders, every record edited to match: the x86-64-v3
+    binary in the x86-64-v2 folder is refused by its instructions (71), an extra binary
+    listed in build.json and target.json by the plan's binaries (69). Nothing is written."""
+    config = ["--config", str(project / "orchestrator.toml")]
+    refused = tmp_path / "refused"
+    argv = [*config, "--artifacts-dir", str(refused), "--allow-dirty"]
+    swapped = tmp_path / "swapped" / ARTIFACTS[1]
+    shutil.copytree(shards[1], swapped)
+    v3 = (shards[2] / "mixed-language").read_bytes()
+    _edited_to_match(swapped, "mixed-language", v3, main=True)
+    run = orchestrator(["release", "assemble", str(shards[0]), str(swapped), str(shards[2]), *argv])
+    assert run.returncode == 71, run.output
+    said = " ".join(run.output.split())
+    assert f"{ARTIFACTS[1]}/mixed-language is not an x86-64-v2 binary" in said
+    assert "it was built for x86-64-v3" in said
+    extra = tmp_path / "extra" / ARTIFACTS[0]
+    shutil.copytree(shards[0], extra)
+    _edited_to_match(extra, "sudo", (shards[0] / "mixed-language").read_bytes(), main=False)
+    run = orchestrator(["release", "assemble", str(extra), *map(str, shards[1:]), *argv])
+    assert run.returncode == 69, run.output
+    assert "sudo is not a file that the plan of" in " ".join(run.output.split())
+    assert not refused.exists()
+
+
+@pytest.fixture(scope="module")
+def second_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The second builder's own cache, shared by the two-builder tests (it starts empty:
+    the second build reads nothing the first one cached)."""
+    return tmp_path_factory.mktemp("second-builder") / "cache"
+
+
+def _one_level_copy(source: Path, destination: Path, config: str) -> Path:
+    """A copy of `source` released at x86-64-v2 only, on the current engine alone."""
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("target"))
+    text = config.replace(f"levels = {json.dumps(list(LEVELS))}", 'levels = ["x86-64-v2"]')
+    text = text.replace(f'contexts = ["default", "{CONTEXT}"]', "")
+    (destination / "orchestrator.toml").write_text(text)
+    return destination
+
+
+def test_two_builders_on_two_engines_agree_and_the_release_is_signed(
+    project: Path, spread: Path, second: SecondEngine, second_cache: Path, tmp_path: Path
+) -> None:
+    """`release --rebuild-on`: the target built on this engine and again on the second one
+    with an empty cache of its own; both shipped the same bytes, so the release is signed,
+    and it holds the bytes of the release spread over both engines."""
+    del second  # running, with its context
+    single = _one_level_copy(project, tmp_path / "mixed-language", CONFIG)
+    artifacts = tmp_path / "artifacts"
+    rebuild = ["--rebuild-on", CONTEXT, "--rebuild-cache-dir", str(second_cache)]
+    run = release(single, artifacts, *rebuild)
+    assert run.returncode == 0, run.output
+    assert f"agreed: {ARTIFACTS[1]}: 1 shipped file(s) byte-identical" in run.output
+    assert f"(second builder, cache {second_cache.resolve()})" in run.output
+    assert list((second_cache / "steps").iterdir())  # the second build cached its own steps
+    ours = artifacts / RELEASE / ARTIFACTS[1]
+    theirs = spread / RELEASE / ARTIFACTS[1]
+    assert (ours / "mixed-language").read_bytes() == (theirs / "mixed-language").read_bytes()
+    archive = f"{ARTIFACTS[1]}.tar.xz"
+    assert (artifacts / RELEASE / archive).read_bytes() == (spread / RELEASE / archive).read_bytes()
+    verify = orchestrator(["verify", str(artifacts / RELEASE)])
+    assert verify.returncode == 0, verify.output
+
+
+def test_a_build_that_is_not_reproducible_is_refused_by_the_two_builder_rule(
+    second: SecondEngine, second_cache: Path, tmp_path: Path
+) -> None:
+    """A build script that bakes a random byte into the binary: the two builds differ, the
+    release refuses to sign (77), names the first differing file, offset and ELF section,
+    and publishes nothing."""
+    del second
+    project = tmp_path / "random-byte"
+    shutil.copytree(REPO / "tests" / "fixtures" / "random-byte", project)
+    artifacts = tmp_path / "artifacts"
+    rebuild = ["--rebuild-on", CONTEXT, "--rebuild-cache-dir", str(second_cache)]
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty", *rebuild])
+    assert run.returncode == 77, run.output
+    artifact = "random-byte-0.1.0-linux-x86_64-cpu"
+    assert f"{artifact}: the two builds differ, so neither is signed: random-byte:" in run.output
+    assert re.search(
+        r"first differing byte at offset \d+ \(0x[0-9a-f]+\), in ELF section \S+", run.output
+    )
+    assert not (artifacts / "random-byte-0.1.0").exists()
 
 
 def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(

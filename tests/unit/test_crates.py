@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import CacheCorruptError, SourceError, UnsafeArchiveError
-from orchestrator.host.crates import crate_file, vendor_tar
+from orchestrator.host.crates import crate_file, share_checked_crates, vendor_tar
 from orchestrator.host.source import LockedCrate
 
 from .execute_rig import crate_archive, untar
@@ -57,3 +57,15 @@ def test_executable_bits_survive_and_nothing_else_does(tmp_path: Path) -> None:
         "vendor/demo-1.0.0/build.sh",
         "vendor/demo-1.0.0/src/lib.rs",
     ]
+
+
+def test_a_second_builder_takes_only_crates_that_match_cargo_lock(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    good = _stored(first, "good-1.0.0", {"src/lib.rs": b"pub fn good() {}\n"})
+    bad = _stored(first, "bad-1.0.0", {"src/lib.rs": b"pub fn bad() {}\n"})
+    crate_file(first, bad).write_bytes(b"not what Cargo.lock pins")
+    absent = LockedCrate("absent", "1.0.0", "0" * 64)
+    assert share_checked_crates(first, second, [good, bad, absent]) == 1
+    assert crate_file(second, good).read_bytes() == crate_file(first, good).read_bytes()
+    assert not crate_file(second, bad).exists()
+    assert share_checked_crates(first, second, [good]) == 0  # already there
