@@ -1,9 +1,10 @@
 """Resolve orchestrator.toml, the environment and CLI flags into one frozen `Options`.
 
-Precedence, lowest first: built-in defaults < config file < environment < CLI flags.
-Every resolved value remembers where it came from (`Options.sources`), so
-`orchestrator config` can explain any setting. What the settings are (kinds, defaults,
-environment variables, flags) is declared once, in `orchestrator.config.settings`.
+Precedence, lowest first: built-in defaults < config file < environment < CLI flags
+(stacked by config/layering.py). Every resolved value remembers where it came from
+(`Options.sources`), so `orchestrator config` can explain any setting. What the settings
+are (kinds, defaults, environment variables, flags) is declared once, in
+`orchestrator.config.settings`.
 """
 
 from __future__ import annotations
@@ -23,33 +24,34 @@ from orchestrator.config.crate_files import (
     read_toml,
 )
 from orchestrator.config.flavor_overrides import (
-    OVERRIDE_SECTIONS,
     Appends,
     Overrides,
     check_flavor_values,
     effective_values,
-    flatten_override,
     flavor_tables,
     override_rows,
-    table_of,
 )
-from orchestrator.config.kinds import Kind, Run, check_kind, to_run, toml_shape
+from orchestrator.config.kinds import Kind, Run, to_run, toml_shape
+from orchestrator.config.layering import (
+    CONFIG_FILENAME,
+    KNOWN_FLAVORS,
+    Layers,
+    default_cache_dir,
+    find_config,
+    layer_values,
+    load_config,
+    resolve_cache_dir,
+)
 from orchestrator.config.settings import (
     DEFAULT_BOLT_FLAGS,
-    FLAVOR_KEYS,
     FLAVOR_SETTINGS,
-    SECTIONS,
     SETTINGS,
-    SETTINGS_BY_KEY,
-    Setting,
-    check_choice,
     default_of,
     flavor_default_of,
-    parse_setting_text,
 )
-from orchestrator.config.suggest import did_you_mean, suggest
+from orchestrator.config.suggest import did_you_mean
 from orchestrator.config.toolchains import check_toolchain_name
-from orchestrator.config.typos import check_environment, check_flag_conflicts, check_flag_not_empty
+from orchestrator.config.typos import check_environment
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -67,14 +69,10 @@ __all__ = [
     "resolve_cache_dir",
 ]
 
-CONFIG_FILENAME = "orchestrator.toml"
 # How the caller learns a folder's last commit time (config stays pure: it runs no git).
 CommitTime = Callable[[Path], int | None]
 # 1980-01-01: the earliest time zip and many archive formats can store.
 FALLBACK_SOURCE_DATE_EPOCH = 315532800
-# The flavor registry (orchestrator.flavors) imports this module, so the names live here;
-# a unit test keeps the two in step.
-KNOWN_FLAVORS = ("cpu", "cuda", "rocm", "aarch64")
 
 
 @dataclass(frozen=True)
@@ -200,82 +198,6 @@ class Options:
         return rows
 
 
-def _unknown_key_hint(section: str, key: str) -> str:
-    """The closest key of `section`, else the closest same-named key of another section."""
-    match = suggest(key, [s.name for s in SETTINGS if s.section == section])
-    if match:
-        return f"did you mean '{section}.{match}'? "
-    match = suggest(key, sorted({s.name for s in SETTINGS}))
-    others = [f"'{s.key}'" for s in SETTINGS if s.name == match]
-    return f"did you mean {' or '.join(others)}? " if others else ""
-
-
-def _flatten_file(data: Mapping[str, object], path: Path) -> dict[str, object]:
-    """Validate the parsed TOML against the schema and flatten it to dotted keys."""
-    flat: dict[str, object] = {}
-    sections = (*SECTIONS, "flavors")
-    for section, body in data.items():
-        if section not in sections:
-            raise ConfigError(
-                f"{path}: unknown section [{section}]; "
-                + did_you_mean(section, sections, "[{}]")
-                + "expected one of: "
-                + ", ".join(sorted(sections))
-            )
-        if not isinstance(body, dict):
-            raise ConfigError(f"{path}: [{section}] must be a table")
-        if section == "flavors":
-            flat.update(_flatten_flavors(body, path))
-            continue
-        for key, value in body.items():
-            dotted = f"{section}.{key}"
-            spec = SETTINGS_BY_KEY.get(dotted)
-            if spec is None:
-                allowed = sorted(s.name for s in SETTINGS if s.section == section)
-                raise ConfigError(
-                    f"{path}: unknown key '{dotted}'; "
-                    + _unknown_key_hint(section, key)
-                    + f"[{section}] takes: "
-                    + ", ".join(allowed)
-                )
-            where = f"{path}: {dotted}"
-            flat[dotted] = check_choice(check_kind(value, spec.kind, where), spec, where)
-    return flat
-
-
-def _flatten_flavors(body: Mapping[str, object], path: Path) -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for name, table in body.items():
-        if name not in KNOWN_FLAVORS:
-            raise ConfigError(
-                f"{path}: unknown flavor [flavors.{name}]; "
-                + did_you_mean(name, KNOWN_FLAVORS, "[flavors.{}]")
-                + "known flavors: "
-                + ", ".join(KNOWN_FLAVORS)
-            )
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [flavors.{name}] must be a table")
-        for key, value in table.items():
-            if key in OVERRIDE_SECTIONS:  # [flavors.<name>.train] and its like
-                flat.update(flatten_override(name, key, value, path))
-                continue
-            kind = FLAVOR_KEYS.get(key)
-            dotted = f"flavors.{name}.{key}"
-            if kind is None:
-                raise ConfigError(
-                    f"{path}: unknown key '{dotted}'; "
-                    + did_you_mean(
-                        key, [*FLAVOR_KEYS, *OVERRIDE_SECTIONS], f"'flavors.{name}.{{}}'"
-                    )
-                    + "a flavor takes: "
-                    + ", ".join(sorted(FLAVOR_KEYS))
-                    + f"; and the tables [flavors.{name}.<section>] for "
-                    + ", ".join(OVERRIDE_SECTIONS)
-                )
-            flat[dotted] = check_kind(value, kind, f"{path}: {dotted}")
-    return flat
-
-
 def lock_blocker(options: Options) -> str:
     """Why a release of this setup could not be pinned in release.lock, or "" if it can.
 
@@ -296,111 +218,6 @@ LOCK_BLOCKER_HINT = (
 )
 
 
-def default_cache_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "orchestrator"
-
-
-def _env_value(spec: Setting, env: Mapping[str, str]) -> tuple[object, str] | None:
-    """The setting's value from the environment and its source, None when unset. The
-    canonical ORCHESTRATOR_<SECTION>_<KEY> first: it wins over older aliases."""
-    name = next((n for n in spec.env_names if env.get(n)), None)
-    if name is None:
-        return None
-    return parse_setting_text(spec, env[name], f"environment variable {name}"), f"env {name}"
-
-
-def resolve_cache_dir(env: Mapping[str, str], flag: Path | None = None) -> Path:
-    """build.cache_dir for a command that reads no orchestrator.toml (`reproduce`, `vault`,
-    `doctor` outside a project): the flag, else the declared environment variables, else
-    the computed default; the same declaration `resolve` layers."""
-    check_environment(env)
-    value: object = flag
-    if value is None:
-        found = _env_value(SETTINGS_BY_KEY["build.cache_dir"], env)
-        value = found[0] if found is not None else default_cache_dir(env)
-    return Path(str(value)).expanduser().resolve()
-
-
-def find_config(start: Path) -> Path:
-    for directory in (start, *start.parents):
-        candidate = directory / CONFIG_FILENAME
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(
-        f"no {CONFIG_FILENAME} in {start} or any parent folder",
-        hint="Run from a project with orchestrator.toml, or pass --config PATH.",
-    )
-
-
-class _Layers:
-    """Values (TOML shape) layered default < file < env < flag, with their sources."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.values: dict[str, object] = {}
-        self.sources: dict[str, str] = {}
-
-    def set(self, key: str, value: object, source: str) -> None:
-        self.values[key] = value
-        self.sources[key] = source
-
-    def text(self, key: str) -> str | None:
-        value = self.values.get(key)
-        return value if isinstance(value, str) else None
-
-
-def _load(
-    config_path: Path | None, env: Mapping[str, str], cwd: Path
-) -> tuple[Path, dict[str, object]]:
-    if config_path is None and env.get("ORCHESTRATOR_CONFIG"):
-        config_path = Path(env["ORCHESTRATOR_CONFIG"])
-    path = (config_path if config_path is not None else find_config(cwd)).resolve()
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise ConfigError(
-            f"config file {path} {what}",
-            hint="Pass --config PATH to an existing orchestrator.toml.",
-        )
-    return path, read_toml(path)
-
-
-def _flag_value(key: str, value: object) -> object:
-    """A CLI value, checked like a file's; text for a non-text kind is parsed like env."""
-    spec = SETTINGS_BY_KEY.get(key)
-    if spec is None:
-        raise ConfigError(f"internal: unknown CLI key {key}. " + did_you_mean(key, SETTINGS_BY_KEY))
-    where = f"flag for {key}"
-    check_flag_not_empty(key, value)
-    if isinstance(value, str) and spec.kind not in ("str", "path"):
-        return parse_setting_text(spec, value, where)
-    return check_choice(check_kind(toml_shape(value), spec.kind, where), spec, where)
-
-
-def _layer(
-    path: Path, data: Mapping[str, object], env: Mapping[str, str], cli: Mapping[str, object]
-) -> _Layers:
-    layers = _Layers(path)
-    for spec in SETTINGS:
-        if spec.default is not None:
-            layers.set(spec.key, toml_shape(spec.default), "default")
-    layers.set("build.cache_dir", str(default_cache_dir(env)), "default")  # computed default
-    for key, value in _flatten_file(data, path).items():
-        table = table_of(key)  # a flavor's override names its table
-        layers.set(key, value, f"file {path.name}" + (f" {table}" if table else ""))
-    for spec in SETTINGS:
-        found = _env_value(spec, env)
-        if found is not None:
-            layers.set(spec.key, *found)
-    for key, value in cli.items():
-        if value is not None:  # None: flag not given
-            layers.set(key, _flag_value(key, value), "flag")
-    check_flag_conflicts(
-        {k: layers.values[k] for k, src in layers.sources.items() if src == "flag"}
-    )
-    return layers
-
-
 def _convert(kind: Kind, value: object, base: Path) -> object:
     """A layered (TOML-shaped) value as `Options` holds it; paths relative to `base`."""
     if kind == "path":
@@ -417,7 +234,7 @@ def _convert(kind: Kind, value: object, base: Path) -> object:
     return value
 
 
-def _crate(layers: _Layers) -> tuple[Path, str, str]:
+def _crate(layers: Layers) -> tuple[Path, str, str]:
     """The crate folder, its package name and the release version."""
     path = layers.path
     crate = layers.text("package.crate")
@@ -439,7 +256,7 @@ def _crate(layers: _Layers) -> tuple[Path, str, str]:
     return crate_dir, package_name, version
 
 
-def _source_date_epoch(layers: _Layers, crate_dir: Path, commit_time_of: CommitTime | None) -> int:
+def _source_date_epoch(layers: Layers, crate_dir: Path, commit_time_of: CommitTime | None) -> int:
     value = layers.values.get("build.source_date_epoch")
     if isinstance(value, int):
         return value
@@ -464,8 +281,8 @@ def resolve(
     `commit_time` gives the default SOURCE_DATE_EPOCH (none: the 1980 fallback)."""
     env = dict(os.environ) if env is None else dict(env)
     check_environment(env)  # a misspelt ORCHESTRATOR_* variable is an error, not ignored
-    path, data = _load(config_path, env, cwd or Path.cwd())
-    layers = _layer(path, data, env, cli or {})
+    path, data = load_config(config_path, env, cwd or Path.cwd())
+    layers = layer_values(path, data, env, cli or {})
     crate_dir, package_name, _version = _crate(layers)
     _source_date_epoch(layers, crate_dir, commit_time)
 
