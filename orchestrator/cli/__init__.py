@@ -10,13 +10,18 @@ from typing import Annotated
 import typer
 
 from orchestrator import __version__
-from orchestrator.cli import assemble, build, ci, lock, maintain, release, reproduce, signing
+
+# `--help` lists the commands in the order they are registered: build, then bench.
+from orchestrator.cli import build  # isort: split
+
+from orchestrator.cli import assemble, bench, ci, lock, maintain, release, reproduce, signing
 from orchestrator.cli.app import INTERRUPTED, app, console, err_console
 from orchestrator.host.signals import stop_on_signals
 
 __all__ = [
     "app",
     "assemble",
+    "bench",
     "build",
     "ci",
     "lock",
