@@ -19,7 +19,7 @@ from orchestrator.model.checksums import (
 )
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.minisign import SecretKey
-from orchestrator.supply.verify import Verifier, read_checksums
+from orchestrator.supply.verify import Verifier
 
 NAMES = [
     "plain.txt",
@@ -68,7 +68,7 @@ def test_sha256sum_checks_it_and_verify_reads_it_back(folder: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.count(b": OK\n") == len(NAMES)
-    assert sorted(read_checksums(listing)) == sorted(NAMES)
+    assert sorted(name for name, _ in parse_checksums(listing.read_bytes())) == sorted(NAMES)
     verifier = Verifier(folder, SecretKey.generate().public)
     verifier.checksums(listing)
     (check,) = verifier.checks
