@@ -29,10 +29,13 @@ $(STAMP): pyproject.toml
 
 # Host tools (Debian/Ubuntu hosts): mmdebstrap makes the root filesystems; minisign is
 # what downstream users verify signatures with, so the tests check against the real one;
-# shellcheck lints the generated install.sh.
-HOST_TOOLS := mmdebstrap minisign shellcheck
+# shellcheck lints the generated install.sh; podman (Debian's 4.3) and catatonit, the init
+# it starts containers with (not on PATH), are the second engine kind the tests build on.
+HOST_TOOLS := mmdebstrap minisign shellcheck podman
+HOST_FILES := /usr/libexec/podman/catatonit=catatonit
 host-deps:
 	@missing=""; for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	for entry in $(HOST_FILES); do [ -e "$${entry%%=*}" ] || missing="$$missing $${entry#*=}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && \

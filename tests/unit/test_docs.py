@@ -81,6 +81,7 @@ FOREIGN_FLAGS = {
     # other tools
     "--strict": "mypy --strict, mkdocs build --strict",
     "--network": "docker run --network none",
+    "--time": "podman system service --time=0",
     "--rounds": "bench/engines.py",
     "--print-man-page": "a crate's own binary, in an [[archive.generate]] example",
 }

@@ -1,0 +1,145 @@
+"""Rootful Podman on this machine, reached as a Docker Engine through its compat socket.
+
+`podman system service --time=0 unix:///<dir>/podman.sock`, with a store of its own:
+a storage.conf (CONTAINERS_STORAGE_CONF) puts graphroot and runroot under a temporary
+folder, and a containers.conf (CONTAINERS_CONF) its libpod state, volumes and tmp dir.
+On these VMs the service lacks CAP_SYS_RESOURCE, so containers.conf also gives every
+container ulimits it may set (nofile, nproc: the defaults would raise the hard limits).
+Images come from the host engine by `docker save | podman load`, never built again:
+their names and labels (orchestrator/<family>:<tag>, org.orchestrator.input-hash) go
+along, so the tool finds them as it would on the engine that made them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+START_TIMEOUT_S = 60
+ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
+
+
+@dataclass(frozen=True)
+class PodmanEngine:
+    root: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "podman.sock"
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return _environment(self.root)
+
+    def client(self) -> docker.DockerClient:
+        return docker.DockerClient(base_url=self.docker_host, timeout=60)
+
+    def load(self, references: Sequence[str]) -> None:
+        """The host engine's images, as `docker save | podman load` moves them."""
+        save = subprocess.Popen(["docker", "save", *references], stdout=subprocess.PIPE)
+        loaded = subprocess.run(
+            ["podman", "load"],
+            stdin=save.stdout,
+            env={**os.environ, **self.environment},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert save.wait() == 0, "docker save failed"
+        assert loaded.returncode == 0, loaded.stderr
+
+
+def _environment(root: Path) -> dict[str, str]:
+    """What podman (service or CLI) needs to work on this store, not the machine's."""
+    return {
+        "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
+        "CONTAINERS_CONF": str(root / "containers.conf"),
+    }
+
+
+def _unmount_under(root: Path) -> None:
+    """The store's own mounts (overlay makes graphroot/overlay a mount of its own)."""
+    mounts = [
+        line.split()[1]
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if line.split()[1].startswith(str(root))
+    ]
+    for mount in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+
+
+def _write_config(root: Path) -> None:
+    (root / "storage.conf").write_text(
+        '[storage]\ndriver = "overlay"\n'
+        f'graphroot = "{root / "graph"}"\nrunroot = "{root / "run"}"\n'
+    )
+    (root / "containers.conf").write_text(
+        f"[containers]\ndefault_ulimits = {ULIMITS}\n\n"
+        f'[engine]\ntmp_dir = "{root / "tmp"}"\nvolume_path = "{root / "volumes"}"\n'
+    )
+
+
+@contextlib.contextmanager
+def podman_engine() -> Iterator[PodmanEngine]:
+    """Start the service on a fresh store; stop it and remove everything it made."""
+    root = Path(tempfile.mkdtemp(prefix="orch-pm-", dir="/var/tmp"))  # short: socket path
+    _write_config(root)
+    log = (root / "service.log").open("wb")
+    engine = PodmanEngine(
+        root,
+        subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{root / 'podman.sock'}"],
+            env={**os.environ, **_environment(root)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ),
+    )
+    try:
+        _wait_until_it_answers(engine)
+        yield engine
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(
+                ["podman", "rm", "--all", "--force", "--time", "0"],
+                env={**os.environ, **engine.environment},
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+        if engine.process.poll() is None:
+            engine.process.send_signal(signal.SIGTERM)
+            try:
+                engine.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                engine.process.kill()
+                engine.process.wait()
+        log.close()
+        _unmount_under(root)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def _wait_until_it_answers(engine: PodmanEngine) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if engine.process.poll() is not None:
+            break
+        with contextlib.suppress(Exception):
+            if engine.socket.exists() and engine.client().ping():
+                return
+        time.sleep(0.5)
+    tail = (engine.root / "service.log").read_text(errors="replace")[-3000:]
+    raise RuntimeError(f"podman system service did not start:\n{tail}")
