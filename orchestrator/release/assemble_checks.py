@@ -251,12 +251,19 @@ def _derived_lock(
     for name, profile in claimed.resolved.profiles.items():
         if files.get(f"profiles/{name}", ("", 0))[0] != profile.sha256:
             fields.append(f"lock.resolved.profiles.{shown(name)}")
-    resolved = {p.name: p.version for p in claimed.resolved.packages}
-    fields += [
-        f"lock.resolved.packages.{name}"
-        for name, version in plan.packages.items()
-        if name in resolved and resolved[name] != version
-    ]
+    # the image's installed .debs, and the ones unpacked into it (unpack/: a sysroot's
+    # libc6-dev of another version than the image's own, under the same name)
+    for planned, unpacked in ((plan.packages, False), (plan.unpack, True)):
+        resolved = {  # the plan names an unpacked .deb with its architecture
+            f"{p.name}:{p.arch}" if unpacked else p.name: p.version
+            for p in claimed.resolved.packages
+            if p.file.startswith("unpack/") == unpacked
+        }
+        fields += [
+            f"lock.resolved.packages.{'unpack/' if unpacked else ''}{name}"
+            for name, version in planned.items()
+            if name in resolved and resolved[name] != version
+        ]
     fields += _differing(record.pins, derived_pins(plan, record.pins), "pins")
     _refuse_fields(folder, TARGET_RECORD, fields)
     return derived

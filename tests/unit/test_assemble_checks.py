@@ -19,7 +19,7 @@ from rich.console import Console
 
 from orchestrator.execute.publish import update_release_index
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.lockfile import LOCK_FILE, LockInputArchive
+from orchestrator.model.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
 from orchestrator.model.records import BuildManifest, read_record, write_record
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
@@ -325,3 +325,35 @@ def test_folders_nested_deeper_than_a_generated_path_are_refused(handed_over: Fo
     (deep.parent / "x.1").write_text("deep\n")
     with pytest.raises(TargetFolderError, match=r"d/x\.1 is not a file that the plan"):
         check_folders([(target, plan)], [folder])
+
+
+def test_a_sysroot_deb_of_another_version_under_the_same_name_is_accepted(
+    handed_over: Folder,
+) -> None:
+    """The lock lists the image's libc6-dev and, under unpack/, the glibc floor's older one:
+    one name, two versions, each checked against its own list of the plan (found by the CI
+    executor: the second entry was compared with the image's version and refused)."""
+    folder, target, plan = handed_over
+    shared = sorted(set(plan.packages) & {n.removesuffix(":amd64") for n in plan.unpack})
+    assert shared, "the cpu plan installs libc6-dev and unpacks an older one"
+    name = shared[0]
+    sysroot = plan.unpack[f"{name}:amd64"]
+
+    def package(version: str, *, unpacked: bool) -> LockedPackage:
+        file = f"{'unpack/' if unpacked else ''}{name}_{version}_amd64.deb"
+        return LockedPackage(
+            name=name, version=version, arch="amd64", file=file, sha256="0" * 64, size=1
+        )
+
+    def locked(*packages: LockedPackage) -> None:
+        lock = _record(folder).lock
+        resolved = lock.resolved.model_copy(update={"packages": list(packages)})
+        describe(folder, target, plan, lock=lock.model_copy(update={"resolved": resolved}))
+
+    locked(package(plan.packages[name], unpacked=False), package(sysroot, unpacked=True))
+    check_folder(folder, [(target, plan)])
+    locked(
+        package(plan.packages[name], unpacked=False), package(plan.packages[name], unpacked=True)
+    )
+    with pytest.raises(AssembleError, match=rf"in lock\.resolved\.packages\.unpack/{name}:amd64$"):
+        check_folder(folder, [(target, plan)])
