@@ -200,12 +200,15 @@ def _limits(reading: cgroups.Reading, kind: EngineKind) -> Check:
     ]
     if not missing:
         return Check("pids and memory limits", "ok", f"in force ({version}); hits are detected")
-    fix = (
-        "rootless on cgroup v2: delegate the pids and memory controllers to the user "
-        "(systemd: Delegate=pids memory in user@.service.d)"
-        if kind.rootless
-        else f"the engine's {version} lacks the controller: enable it"
-    )
+    if kind.rootless and kind.cgroup_version == 1:
+        fix = "a rootless engine cannot set limits under cgroup v1: boot with cgroup v2"
+    elif kind.rootless:
+        fix = (
+            "rootless on cgroup v2: delegate the pids and memory controllers to the user "
+            "(systemd: Delegate=pids memory in user@.service.d)"
+        )
+    else:
+        fix = f"the engine's {version} lacks the controller: enable it"
     return Check(
         "pids and memory limits",
         "warn",

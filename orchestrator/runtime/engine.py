@@ -56,7 +56,7 @@ from orchestrator.runtime.contexts import EngineEndpoint
 from orchestrator.runtime.imagelock import LOCK_KIND, image_lock
 from orchestrator.runtime.imageops import image_info, import_tar, remove_image
 from orchestrator.runtime.lockstore import EngineLocks
-from orchestrator.runtime.quirks import EngineKind, binds, detect
+from orchestrator.runtime.quirks import PODMAN_COMPONENT, EngineKind, binds, detect
 from orchestrator.runtime.reach import open_client
 from orchestrator.runtime.seccomp import profile_file
 
@@ -130,8 +130,20 @@ class Engine:
     def kind(self) -> EngineKind:
         """Docker or Podman, which version, cgroup version, SELinux, rootless: asked once."""
         if self._kind is None:
-            self._kind = detect(self.version(), self.info())
+            version, info = self.version(), self.info()
+            libpod = self._libpod_info() if PODMAN_COMPONENT in str(version) else None
+            self._kind = detect(version, info, libpod)
         return self._kind
+
+    def _libpod_info(self) -> dict[str, Any] | None:
+        """Podman's own /info (SELinux, rootless), beside its Docker-compatible one."""
+        api = self._client.api
+        try:
+            answer = api.get(f"{api.base_url}/v4.0.0/libpod/info", timeout=CONNECT_TIMEOUT_S)
+            found = answer.json() if answer.status_code == requests.codes.ok else None
+        except (requests.RequestException, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def _labels(self, kind: str) -> dict[str, str]:
         return {

@@ -118,20 +118,29 @@ def _cgroup_version(info: Mapping[str, Any]) -> int:
     return int(value) if value in ("1", "2") else 0
 
 
-def detect(version: Mapping[str, Any], info: Mapping[str, Any]) -> EngineKind:
-    """The engine's kind from its /version and /info answers."""
+def detect(
+    version: Mapping[str, Any], info: Mapping[str, Any], libpod: Mapping[str, Any] | None = None
+) -> EngineKind:
+    """The engine's kind from its /version and /info answers, and on Podman its own
+    /libpod/info (`libpod`), whose `host.security` says SELinux and rootless where the
+    compat /info may not (Podman 4.3's SecurityOptions name neither; it has `Rootless`)."""
     podman = None
     for component in version.get("Components") or []:
         if isinstance(component, Mapping) and component.get("Name") == PODMAN_COMPONENT:
             podman = component
     security = _security_options(info)
+    host = (libpod or {}).get("host")
+    libpod_security = host.get("security") if isinstance(host, Mapping) else None
+    own = libpod_security if isinstance(libpod_security, Mapping) else {}
     return EngineKind(
         product=PODMAN if podman is not None else DOCKER,
         version=str((podman or version).get("Version", "")),
         api_version=str(version.get("ApiVersion", "")),
         cgroup_version=_cgroup_version(info),
-        selinux="selinux" in security,
-        rootless="rootless" in security,
+        selinux="selinux" in security or own.get("selinuxEnabled") is True,
+        rootless="rootless" in security
+        or info.get("Rootless") is True
+        or own.get("rootless") is True,
     )
 
 

@@ -227,3 +227,18 @@ def test_podman_without_catatonit_or_delegated_controllers_says_what_to_do(
     assert limits.status == "warn"
     assert limits.detail.startswith("pids and memory limit not in force")
     assert "Delegate=pids memory" in limits.detail
+
+
+def test_rootless_podman_on_cgroup_v1_is_told_limits_need_v2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What rootless Podman 4.3 on this project's v1 hosts showed: the limits are
+    accepted and not applied (no pids.max, no memory limit in the container)."""
+    info = {**FEDORA_INFO, "CgroupVersion": "1", "SecurityOptions": [], "Rootless": True}
+    checks = podman_doctor(
+        monkeypatch, info=info, cgroup="v2-undelegated", prober=lambda _i, _a, _p: (0, "")
+    )
+    assert checks["docker"].detail.startswith("Podman 4.3.1 (rootless), API 1.41")
+    limits = checks["pids and memory limits"]
+    assert limits.status == "warn"
+    assert limits.detail.endswith("cannot set limits under cgroup v1: boot with cgroup v2")

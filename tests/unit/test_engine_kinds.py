@@ -81,6 +81,27 @@ def test_kinds_told_apart_by_the_podman_component() -> None:
     assert detect({}, {}).cgroup_version == 0  # an engine that does not say
 
 
+def test_podman_rootless_and_selinux_from_its_own_answers() -> None:
+    """Podman 4.3's compat /info names neither in SecurityOptions: a rootless service
+    here answered `"Rootless": true`; its /libpod/info has host.security."""
+    rootless = detect(PODMAN_VERSION, {**PODMAN_INFO, "Rootless": True})
+    assert rootless.rootless and rootless.title == "Podman 4.3.1 (rootless)"
+    libpod = {"host": {"security": {"rootless": False, "selinuxEnabled": True}}}
+    assert detect(PODMAN_VERSION, PODMAN_INFO, libpod).selinux
+    assert not detect(PODMAN_VERSION, PODMAN_INFO, {"host": "odd"}).selinux
+
+
+def test_the_engine_asks_podman_for_its_libpod_info_and_docker_not() -> None:
+    calls = Calls(PODMAN_VERSION, PODMAN_INFO)
+    calls.answers["api.get"] = SimpleNamespace(
+        status_code=200, json=lambda: {"host": {"security": {"selinuxEnabled": True}}}
+    )
+    assert Engine(client(calls)).kind().selinux
+    docker_calls = Calls(DOCKER_VERSION, DOCKER_INFO)
+    assert not Engine(client(docker_calls)).kind().selinux
+    assert "api.get" not in docker_calls.names()
+
+
 def test_what_differs_on_podman_and_not_on_docker() -> None:
     differs = ("tags_on_import", "seccomp_inline", "force_removes_containers")
     assert [getattr(DOCKER_KIND, name) for name in differs] == [True, True, False]
@@ -152,7 +173,8 @@ class Calls:
 
     def __init__(self, version: dict[str, Any], info: dict[str, Any]) -> None:
         self.made: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-        self.answers: dict[str, Any] = {}
+        # Podman's /libpod/info: absent unless a test gives one
+        self.answers: dict[str, Any] = {"api.get": SimpleNamespace(status_code=404)}
         self._version, self._info = version, info
         self.api = _Part(self, "api")
         self.images = _Part(self, "images")
