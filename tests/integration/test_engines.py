@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -363,6 +364,68 @@ def test_assemble_refuses_a_swapped_binary_and_an_extra_binary(
     assert run.returncode == 69, run.output
     assert "sudo is not a file that the plan of" in " ".join(run.output.split())
     assert not refused.exists()
+
+
+@pytest.fixture(scope="module")
+def second_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The second builder's own cache, shared by the two-builder tests (it starts empty:
+    the second build reads nothing the first one cached)."""
+    return tmp_path_factory.mktemp("second-builder") / "cache"
+
+
+def _one_level_copy(source: Path, destination: Path, config: str) -> Path:
+    """A copy of `source` released at x86-64-v2 only, on the current engine alone."""
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("target"))
+    text = config.replace(f"levels = {json.dumps(list(LEVELS))}", 'levels = ["x86-64-v2"]')
+    text = text.replace(f'contexts = ["default", "{CONTEXT}"]', "")
+    (destination / "orchestrator.toml").write_text(text)
+    return destination
+
+
+def test_two_builders_on_two_engines_agree_and_the_release_is_signed(
+    project: Path, spread: Path, second: SecondEngine, second_cache: Path, tmp_path: Path
+) -> None:
+    """`release --rebuild-on`: the target built on this engine and again on the second one
+    with an empty cache of its own; both shipped the same bytes, so the release is signed,
+    and it holds the bytes of the release spread over both engines."""
+    del second  # running, with its context
+    single = _one_level_copy(project, tmp_path / "mixed-language", CONFIG)
+    artifacts = tmp_path / "artifacts"
+    rebuild = ["--rebuild-on", CONTEXT, "--rebuild-cache-dir", str(second_cache)]
+    run = release(single, artifacts, *rebuild)
+    assert run.returncode == 0, run.output
+    assert f"agreed: {ARTIFACTS[1]}: 1 shipped file(s) byte-identical" in run.output
+    assert f"(second builder, cache {second_cache.resolve()})" in run.output
+    assert list((second_cache / "steps").iterdir())  # the second build cached its own steps
+    ours = artifacts / RELEASE / ARTIFACTS[1]
+    theirs = spread / RELEASE / ARTIFACTS[1]
+    assert (ours / "mixed-language").read_bytes() == (theirs / "mixed-language").read_bytes()
+    archive = f"{ARTIFACTS[1]}.tar.xz"
+    assert (artifacts / RELEASE / archive).read_bytes() == (spread / RELEASE / archive).read_bytes()
+    verify = orchestrator(["verify", str(artifacts / RELEASE)])
+    assert verify.returncode == 0, verify.output
+
+
+def test_a_build_that_is_not_reproducible_is_refused_by_the_two_builder_rule(
+    second: SecondEngine, second_cache: Path, tmp_path: Path
+) -> None:
+    """A build script that bakes a random byte into the binary: the two builds differ, the
+    release refuses to sign (77), names the first differing file, offset and ELF section,
+    and publishes nothing."""
+    del second
+    project = tmp_path / "random-byte"
+    shutil.copytree(REPO / "tests" / "fixtures" / "random-byte", project)
+    artifacts = tmp_path / "artifacts"
+    rebuild = ["--rebuild-on", CONTEXT, "--rebuild-cache-dir", str(second_cache)]
+    config = ["--config", str(project / "orchestrator.toml"), "--artifacts-dir", str(artifacts)]
+    run = orchestrator(["release", *config, "--bench-runs", "0", "--allow-dirty", *rebuild])
+    assert run.returncode == 77, run.output
+    artifact = "random-byte-0.1.0-linux-x86_64-cpu"
+    assert f"{artifact}: the two builds differ, so neither is signed: random-byte:" in run.output
+    assert re.search(
+        r"first differing byte at offset \d+ \(0x[0-9a-f]+\), in ELF section \S+", run.output
+    )
+    assert not (artifacts / "random-byte-0.1.0").exists()
 
 
 def test_a_dead_engine_moves_its_target_and_the_bytes_equal_the_spread_release(
