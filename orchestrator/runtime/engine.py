@@ -229,8 +229,8 @@ class Engine:
             pid = owner.split("-", 1)[0]
             if owner != build_id and pid.isdigit() and process_alive(int(pid)):
                 continue
-            with suppress(docker.errors.APIError):
-                self._client.images.remove(str(image.id), force=True)
+            with suppress(docker.errors.APIError):  # Podman: never forced (imageops.py)
+                remove_image(self._client, self.kind(), str(image.id), unused_only=False)
 
     def remove_image(self, reference: str, *, unused_only: bool = False) -> bool:
         """Remove an image (its tags, and its layers where nothing else needs them);
