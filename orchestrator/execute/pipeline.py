@@ -40,6 +40,7 @@ from orchestrator.model.records import (
     GeneratedFile,
     ReusedStep,
 )
+from orchestrator.model.relocations import StaticRelocations
 from orchestrator.plan.build_plan import BuildPlan, CargoCommand
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -241,6 +242,9 @@ class BuildState:
     bolt_profile: ProfileRecord | None = None
     validation: dict[str, object] = field(default_factory=dict)
     gate: GateInfo | None = None  # the speed gate's counts and decision
+    # strip-relocations: what it removed, and each binary it replaced (path -> new path)
+    static_relocations: StaticRelocations | None = None
+    stripped: dict[str, str] = field(default_factory=dict)
     portability: Portability | None = None  # the main binary's
     other_glibc: dict[str, str | None] = field(default_factory=dict)  # the others' glibc_max
     expected: list[Captured] = field(default_factory=list)  # the baseline's, per validation run

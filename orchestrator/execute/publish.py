@@ -377,6 +377,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         generated=state.generated or None,
         c_code=c_code_record(pipeline, binary),
         cuda_runtime=state.cuda_runtime,
+        static_relocations=state.static_relocations,
     )
 
 

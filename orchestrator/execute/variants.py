@@ -172,8 +172,8 @@ def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str,
     names = {"baseline": variant_binary("baseline", main)}
     if "release" in pipeline.plan.variants:  # planned only where something reads it
         names["release"] = variant_binary("release", main)
-    if pipeline.plan.pgo:
-        names["pgo"] = state.unbolted
+    if pipeline.plan.pgo:  # as it ships: without the relocations only BOLT reads
+        names["pgo"] = state.stripped.get(state.unbolted, state.unbolted)
     if state.bolted:  # kept whether or not the speed gate shipped it
         names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = state.bolted
     shipped_sha = sha256_file(artifact / pipeline.plan.binary)

@@ -25,6 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
 from orchestrator.model.git_facts import GitFacts
+from orchestrator.model.relocations import StaticRelocations
 
 JsonDict = dict[str, Any]
 # A file of an artifact folder, joined onto it by verify and reproduce: a name, no path.
@@ -430,6 +431,8 @@ class BuildManifest(Record):
     cuda_runtime: CudaRuntimeInfo | None = None  # crates that bind CUDA (cudarc)
     generated: list[GeneratedFile] | None = None  # [[archive.generate]] outputs
     c_code: CCodeInfo | None = None  # [c_code] mode; None: off (or a file from before it)
+    # What strip-relocations removed (model/relocations.py); None: not planned (no BOLT)
+    static_relocations: StaticRelocations | None = None
 
 
 R = TypeVar("R", bound=Record)

@@ -60,6 +60,9 @@ def action_key(plan: BuildPlan, options: Options) -> str:
             **({"cargo_test_runner": cargo_test_runner(plan)} if plan.runner else {}),
             # The simulated caches decide the gate's counts, and so what ships.
             "callgrind": list(CALLGRIND_ARGS) if plan.gate is not None else None,
+            # Where BOLT is planned, what ships has no static relocations unless BOLT's
+            # output ships (execute/relocations.py): artifacts made before that keep them.
+            **({"static_relocations": "stripped"} if plan.bolt is not None else {}),
             "settings": {
                 spec.key: toml_shape(getattr(options, spec.attr))
                 for spec in SETTINGS

@@ -13,6 +13,7 @@ Which step reads what:
   SOURCE_DATE_EPOCH), the build container's environment; the optimized build and the
   tests with -Cprofile-use also read the merged PGO profile (by its sha256);
 - llvm-bolt (bolt-optimize): the binary it rewrites, the BOLT profile, its flags, the tool;
+- llvm-objcopy (strip-relocations): the binary it strips, the sections named, the tool;
 - a callgrind count (speed gate): the binaries of the variant, the workload, what the
   workloads see (env, stdin, workdir, inputs), callgrind's arguments, the image's valgrind.
 
@@ -188,6 +189,23 @@ def bolt_optimize_key(
             "version": STEP_CACHE_VERSION,
             "binary_sha256": binary_sha256,
             "profile_sha256": profile_sha256,
+            "argv": list(argv),
+            "toolchain": plan.toolchain.flavor_view(plan.flavor, plan.arch),
+            "image_input_hash": plan.image.input_hash,
+            "packages": dict(plan.packages),
+            "unpack": dict(plan.unpack),
+        }
+    )
+
+
+def strip_key(plan: BuildPlan, *, binary_sha256: str, argv: Sequence[str]) -> str:
+    """One llvm-objcopy run removing a binary's static relocations: the binary by content,
+    the whole command line (the sections, paths), and the toolchain and image it runs in."""
+    return content_hash(
+        {
+            "kind": "step/strip-relocations",
+            "version": STEP_CACHE_VERSION,
+            "binary_sha256": binary_sha256,
             "argv": list(argv),
             "toolchain": plan.toolchain.flavor_view(plan.flavor, plan.arch),
             "image_input_hash": plan.image.input_hash,

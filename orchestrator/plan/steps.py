@@ -34,6 +34,7 @@ class StepName(StrEnum):
     DEVICE_CODE = "device-code"
     VALIDATE = "validate"
     SPEED_GATE = "speed-gate"
+    STRIP_RELOCATIONS = "strip-relocations"
     PORTABILITY = "portability"
     DISTROS = "distros"
     SBOM = "sbom"
@@ -130,6 +131,14 @@ def steps_of(
                 StepName.SPEED_GATE,
                 f"count {len(gate.workloads)} workloads of each variant under callgrind; "
                 f"ship the best (policy {gate.policy}, min_gain {gate.min_gain:.1%})",
+            )
+        )
+    if bolt:  # the optimized build linked with --emit-relocs, which only BOLT reads
+        steps.append(
+            Step(
+                StepName.STRIP_RELOCATIONS,
+                "static relocations that --emit-relocs kept for BOLT removed from every "
+                "shipped binary that still has them; validated again",
             )
         )
     steps += [

@@ -39,6 +39,7 @@ AT_RUN = {
     "BOLT profile's sha256",
     StepName.SPEED_GATE: "decided as it runs: each count keyed by the variant's binaries' "
     "sha256 and the workload",
+    StepName.STRIP_RELOCATIONS: "decided as it runs: keyed by the shipped binaries' sha256",
 }
 
 

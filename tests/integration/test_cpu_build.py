@@ -44,6 +44,7 @@ STEPS = [
     "bolt-optimize",
     "validate",
     "speed-gate",
+    "strip-relocations",
     "portability",
     "distros",
     "sbom",

@@ -28,6 +28,7 @@ from tests.integration.conftest import (
     managed_containers,
     orchestrator,
 )
+from tests.integration.test_optimize import assert_no_relocations_only_bolt_reads
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +95,7 @@ def test_aarch64_cross_build_runs_under_qemu(
     assert bolt["applied"] is True, bolt.get("fallback_reason")
     assert "bolt" in manifest["artifact"]["optimizations"]
     assert bolt["coverage"]["profiled_functions"] > 0
+    assert_no_relocations_only_bolt_reads(directory, manifest)
 
     code, output = _in_image(
         docker_client,

@@ -6,12 +6,14 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from orchestrator.config.options import resolve
+from orchestrator.model.relocations import static_relocation_sections
 from tests.integration.conftest import (
     ARTIFACT,
     REPO,
@@ -87,6 +89,30 @@ def test_optimized_output_equals_baseline(release: Release) -> None:
     shipped = release.manifest["gate"]["shipped"]
     assert variants[shipped]["sha256"] == release.manifest["artifact"]["sha256"]
     assert len({v["sha256"] for v in variants.values()}) == 4  # four different binaries
+
+
+def assert_no_relocations_only_bolt_reads(directory: Path, manifest: dict[str, Any]) -> None:
+    """No shipped binary carries the static relocations --emit-relocs kept for BOLT
+    (`.rela.text` ...) unless it is BOLT's output; build.json says what was removed."""
+    artifact, bolt = manifest["artifact"], manifest["bolt"] or {}
+    names = [artifact["file"], *(other["file"] for other in artifact["other_binaries"])]
+    record = manifest["static_relocations"]
+    assert list(record["binaries"]) == names
+    for name in names:
+        with (directory / name).open("rb") as binary:
+            sections = static_relocation_sections(binary)
+        bolted = bolt.get("binaries", {}).get(name, {}).get("shipped", False)
+        assert bolted or sections == [], f"{name} ships {sections}"
+        assert record["binaries"][name]["size_after"] == (directory / name).stat().st_size
+    saved = sum(b["size_before"] - b["size_after"] for b in record["binaries"].values())
+    assert record["bytes_saved"] == saved >= 0
+    if manifest["gate"]["shipped"] == "pgo":  # linked with --emit-relocs, then stripped
+        assert ".rela.text" in record["binaries"][artifact["file"]]["sections"]
+        assert record["validation"]["compared"] is True
+
+
+def test_no_shipped_binary_keeps_the_relocations_only_bolt_reads(release: Release) -> None:
+    assert_no_relocations_only_bolt_reads(release.directory, release.manifest)
 
 
 def _assert_least_perf_grant(grant: dict[str, object]) -> None:
@@ -272,6 +298,7 @@ def test_mixed_language_crate_builds_with_pgo_and_bolt(
     assert optimizations[0] == "lto-fat"
     assert ("pgo" in optimizations) == shipped.startswith("pgo")
     assert ("bolt" in optimizations) == shipped.endswith("bolt")
+    assert_no_relocations_only_bolt_reads(directory, manifest)
     assert managed_containers(docker_client) == []
 
 

@@ -57,6 +57,7 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "bolt-optimize",
         "validate",
         "speed-gate",
+        "strip-relocations",
         "portability",
         "distros",
         "sbom",
