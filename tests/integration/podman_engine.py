@@ -72,7 +72,14 @@ def _environment(root: Path) -> dict[str, str]:
 
 
 def _unmount_under(root: Path) -> None:
-    """The store's own mounts (overlay makes graphroot/overlay a mount of its own)."""
+    """The service's leftovers: the conmon of each exec stays up to 300 s after it ended
+    (`--exit-delay`), and the store's mounts (overlay makes graphroot/overlay a mount of
+    its own). The processes are told by this store's folder in their command line."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(root) in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    os.kill(int(entry.name), signal.SIGKILL)
     mounts = [
         line.split()[1]
         for line in Path("/proc/mounts").read_text().splitlines()
