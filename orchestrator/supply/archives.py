@@ -11,13 +11,15 @@ a fixed preset (an xz stream has no timestamp), so a reproduction packs the same
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import lzma
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
 
@@ -169,9 +171,14 @@ def write_members(dest: Path, *, top: str, members: Sequence[Member], mtime: int
 
 def archived_files(archive: Path) -> dict[str, tuple[int, str]]:
     """path (below the top folder) -> (mode, sha256) of a .tar.xz's plain files, for
-    `verify`; only files under one top folder, without `..`, are accepted."""
+    `verify`; `hashed_files` says which entries are accepted."""
     try:
-        return _archived_files(archive)
+        with tarfile.open(archive, mode="r:xz") as tar:
+            entries = (
+                (m.name, m.isdir(), m.isfile(), m.mode, functools.partial(tar.extractfile, m))
+                for m in tar
+            )
+            return hashed_files(archive.name, entries)
     except (tarfile.TarError, lzma.LZMAError, EOFError) as exc:  # truncated or not an xz tar
         raise ValueError(f"{archive.name} cannot be read: {exc}") from exc
 
@@ -184,22 +191,29 @@ def member_path(archive_name: str, name: str) -> PurePosixPath:
     return path
 
 
-def _archived_files(archive: Path) -> dict[str, tuple[int, str]]:
+# An archive's entry as read back: (name as stored, a folder's without its slash, is a
+# folder, is a plain file (not a link, device...), its permission bits, opens its bytes).
+StoredEntry = tuple[str, bool, bool, int, Callable[[], IO[bytes] | None]]
+
+
+def hashed_files(archive_name: str, entries: Iterable[StoredEntry]) -> dict[str, tuple[int, str]]:
+    """path (below the top folder) -> (mode, sha256) of the plain files among `entries`, for
+    the .tar.xz and the .zip alike: every entry under one top folder (`member_path`), and
+    nothing but folders and plain files below it."""
     found: dict[str, tuple[int, str]] = {}
     tops: set[str] = set()
-    with tarfile.open(archive, mode="r:xz") as tar:
-        for member in tar:
-            path = member_path(archive.name, member.name)
-            tops.add(path.parts[0])
-            if len(tops) > 1:
-                raise ValueError(f"{archive.name}: more than one top folder")
-            if member.isdir():
-                continue
-            if not member.isfile() or len(path.parts) < 2:
-                raise ValueError(f"{archive.name}: unexpected entry {member.name!r}")
-            digest = hashlib.sha256()
-            handle = tar.extractfile(member)
-            while handle is not None and (chunk := handle.read(1 << 20)):
+    for name, folder, plain, mode, read in entries:
+        path = member_path(archive_name, name)
+        tops.add(path.parts[0])
+        if len(tops) > 1:
+            raise ValueError(f"{archive_name}: more than one top folder")
+        if folder:
+            continue
+        if not plain or len(path.parts) < 2:
+            raise ValueError(f"{archive_name}: unexpected entry {name!r}")
+        digest = hashlib.sha256()
+        with read() or io.BytesIO() as handle:
+            while chunk := handle.read(1 << 20):
                 digest.update(chunk)
-            found["/".join(path.parts[1:])] = (member.mode, digest.hexdigest())
+        found["/".join(path.parts[1:])] = (mode, digest.hexdigest())
     return found

@@ -8,7 +8,7 @@ fixed level, no extra fields (no extended timestamps, no uid/gid), no comment.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import stat
 import time
 import zipfile
@@ -16,8 +16,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
-from orchestrator.supply.archives import archive_members, member_folders, member_path
+from orchestrator.supply.archives import archive_members, hashed_files, member_folders
 
 DEFLATE_LEVEL = 9  # fixed: another level gives other bytes
 _UNIX = 3  # the "version made by" system whose external attributes hold st_mode
@@ -84,7 +83,21 @@ def zipped_files(archive: Path) -> dict[str, tuple[int, str]]:
     """path (below the top folder) -> (mode, sha256) of a zip's plain files, for `verify`;
     as archives.py's `archived_files`: one top folder, no `..`, no links."""
     try:
-        return _zipped_files(archive)
+        with zipfile.ZipFile(archive) as bundle:
+            infos = bundle.infolist()
+            if len(infos) > _MAX_ENTRIES:
+                raise ValueError(f"{archive.name}: more than {_MAX_ENTRIES} entries")
+            entries = (
+                (
+                    info.filename.rstrip("/"),
+                    info.is_dir(),
+                    stat.S_ISREG(info.external_attr >> 16),
+                    stat.S_IMODE(info.external_attr >> 16),
+                    functools.partial(bundle.open, info),
+                )
+                for info in infos
+            )
+            return hashed_files(archive.name, entries)
     except (
         zipfile.BadZipFile,
         zipfile.LargeZipFile,
@@ -93,28 +106,3 @@ def zipped_files(archive: Path) -> dict[str, tuple[int, str]]:
         NotImplementedError,
     ) as exc:
         raise ValueError(f"{archive.name} cannot be read: {exc}") from exc
-
-
-def _zipped_files(archive: Path) -> dict[str, tuple[int, str]]:
-    found: dict[str, tuple[int, str]] = {}
-    tops: set[str] = set()
-    with zipfile.ZipFile(archive) as bundle:
-        entries = bundle.infolist()
-        if len(entries) > _MAX_ENTRIES:
-            raise ValueError(f"{archive.name}: more than {_MAX_ENTRIES} entries")
-        for entry in entries:
-            path = member_path(archive.name, entry.filename.rstrip("/"))
-            tops.add(path.parts[0])
-            if len(tops) > 1 or len(path.parts) > MAX_MEMBER_DEPTH:
-                raise ValueError(f"{archive.name}: unexpected entry {entry.filename!r}")
-            mode = entry.external_attr >> 16
-            if entry.is_dir():
-                continue
-            if not stat.S_ISREG(mode) or len(path.parts) < 2:
-                raise ValueError(f"{archive.name}: unexpected entry {entry.filename!r}")
-            digest = hashlib.sha256()
-            with bundle.open(entry) as handle:
-                while chunk := handle.read(1 << 20):
-                    digest.update(chunk)
-            found["/".join(path.parts[1:])] = (stat.S_IMODE(mode), digest.hexdigest())
-    return found

@@ -221,6 +221,42 @@ def test_a_zip_with_an_entry_outside_its_top_folder_is_refused(tmp_path: Path) -
         zipped_files(path)
 
 
+def _entry(bundle: zipfile.ZipFile, tar: tarfile.TarFile, name: str, kind: int) -> None:
+    """One entry, a file holding "x" or a link to "x", written into both archives."""
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (kind | 0o755) << 16
+    bundle.writestr(info, b"x")
+    member = tarfile.TarInfo(name)
+    member.mode = 0o755
+    if kind == stat.S_IFLNK:
+        member.type, member.linkname = tarfile.SYMTYPE, "x"
+        tar.addfile(member)
+    else:
+        member.size = 1
+        tar.addfile(member, io.BytesIO(b"x"))
+
+
+def test_the_tar_and_the_zip_refuse_the_same_entries_alike(tmp_path: Path) -> None:
+    """One rule reads both back (supply/archives.py hashed_files): a second top folder and a
+    link are refused by each format with the same words."""
+    cases = {
+        "more than one top folder": ("other/demo", stat.S_IFREG),
+        "unexpected entry": (f"{TOP}/link", stat.S_IFLNK),
+    }
+    zipped, tarred = tmp_path / "good.zip", tmp_path / "good.tar.xz"
+    with zipfile.ZipFile(zipped, "w") as bundle, tarfile.open(tarred, "w:xz") as tar:
+        _entry(bundle, tar, f"{TOP}/demo", stat.S_IFREG)
+    assert zipped_files(zipped) == archived_files(tarred) == {"demo": (0o755, sha256_bytes(b"x"))}
+    for message, (name, kind) in cases.items():
+        zipped, tarred = tmp_path / f"{kind}.zip", tmp_path / f"{kind}.tar.xz"
+        with zipfile.ZipFile(zipped, "w") as bundle, tarfile.open(tarred, "w:xz") as tar:
+            _entry(bundle, tar, f"{TOP}/demo", stat.S_IFREG)
+            _entry(bundle, tar, name, kind)
+        for path in (zipped, tarred):
+            with pytest.raises(ValueError, match=message):
+                zipped_files(path) if path is zipped else archived_files(path)
+
+
 def _same_output(path: str) -> bytes:
     """The fake container's files: both runs of a generate command print the same."""
     stem = path.rsplit("/", 1)[-1].replace("-first", "").replace("-again", "")
