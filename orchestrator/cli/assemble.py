@@ -62,6 +62,7 @@ def release_assemble(
             "folders (two builders) with byte-identical shipped files; `one`: at least one "
             "target does; `none`: one folder per target. A pair that differs: exit 77.",
             case_sensitive=False,
+            metavar="RULE",
         ),
     ] = Agree.NONE,
 ) -> None:
