@@ -27,7 +27,7 @@ from orchestrator.cli.app import (
     styled,
 )
 from orchestrator.config.options import Options
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
 from orchestrator.release.agree import AgreePolicy, settle
 from orchestrator.release.shard import CheckedFolder
 from orchestrator.release.target import Target
@@ -125,8 +125,8 @@ def release_rebuilt(
                     f"({label} builder, cache {cache})"
                 )
                 own = replace(target, options=replace(target.options, cache_dir=cache))
-                folders.append(
-                    build_target_folder(
+                try:
+                    folder = build_target_folder(
                         own,
                         plan,
                         engine,
@@ -136,7 +136,16 @@ def release_rebuilt(
                         retrain=retrain,
                         force=force,
                     )
-                )
+                except Exception as error:  # the SDK's own errors when an engine vanishes
+                    if isinstance(error, OrchestratorError) or engine.alive():
+                        raise
+                    raise DockerUnavailableError(
+                        f"the {label} builder's engine {engine.name} stopped answering while "
+                        f"it built {plan.artifact_dir}: nothing was signed",
+                        hint="Start that engine again (or pass another --rebuild-on), then "
+                        "run the release again: steps already built are reused.",
+                    ) from None
+                folders.append(folder)
         checked = check_folders_agreeing(planned, folders)
         publish_checked(options, checked, "all", signer, started=started)
 
