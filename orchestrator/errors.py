@@ -168,6 +168,17 @@ class ProfileError(OrchestratorError):
     summary = "PGO/BOLT profile missing, altered, or covering too little"
 
 
+class BundleError(OrchestratorError):
+    """A training bundle or the profiles trained from it is incomplete, altered, or for
+    another build or architecture (`build --train-elsewhere`, `build --profiles`)."""
+
+    exit_code = 64
+    summary = (
+        "`build --train-elsewhere` / `--profiles`: a training bundle or its profiles.tar "
+        "refused (altered, incomplete, another bundle's or another architecture's)"
+    )
+
+
 class ValidationError(OrchestratorError):
     """The optimized binary's output differs from the baseline's."""
 
