@@ -134,6 +134,21 @@ class ToolchainMismatchError(OrchestratorError):
     )
 
 
+class GpuUnavailableError(OrchestratorError):
+    """`flavors.<cuda|rocm>.gpu = "require"`, and the engine can give a container no GPU."""
+
+    exit_code = 33
+    summary = (
+        'a GPU flavor has `gpu = "require"` and the engine can give its containers no GPU '
+        "(no nvidia runtime, no CDI spec, no `/dev/kfd`)"
+    )
+    default_hint = (
+        "Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure, or nvidia-ctk cdi "
+        "generate) or give the engine /dev/kfd and /dev/dri; `orchestrator doctor` lists what "
+        'each engine offers. Or set gpu = "auto" to build without the GPU path.'
+    )
+
+
 class StepFailedError(OrchestratorError):
     """A build step's command exited non-zero inside its container."""
 

@@ -62,6 +62,7 @@ def check_run_settings(path: Path, values: Mapping[str, Any], crate_dir: Path) -
         if isinstance(value, int) and value < least:
             raise ConfigError(f"{path}: {key} must be at least {least}, got {values[attr]}")
     _check_limits(path, values)
+    _check_select(path, values.get("validate_select", ""))
     min_gain = values.get("gate_min_gain", 0.0)
     if not 0.0 <= min_gain < 1.0:
         raise ConfigError(
@@ -90,6 +91,17 @@ def memory_bytes(text: str) -> int | None:
     if found is None:
         return None
     return int(found.group(1)) * _UNITS[(found.group(2) or "").lower()]
+
+
+def _check_select(path: Path, select: str) -> None:
+    try:
+        re.compile(select)
+    except re.error as exc:
+        raise ConfigError(
+            f"{path}: validate.select = {select!r} is not a regular expression: {exc}",
+            hint='Write a Python regular expression, e.g. "^token " to compare only the '
+            "lines that start with `token `.",
+        ) from None
 
 
 def _check_limits(path: Path, values: Mapping[str, Any]) -> None:

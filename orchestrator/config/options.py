@@ -84,6 +84,7 @@ class FlavorSettings:
     kernels: str = flavor_default_of("kernels")  # embedded | runtime
     test_every_level: bool = flavor_default_of("test_every_level")  # off: first level's flags
     dispatch: bool = flavor_default_of("dispatch")  # on: compose <artifact>-auto from levels
+    gpu: str = flavor_default_of("gpu")  # auto | require | off (cuda, rocm)
     # Its [flavors.<name>.<section>] tables, applied by `Options.for_flavor`.
     overrides: Overrides = ()  # (top-level key, value)
     args_append: Appends = ()  # (section, arguments)
@@ -135,6 +136,7 @@ class Options:
     limit_memory: str = default_of("limits.memory")
     validate_runs: tuple[Run, ...] = default_of("validate.runs")
     validate_tolerance: float = default_of("validate.tolerance")
+    validate_select: str = default_of("validate.select")
     bench_runs: int = default_of("bench.runs")
     bench_warmup: int = default_of("bench.warmup")
     signing_key: Path | None = default_of("signing.secret_key")  # noqa: RUF009 - None

@@ -306,6 +306,14 @@ SETTINGS: tuple[Setting, ...] = (
         attr="validate_tolerance",
     ),
     Setting(
+        "validate.select",
+        "str",
+        "",
+        "a regular expression: compare only the output lines it matches (per flavor in "
+        "[flavors.<name>.validate], e.g. a GPU run's token lines); empty: every line",
+        attr="validate_select",
+    ),
+    Setting(
         "bench.command",
         "list[str]",
         (),
@@ -406,6 +414,14 @@ FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
         True,
         "with two or more x86-64 levels built, also ship `<artifact>-auto`: one binary that "
         "runs the best level the CPU has (ORCHESTRATOR_LEVEL=v2|v3|v4 forces one)",
+    ),
+    FlavorKey(
+        "gpu",
+        "str",
+        "auto",
+        'cuda, rocm: "auto" passes the engine\'s GPU (nvidia runtime, CDI, /dev/kfd) to the '
+        'containers that run the GPU path where it has one; "require" fails without one; '
+        '"off" never passes one',
     ),
 )
 FLAVOR_KEYS: dict[str, Kind] = {f.name: f.kind for f in FLAVOR_SETTINGS}

@@ -182,7 +182,9 @@ def _run_in(
                 raise PortabilityError(
                     f"{plan.artifact_dir}: `{check}` failed on {title}: {exc.message}"
                 ) from exc
-            differences = compare_captured(expected, got, plan.validate_tolerance)
+            differences = compare_captured(
+                expected, got, plan.validate_tolerance, plan.validate_select
+            )
             if differences:
                 diff = render_diff(
                     expected, got, expected_name="baseline", got_name=distro.spec.suite

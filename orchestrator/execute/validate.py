@@ -68,7 +68,7 @@ def validate_binaries(
         )
         _check_steady(pipeline, check, name, expected, log, label=f"baseline-{index}")
         got = _capture(pipeline, binaries[name], check, f"{label}-{index}", log)
-        differences = compare_captured(expected, got, tolerance)
+        differences = compare_captured(expected, got, tolerance, plan.validate_select)
         if differences:
             diff = render_diff(expected, got, expected_name="baseline", got_name=what)
             raise ValidationError(
@@ -91,6 +91,7 @@ def validate_binaries(
         "command": list(plan.validate_command),
         "compared": True,
         "tolerance": tolerance,
+        **({"select": plan.validate_select} if plan.validate_select else {}),
         "identical": all(r["identical"] for r in results),
         "output_lines": len(first.stdout.splitlines()),
         "stdout_bytes": len(first.stdout),
@@ -125,7 +126,9 @@ def _check_steady(
     if key in pipeline.state.steady:
         return
     again = _capture(pipeline, variant_binary("baseline", name), check, f"{label}-again", log)
-    differences = compare_captured(first, again, pipeline.plan.validate_tolerance)
+    differences = compare_captured(
+        first, again, pipeline.plan.validate_tolerance, pipeline.plan.validate_select
+    )
     if differences:
         command = " ".join((name, *check.args))
         raise NondeterministicOutputError(

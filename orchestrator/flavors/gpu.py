@@ -191,6 +191,18 @@ def check_kernels_mode(flavor: str, kernels: str) -> None:
         )
 
 
+GPU_MODES = ("auto", "require", "off")
+
+
+def check_gpu_mode(flavor: str, gpu: str) -> None:
+    if gpu not in GPU_MODES:
+        raise ConfigError(
+            f"flavors.{flavor}.gpu = {gpu!r}: expected one of {', '.join(GPU_MODES)}",
+            hint='"auto": give the GPU containers the engine\'s GPU where it has one; '
+            '"require": fail without one; "off": never pass one.',
+        )
+
+
 def runtime_compiler_use(needed: Iterable[str], binary: bytes, library: str) -> list[str]:
     """How a binary reaches `library` (libnvrtc, libhiprtc): linked (DT_NEEDED) or named for
     dlopen (cudarc and libloading keep the file name as a string in the binary)."""

@@ -6,7 +6,12 @@ from collections.abc import Mapping
 
 from orchestrator.config.options import Options
 from orchestrator.flavors.base import DeviceCode
-from orchestrator.flavors.gpu import DEFAULT_ROCM_TARGETS, check_kernels_mode, check_target_names
+from orchestrator.flavors.gpu import (
+    DEFAULT_ROCM_TARGETS,
+    check_gpu_mode,
+    check_kernels_mode,
+    check_target_names,
+)
 from orchestrator.flavors.x86 import X86Flavor
 
 # The AMDGPU processors the image's LLVM 17 (the one hipcc drives) can generate code for.
@@ -42,3 +47,4 @@ class RocmFlavor(X86Flavor):
         super().validate(options)
         check_target_names(self.name, self.gpu_targets(options))
         check_kernels_mode(self.name, options.settings_for(self.name).kernels)
+        check_gpu_mode(self.name, options.settings_for(self.name).gpu)

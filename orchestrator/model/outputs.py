@@ -44,21 +44,36 @@ def _line_within(expected: str, got: str, tolerance: float) -> bool:
     return True
 
 
-def compare_outputs(expected: str, got: str, tolerance: float = 0.0) -> list[Difference]:
+def _selected(lines: list[str], select: re.Pattern[str] | None) -> list[tuple[int, str]]:
+    """(1-based line number, line) of the lines `select` matches; every line without one."""
+    return [
+        (number, line)
+        for number, line in enumerate(lines, start=1)
+        if select is None or select.search(line)
+    ]
+
+
+def compare_outputs(
+    expected: str, got: str, tolerance: float = 0.0, select: str = ""
+) -> list[Difference]:
     """Lines that differ; with a tolerance, numbers may differ by that relative amount.
 
     Tokens are split on whitespace (and a trailing `:`/`,`), so `loss: 0.30000001` and
     `loss: 0.3` agree at tolerance 1e-6 while any change to words, spacing or hex digests
-    does not.
+    does not. With `select` (a regular expression), only the lines it matches are
+    compared, in order (a GPU run against the CPU reference: its token lines, not its
+    timings); a selected line one side lacks is a difference.
     """
-    a_lines, b_lines = expected.splitlines(), got.splitlines()
+    pattern = re.compile(select) if select else None
+    a_lines = _selected(expected.splitlines(), pattern)
+    b_lines = _selected(got.splitlines(), pattern)
     differences: list[Difference] = []
-    for number in range(max(len(a_lines), len(b_lines))):
-        a = a_lines[number] if number < len(a_lines) else ""
-        b = b_lines[number] if number < len(b_lines) else ""
-        missing = number >= len(a_lines) or number >= len(b_lines)
+    for index in range(max(len(a_lines), len(b_lines))):
+        a_number, a = a_lines[index] if index < len(a_lines) else (0, "")
+        b_number, b = b_lines[index] if index < len(b_lines) else (0, "")
+        missing = index >= len(a_lines) or index >= len(b_lines)
         if missing or (a != b and (tolerance <= 0 or not _line_within(a, b, tolerance))):
-            differences.append(Difference(number + 1, a, b))
+            differences.append(Difference(a_number or b_number, a, b))
     return differences
 
 
@@ -80,10 +95,13 @@ def _readable(data: bytes) -> str:
     return data.decode("utf-8", "backslashreplace")
 
 
-def compare_captured(expected: Captured, got: Captured, tolerance: float = 0.0) -> str:
+def compare_captured(
+    expected: Captured, got: Captured, tolerance: float = 0.0, select: str = ""
+) -> str:
     """ "" when `got` passes, else what differs. Bytes are compared as written; with a
     tolerance, numbers in the text may differ by that relative amount and nothing else may
-    (undecodable bytes take part as themselves, so no two different outputs look alike)."""
+    (undecodable bytes take part as themselves, so no two different outputs look alike);
+    with `select`, only the lines that regular expression matches are compared."""
     if expected == got:
         return ""
     problems = []
@@ -91,15 +109,17 @@ def compare_captured(expected: Captured, got: Captured, tolerance: float = 0.0) 
         a, b = getattr(expected, stream), getattr(got, stream)
         if a == b:
             continue
-        if tolerance > 0:
+        if tolerance > 0 or select:
             # surrogateescape: a byte that is not UTF-8 stays distinct from every other
             a_text, b_text = (
                 a.decode("utf-8", "surrogateescape"),
                 b.decode("utf-8", "surrogateescape"),
             )
-            lines = compare_outputs(a_text, b_text, tolerance)
+            lines = compare_outputs(a_text, b_text, tolerance, select)
             if lines:
-                problems.append(f"{stream}: {len(lines)} line(s) differ beyond the tolerance")
+                beyond = " beyond the tolerance" if tolerance > 0 else ""
+                among = " of the selected lines" if select else ""
+                problems.append(f"{stream}: {len(lines)} line(s){among} differ{beyond}")
         else:
             lines = compare_outputs(_readable(a), _readable(b))
             problems.append(f"{stream}: {len(lines) or 'no'} line(s) differ, bytes differ")

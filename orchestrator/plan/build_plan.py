@@ -125,6 +125,7 @@ class BuildPlan:
     validate_command: tuple[str, ...]  # runs the main binary
     validate_runs: tuple[Run, ...]  # more validation runs, e.g. of the other binaries
     validate_tolerance: float
+    validate_select: str  # a regular expression: only the lines it matches are compared
     profiling_privileges: bool
     profiling_allow_privileged: bool  # may the perf probe try --privileged at all
     limit_pids: int  # of the build and profiling containers (0: none)
@@ -471,6 +472,7 @@ def make_plan(
         validate_command=options.validate_command,
         validate_runs=options.validate_runs,
         validate_tolerance=options.validate_tolerance,
+        validate_select=options.validate_select,
         profiling_privileges=options.profiling_privileges,
         profiling_allow_privileged=options.profiling_allow_privileged,
         limit_pids=options.limit_pids,

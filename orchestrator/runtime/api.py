@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from orchestrator.host.system import process_alive
 from orchestrator.model.records import ContainerGrant, EngineRecord
+from orchestrator.runtime.gpu import GpuPassthrough
 from orchestrator.runtime.quirks import EngineKind, architecture
 from orchestrator.runtime.seccomp import added_syscalls, profile_json, profile_sha256
 
@@ -133,6 +134,7 @@ class ContainerSpec:
     read_only_volumes: Mapping[str, str] = field(default_factory=dict)  # the same, mounted ro
     cpuset: str | None = None  # pin to these CPUs (benchmarks)
     limits: Limits = Limits()  # pids and memory (build and profiling containers)
+    gpu: GpuPassthrough | None = None  # only containers that run the GPU path get one
 
 
 def is_leftover(labels: Mapping[str, str], *, session: str, host: str) -> bool:
@@ -241,6 +243,7 @@ class EngineApi(Protocol):
         *,
         privileges: Privileges = Privileges(),
         user: str | None = None,
+        gpu: GpuPassthrough | None = None,
     ) -> tuple[int, str]: ...
 
 

@@ -53,6 +53,7 @@ from orchestrator.runtime.api import (
 )
 from orchestrator.runtime.container import Container
 from orchestrator.runtime.contexts import EngineEndpoint
+from orchestrator.runtime.gpu import GpuPassthrough
 from orchestrator.runtime.imagelock import LOCK_KIND, image_lock
 from orchestrator.runtime.imageops import image_info, import_tar, remove_image
 from orchestrator.runtime.lockstore import EngineLocks
@@ -267,6 +268,8 @@ class Engine:
                     user=spec.user,
                     volumes=binds(kind, spec.volumes, spec.read_only_volumes),
                     cpuset_cpus=spec.cpuset,
+                    # devices and groups only: a GPU adds no capability
+                    **(spec.gpu.engine_options(kind) if spec.gpu else {}),
                 )
         except docker.errors.APIError as exc:
             reason = str(exc.explanation or exc).strip()
@@ -379,13 +382,13 @@ class Engine:
         *,
         privileges: Privileges = Privileges(),
         user: str | None = None,
+        gpu: GpuPassthrough | None = None,
     ) -> tuple[int, str]:
         """Run one short command in a throwaway container; (exit code, output)."""
         output: list[str] = []
+        spec = ContainerSpec(image, privileges=privileges, user=user, purpose="probe", gpu=gpu)
         try:
-            with self.container(
-                ContainerSpec(image=image, privileges=privileges, user=user, purpose="probe")
-            ) as box:
+            with self.container(spec) as box:
                 code = box.exec(argv, on_output=output.append)
         except OrchestratorError as exc:
             return -1, str(exc)

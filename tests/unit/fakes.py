@@ -32,6 +32,7 @@ from orchestrator.runtime.engine import (
     Privileges,
     is_leftover,
 )
+from orchestrator.runtime.gpu import GpuPassthrough
 from orchestrator.runtime.imagelock import LOCK_KIND, LockHolder, image_lock
 from orchestrator.runtime.quirks import EngineKind, binds, detect
 
@@ -215,6 +216,8 @@ class FakeEngine:
         self.managed: list[Managed] = []  # managed containers, as managed_containers() lists
         self.volumes: list[Managed] = []
         self.probes: list[tuple[str, tuple[str, ...], Privileges, str | None]] = []
+        self.gpu_kinds: set[str] = set()  # the GPU passthrough kinds it accepts (runtime/gpu.py)
+        self.gpu_probes: list[GpuPassthrough] = []
         self._serial = 0
 
     def _next_id(self) -> str:
@@ -387,7 +390,14 @@ class FakeEngine:
         *,
         privileges: Privileges = Privileges(),
         user: str | None = None,
+        gpu: GpuPassthrough | None = None,
     ) -> tuple[int, str]:
+        if gpu is not None:
+            # The engine starts a GPU container only through the ways in it has.
+            self.gpu_probes.append(gpu)
+            if gpu.kind in self.gpu_kinds:
+                return 0, ""
+            return 125, f"unresolvable CDI devices {gpu.describe()}"
         self.probes.append((image, tuple(argv), privileges, user))
         if self.prober is None:
             return 0, ""
