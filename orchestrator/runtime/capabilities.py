@@ -15,6 +15,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import cgroups
 from orchestrator.runtime.api import ContainerSpec, Limits, Privileges
 from orchestrator.runtime.engine import Engine
+from orchestrator.runtime.gpu_probe import engine_gpus
 from orchestrator.runtime.imagelock import LOCK_KIND, lock_name
 from orchestrator.runtime.quirks import EngineKind
 from orchestrator.runtime.seccomp import PERF_PROFILE
@@ -131,7 +132,7 @@ def image_lock(engine: Engine) -> Check:
 
 
 def container_checks(engine: Engine, image: str) -> list[Check]:
-    """init, our seccomp profile, a read-only volume, the pids and memory limits."""
+    """init, our seccomp profile, a read-only volume, the pids and memory limits, GPUs."""
     kind = engine.kind()
     code, output = engine.probe(image, ["true"])
     checks = [
@@ -150,7 +151,9 @@ def container_checks(engine: Engine, image: str) -> list[Check]:
             kind.start_hint(output) or "perf then has no grant: BOLT uses instrumentation",
         )
     )
-    return checks + _volume_and_limits(engine, image, kind)
+    checks += _volume_and_limits(engine, image, kind)
+    # What the GPU flavors' containers would get (flavors.<cuda|rocm>.gpu); none is no fault.
+    return [*checks, Check("GPUs", "info", engine_gpus(engine, image))]
 
 
 def _init_fix(kind: EngineKind) -> str:

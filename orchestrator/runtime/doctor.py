@@ -84,6 +84,7 @@ _BASE_CHECKS = (
     "seccomp profile",
     "read-only volumes",
     "pids and memory limits",
+    "GPUs",
     "privileged containers",
 )
 # The checks that talk to the Engine; without one each is reported as skipped.

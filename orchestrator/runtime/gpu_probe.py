@@ -60,11 +60,16 @@ def nvidia_runtime(info: Mapping[str, Any]) -> bool:
     return isinstance(runtimes, Mapping) and "nvidia" in runtimes
 
 
-def candidates(vendor: str, info: Mapping[str, Any]) -> tuple[GpuPassthrough, ...]:
+def candidates(
+    vendor: str, info: Mapping[str, Any], *, podman: bool = False
+) -> tuple[GpuPassthrough, ...]:
     """The ways in worth trying for `vendor`, best first: CDI names the devices and mounts
-    the driver's files itself; the nvidia runtime only where /info lists it."""
+    the driver's files itself; the nvidia runtime only where /info lists it, and never on
+    Podman, whose compat API starts a container with DeviceRequests and ignores them (so a
+    start would prove nothing)."""
     if vendor == "nvidia":
-        return (CDI_NVIDIA, RUNTIME_NVIDIA) if nvidia_runtime(info) else (CDI_NVIDIA,)
+        runtime = nvidia_runtime(info) and not podman
+        return (CDI_NVIDIA, RUNTIME_NVIDIA) if runtime else (CDI_NVIDIA,)
     if vendor == "amd":
         return (KFD_AMD,)
     return ()
@@ -80,7 +85,7 @@ def offers(
 ) -> list[Tried]:
     """Each way in for `vendor` tried on the engine (up to the first that works)."""
     tried: list[Tried] = []
-    for passthrough in candidates(vendor, engine.info()):
+    for passthrough in candidates(vendor, engine.info(), podman=engine.kind().podman):
         tried.append(try_passthrough(engine, image, passthrough))
         if tried[-1].ok and stop_at_first:
             break
@@ -104,3 +109,18 @@ def gpu_use(engine: EngineApi, image: str, flavor: str, mode: str) -> GpuUse:
     if mode == "require":
         raise GpuUnavailableError(f'flavors.{flavor}.gpu = "require", but {why}')
     return GpuUse(None, why, tuple(tried))
+
+
+def engine_gpus(engine: EngineApi, image: str) -> str:
+    """For `doctor`: what the engine lists (its nvidia runtime) and, per vendor, what a
+    GPU container would be given, or each way in with the engine's refusal."""
+    info = engine.info()
+    parts = [f"nvidia runtime {'listed' if nvidia_runtime(info) else 'not listed'} in /info"]
+    for vendor in ("nvidia", "amd"):
+        tried = offers(engine, image, vendor, stop_at_first=False)
+        passed = next((t.passthrough for t in tried if t.ok), None)
+        if passed is not None:
+            parts.append(f"{vendor}: would pass {passed.describe()}")
+        else:
+            parts.append(f"{vendor}: none (" + "; ".join(t.describe() for t in tried) + ")")
+    return "; ".join(parts)

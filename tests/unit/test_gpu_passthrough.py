@@ -14,9 +14,11 @@ from orchestrator.config.options import Options, resolve
 from orchestrator.errors import ConfigError, GpuUnavailableError
 from orchestrator.flavors.cuda import CudaFlavor
 from orchestrator.runtime.api import ContainerSpec
+from orchestrator.runtime.doctor import run_checks
 from orchestrator.runtime.gpu import AMD, CDI, NVIDIA
 from orchestrator.runtime.gpu_probe import CDI_NVIDIA, KFD_AMD, RUNTIME_NVIDIA, gpu_use
 from tests.unit.fakes import FakeEngine
+from tests.unit.test_doctor import by_name, use_engine, use_path
 from tests.unit.test_engine_kinds import (
     DOCKER_INFO,
     DOCKER_VERSION,
@@ -155,3 +157,22 @@ def test_validate_select_per_flavor_and_a_bad_pattern_refused(project: Path) -> 
     assert (
         "validate.select" in caught.value.message and "regular expression" in caught.value.message
     )
+
+
+def test_doctor_lists_what_each_engine_would_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _engine(CDI, AMD, info=NVIDIA_INFO)
+    fake.add_image("orchestrator/base:trixie-" + "0" * 16)
+    use_engine(monkeypatch, fake)
+    use_path(monkeypatch, "mmdebstrap")
+    gpus = by_name(run_checks(None))["GPUs"]
+    assert gpus.status == "info"
+    assert gpus.detail == (
+        "nvidia runtime listed in /info; nvidia: would pass CDI devices nvidia.com/gpu=all; "
+        "amd: would pass devices /dev/kfd, /dev/dri; groups video, render"
+    )
+    none = _engine(info=DOCKER_INFO)
+    none.add_image("orchestrator/base:trixie-" + "0" * 16)
+    use_engine(monkeypatch, none)
+    detail = by_name(run_checks(None))["GPUs"].detail
+    assert detail.startswith("nvidia runtime not listed in /info; nvidia: none (CDI devices")
+    assert "amd: none (devices /dev/kfd, /dev/dri; groups video, render: refused" in detail
