@@ -31,7 +31,12 @@ from orchestrator.errors import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.config.options import Options
     from orchestrator.model.records import BuildManifest
+    from orchestrator.plan.build_plan import BuildPlan
+    from orchestrator.progress.reporter import Reporter
+    from orchestrator.runtime.engine import Engine
+    from orchestrator.supply.attest import Signer
 
 
 @app.command()
@@ -102,6 +107,25 @@ def build(
             help="With --target: quick runs for release.json's speedup column (0: skip).",
         ),
     ] = 3,
+    train_elsewhere: Annotated[
+        Path | None,
+        typer.Option(
+            "--train-elsewhere",
+            metavar="DIR",
+            help="Stop after the instrumented build and write a signed training bundle "
+            "into DIR (a new folder): run `sh train.sh` in a copy of it on a machine of the "
+            "target's architecture, then build with --profiles.",
+        ),
+    ] = None,
+    profiles: Annotated[
+        Path | None,
+        typer.Option(
+            "--profiles",
+            metavar="FILE",
+            help="Merge the profiles.tar a bundle's train.sh wrote instead of training "
+            "here, then finish the build; build.json says where it was trained.",
+        ),
+    ] = None,
     json_output: Annotated[
         bool, json_option("orchestrator/build-plan", when="with --dry-run only")
     ] = False,
@@ -148,6 +172,7 @@ def build(
             "--json goes with --dry-run: a build prints its steps, and writes build.json",
             hint="orchestrator build --dry-run --json prints the plan as one JSON document.",
         )
+    _refuse_training_mix(train_elsewhere, profiles, release_target, dry_run=dry_run)
     if release_target is not None:
         changed = [key for key, value in overrides.items() if value is not None]
         source = ctx.get_parameter_source("flavor")
@@ -200,6 +225,8 @@ def build(
         plan_steps=[step.name for step in plan.steps],
         estimates=earlier_step_seconds(options.artifacts_dir, flavor),
     )
+    if _wrote_bundle(options, plan, (engine, reporter, signer), train_elsewhere, profiles):
+        return
     console.print(
         f"building {options.binary} {options.version} ({flavor}, "
         f"{plan.toolchain.name}, target-cpu {plan.target_cpu}); "
@@ -213,6 +240,7 @@ def build(
         signer=signer,
         keep_containers=keep_containers,
         retrain=retrain,
+        profiles_from=profiles,
     )
     console.print(styled("published", "bold green", f" {outcome.artifact}"))
     console.print(f"  binary  {outcome.binary}")
@@ -220,6 +248,48 @@ def build(
     for split in gate_splits(outcome.manifest.gate):  # a loss the gate's mean hides
         console.print(f"  gate    {split} (build.json: gate.per_workload)", markup=False)
     console.print(f"  verify  cd {outcome.artifact} && sha256sum -c SHA256SUMS")
+
+
+def _refuse_training_mix(
+    train_elsewhere: Path | None, profiles: Path | None, target: str | None, *, dry_run: bool
+) -> None:
+    given = [flag for flag, value in (("--train-elsewhere", train_elsewhere), ("--profiles",
+             profiles)) if value is not None]  # fmt: skip
+    if not given:
+        return
+    if len(given) == 2:
+        raise ConfigError(
+            "--train-elsewhere writes a bundle; --profiles brings back what it trained",
+            hint="Run them as two builds: first --train-elsewhere DIR, then --profiles FILE.",
+        )
+    if target is not None or dry_run:
+        raise ConfigError(f"{given[0]} goes with neither --target nor --dry-run")
+    if profiles is not None and not profiles.is_file():
+        raise ConfigError(f"--profiles {profiles}: no such file")
+
+
+def _wrote_bundle(
+    options: Options,
+    plan: BuildPlan,
+    run_with: tuple[Engine, Reporter, Signer],
+    dest: Path | None,
+    profiles: Path | None,
+) -> bool:
+    """`--train-elsewhere DIR`: the bundle written (True); `--profiles` checked for PGO."""
+    from orchestrator.execute.train_export import run_training_export
+
+    if profiles is not None and plan.pgo is None:
+        raise ConfigError("--profiles needs PGO: this build has it off", hint="Drop --no-pgo.")
+    if dest is None:
+        return False
+    engine, reporter, signer = run_with
+    manifest = run_training_export(options, plan, engine, reporter, signer=signer, dest=dest)
+    console.print(styled("bundle", "bold green", f" {dest} ({manifest.arch})"))
+    console.print(f"  train   copy it to a {manifest.arch} Linux machine and run: sh train.sh")
+    console.print(
+        f"  then    orchestrator build --flavor {plan.flavor} --profiles <copy>/profiles.tar"
+    )
+    return True
 
 
 def shipped_description(manifest: BuildManifest) -> str:

@@ -18,7 +18,7 @@ from orchestrator.cli.app import (
     sign_release_index,
     signer_for,
 )
-from orchestrator.cli.release import refuse_dirty
+from orchestrator.cli.release_common import refuse_dirty
 from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
 

@@ -60,7 +60,7 @@ def publish_checked(
 ) -> None:
     """Settle the two-builder rule, then sign and publish the folders, compose the -auto
     folders, write release.json and release.lock and sign the release index."""
-    from orchestrator.cli.release import closing_lines
+    from orchestrator.cli.release_common import closing_lines
     from orchestrator.model.layout import release_dir_name
     from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.run import RELEASE_JSON, run_report
@@ -95,7 +95,7 @@ def release_rebuilt(
 ) -> None:
     """Build every target on the release's engine and on `context`, then publish what both
     agree on (`--agree all`)."""
-    from orchestrator.cli.release import connect_engines
+    from orchestrator.cli.release_common import connect_engines
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.host.staging import staging_area
     from orchestrator.release.run import plan_targets

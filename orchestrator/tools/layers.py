@@ -47,13 +47,7 @@ PURE = frozenset({"config", "model", "flavors", "plan", "supply"})
 IMPURE_MODULES = frozenset({"docker", "python_on_whales", "subprocess", "socket", "pty"})
 # Import circles known and due to be untied (module names below orchestrator). Each must
 # still exist: an entry whose circle is gone fails too, so that the list only shrinks.
-KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # cli/rebuild.py takes closing_lines and connect_engines from cli/release.py, which
-        # calls release_rebuilt back: untied when cli/release.py is split (issue 43).
-        frozenset({"cli.rebuild", "cli.release"}),
-    }
-)
+KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from rich.console import Console
 
 import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
-from orchestrator.cli.release import closing_lines
+from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute.publish import update_release_index

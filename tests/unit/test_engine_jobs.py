@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import orchestrator.release.run as release_run
 from orchestrator.cli import app
-from orchestrator.cli.release import closing_lines
+from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.model.records import read_record

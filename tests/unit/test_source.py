@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from orchestrator.cli.release import refuse_dirty
+from orchestrator.cli.release_common import refuse_dirty
 from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import (
