@@ -136,6 +136,8 @@ def _facts(result: TargetResult, *, several: bool) -> list[str]:
                 f"BOLT {result.bolt}" if result.bolt else "",
                 # cudarc loads CUDA when it runs: the user's driver must serve this release
                 f"needs a CUDA {result.cuda_runtime} driver" if result.cuda_runtime else "",
+                # GPU flavors: whether training and validation ran the GPU path on a GPU
+                f"gpu path {result.gpu_path}" if result.gpu_path else "",
             ]
             if note
         ),

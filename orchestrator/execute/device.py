@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.cuda_runtime import check_cuda_binding
+from orchestrator.execute.gpu_path import record_gpu_path
 from orchestrator.execute.pipeline import Pipeline, fetch_file, run
 from orchestrator.flavors import DeviceCode
 from orchestrator.flavors.gpu import (
@@ -94,6 +95,7 @@ def check_device_code(
     pipeline: Pipeline, device: DeviceCode, binary: str, log: StepLog
 ) -> dict[str, object]:
     """Which targets the shipped binary carries code for; fails on a missing one."""
+    record_gpu_path(pipeline, log)
     cuda = check_cuda_binding(pipeline, log)
     if device.kernels == "runtime":
         return check_runtime_kernels(pipeline, device, binary, log, cuda)

@@ -46,6 +46,7 @@ from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter, StepLog
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine, Limits
+from orchestrator.runtime.gpu_probe import GpuUse, gpu_use
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.runtime.perf import NO_ACCESS, PerfAccess, find_perf_access
 from orchestrator.supply.attest import Signer
@@ -255,6 +256,8 @@ class BuildState:
     # cargo metadata's JSON, read once: the device-code step and the SBOM both use it
     metadata: dict[str, Any] | None = None
     cuda_runtime: CudaRuntimeInfo | None = None  # how a cudarc crate binds CUDA
+    gpu_use: GpuUse | None = None  # the build container's GPU (runtime/gpu_probe.py)
+    gpu_path: str | None = None  # build.json's gpu_path (execute/gpu_path.py)
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder
     binary: Path | None = None  # the staged binary
@@ -366,11 +369,20 @@ class Pipeline:
                 },
                 read_only_volumes={self.source_volume: PATHS.src},
                 limits=self.limits,
+                gpu=self.gpu.passthrough,  # it trains, validates and checks the driver
             )
             self._box = self.stack.enter_context(
                 self.engine.container(spec, keep=self.keep_containers)
             )
         return self._box
+
+    @property
+    def gpu(self) -> GpuUse:
+        """The GPU the build container gets (flavors.<name>.gpu), asked of the engine once."""
+        if self.state.gpu_use is None:
+            mode = self.options.settings_for(self.plan.flavor).gpu
+            self.state.gpu_use = gpu_use(self.engine, self.image.reference, self.plan.flavor, mode)
+        return self.state.gpu_use
 
     @property
     def limits(self) -> Limits:

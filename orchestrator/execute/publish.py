@@ -378,6 +378,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         c_code=c_code_record(pipeline, binary),
         cuda_runtime=state.cuda_runtime,
         static_relocations=state.static_relocations,
+        gpu_path=state.gpu_path,
     )
 
 

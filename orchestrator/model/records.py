@@ -433,6 +433,10 @@ class BuildManifest(Record):
     c_code: CCodeInfo | None = None  # [c_code] mode; None: off (or a file from before it)
     # What strip-relocations removed (model/relocations.py); None: not planned (no BOLT)
     static_relocations: StaticRelocations | None = None
+    # GPU flavors: "exercised on <device>, driver <version>" where the build container
+    # (training, validation, the driver check) had the engine's GPU, else "not exercised:
+    # <why>"; None for a flavor with no GPU (or a file from before it).
+    gpu_path: str | None = None
 
 
 R = TypeVar("R", bound=Record)

@@ -53,6 +53,11 @@ class TargetSummary(Record):
     engine: str | None = Field(
         None, description="the Docker context of the engine that built it (null: cached)"
     )
+    gpu_path: str | None = Field(
+        None,
+        description="GPU flavors: 'exercised on <device>, driver <version>' or 'not "
+        "exercised: <why>' (build.json's gpu_path; null: no GPU flavor)",
+    )
     moved_from: list[str] = Field(
         default_factory=list,
         description="engines that stopped answering while building it: 'context: why'",

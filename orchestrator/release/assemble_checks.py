@@ -375,6 +375,7 @@ def _summary(
                     "shipped_variant",
                     "bolt",
                     "cuda_runtime",
+                    "gpu_path",
                     "engine",
                 )
             },

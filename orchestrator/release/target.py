@@ -56,6 +56,7 @@ class TargetResult:
     cycles_saved_vs_release: float | None = None
     bolt: str | None = None  # BOLT's mode and coverage, or why not
     cuda_runtime: str | None = None  # the CUDA release its driver must serve (cudarc)
+    gpu_path: str | None = None  # GPU flavors: whether the GPU path ran on a GPU
     engine: str | None = None  # the Docker context of the engine that built it
     moves: list[str] = field(default_factory=list)  # engines it left: "ctx: why"
     error: str = ""  # the first line of the error's message
@@ -86,6 +87,7 @@ class TargetResult:
             cycles_saved_vs_release=self.cycles_saved_vs_release,
             bolt=self.bolt,
             cuda_runtime=self.cuda_runtime,
+            gpu_path=self.gpu_path,
             engine=self.engine,
             moved_from=list(self.moves),
         )
@@ -109,6 +111,7 @@ class TargetResult:
             cycles_saved_vs_release=entry.cycles_saved_vs_release,
             bolt=entry.bolt,
             cuda_runtime=entry.cuda_runtime,
+            gpu_path=entry.gpu_path,
             engine=entry.engine,
             moves=list(entry.moved_from),
             warnings=list(entry.warnings),
@@ -127,6 +130,7 @@ class TargetResult:
         self.bolt = bolt_summary(manifest)
         if manifest.cuda_runtime is not None and manifest.cuda_runtime.binding == "run time":
             self.cuda_runtime = manifest.cuda_runtime.cuda_api
+        self.gpu_path = manifest.gpu_path
 
     def as_dict(self) -> dict[str, object]:
         return self.summary().dump()

@@ -194,10 +194,16 @@ def test_a_run_time_binding_without_nvrtc_still_fails_the_kernels_check(
         device.device_code(rig.pipeline, rig.log)
 
 
+ON_H100 = "exercised on NVIDIA H100 80GB HBM3, driver 580.65.06"
+
+
 def test_the_release_summary_and_table_carry_the_run_time_requirement(project: Path) -> None:
     record = cuda_runtime_record(cuda_bindings(graph("cudarc-0.11-loads")), "12.4", None)
     manifest = cast(
-        Any, SimpleNamespace(portability=None, gate=None, bolt=None, cuda_runtime=record)
+        Any,
+        SimpleNamespace(
+            portability=None, gate=None, bolt=None, cuda_runtime=record, gpu_path=ON_H100
+        ),
     )
     result = TargetResult(Target("cuda", "x86-64-v2", make_options(project)), "demo-cuda")
     result.take_build_facts(manifest)
@@ -206,11 +212,19 @@ def test_the_release_summary_and_table_carry_the_run_time_requirement(project: P
     assert TargetResult.from_summary(result.target, again).cuda_runtime == "12.5"
     console = Console(file=io.StringIO(), width=300)
     console.print(release_table([result], "release demo", 300))
-    assert "needs a CUDA 12.5 driver" in console.file.getvalue()  # type: ignore[attr-defined]
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "needs a CUDA 12.5 driver" in shown
+    assert f"gpu path {ON_H100}" in shown  # the GPU flavor says where its GPU path ran
+    assert TargetResult.from_summary(result.target, again).gpu_path == ON_H100
     linked = cuda_runtime_record(cuda_bindings(graph("cudarc-0.16-static")), "12.4", None)
     built = TargetResult(Target("cuda", "x86-64-v2", make_options(project)), "demo-cuda")
     built.take_build_facts(
-        cast(Any, SimpleNamespace(portability=None, gate=None, bolt=None, cuda_runtime=linked))
+        cast(
+            Any,
+            SimpleNamespace(
+                portability=None, gate=None, bolt=None, cuda_runtime=linked, gpu_path=None
+            ),
+        )
     )
     assert built.cuda_runtime is None  # linked to the image's toolkit: nothing new to ask
 
