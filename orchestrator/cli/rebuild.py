@@ -29,6 +29,7 @@ from orchestrator.cli.app import (
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
 from orchestrator.release.agree import AgreePolicy, settle
+from orchestrator.release.carried_dispatcher import carried_dispatchers
 from orchestrator.release.shard import CheckedFolder
 from orchestrator.release.target import Target
 from orchestrator.supply.attest import Signer
@@ -68,6 +69,7 @@ def publish_checked(
 
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     chosen = settle(checked, policy, console.print)
+    carried = carried_dispatchers([(item.path, item.dispatcher) for item in checked])
 
     def warn(text: str) -> None:
         err_console.print(styled("warning:", "yellow bold", f" {text}"))
@@ -75,7 +77,7 @@ def publish_checked(
     results, lock = assemble(options, chosen, signer, console.print, warn)
     built = [(result, item.plan) for result, item in zip(results, chosen, strict=True)]
     composed = compose_where_possible(
-        options, release_dir, built, signer, announce=console.print, warn=warn
+        options, release_dir, built, signer, announce=console.print, warn=warn, carried=carried
     )
     sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE, *composed))
     report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.lockfile import LockedTarget, RelativeFile, Sha256, SharedPins
 from orchestrator.model.records import Record
 from orchestrator.model.release_summary import TargetSummary
@@ -50,3 +51,5 @@ class TargetFolder(Record):
     lock: LockedTarget  # its entry in release.lock, less the archive (made by assemble)
     pins: SharedPins  # what every target of the release shares in the lock
     files: dict[FolderFile, Sha256]  # every other file of the folder
+    # the dispatcher it carries (dispatcher/dispatcher) for the -auto folder, if any
+    dispatcher: DispatcherInfo | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
+from orchestrator.release.carried_dispatcher import CARRIED_FILE
 from orchestrator.release.shard import AssembleError, CheckedFolder
 from orchestrator.supply.agreement import BuildersDisagreeError, first_difference
 from orchestrator.supply.archives import GENERATED_DIR
@@ -23,9 +24,11 @@ AGREE_POLICIES: tuple[str, ...] = get_args(AgreePolicy)
 
 
 def shipped_files(item: CheckedFolder) -> set[str]:
-    """What of the folder goes into its archive: the binaries, and the generated files."""
+    """What of the folder ships: the binaries and generated files (its archive), and the
+    dispatcher it carries (the -auto folder's)."""
     names = {binary.file for binary in item.manifest.artifact.binaries}
     names.update(name for name in item.record.files if name.startswith(f"{GENERATED_DIR}/"))
+    names.update(name for name in item.record.files if name == CARRIED_FILE)  # -auto's bin/
     return names
 
 

@@ -45,6 +45,13 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key, plan_inputs
 from orchestrator.release.assemble_errors import AssembleError, TargetFolderError
 from orchestrator.release.binary_checks import MAX_BINARY_BYTES, check_binary
+from orchestrator.release.carried_dispatcher import (
+    CARRIED_FILE,
+    Carried,
+    carries_dispatcher,
+    check_carried,
+)
+from orchestrator.release.dispatcher_cache import MAX_DISPATCHER_BYTES
 from orchestrator.release.folder_files import (
     MAX_FILES,
     digest_checked,
@@ -68,6 +75,7 @@ LIMITS = {
     "log": MAX_LOG_BYTES,
     "profile": MAX_PROFILE_BYTES,
     "generated": MAX_GENERATED_BYTES,
+    "dispatcher": MAX_DISPATCHER_BYTES,
 }
 
 
@@ -83,6 +91,7 @@ class CheckedFolder:
     target: Target
     plan: BuildPlan
     files: dict[str, str]
+    dispatcher: Carried | None = None  # the dispatcher it carries, checked
 
 
 R = TypeVar("R", bound=Record)
@@ -126,8 +135,10 @@ def profile_names(plan: BuildPlan) -> set[str]:
 
 def planned_kind(relative: str, target: Target, plan: BuildPlan) -> str | None:
     """What kind of file of the plan `relative` is (binary, record, log, profile,
-    generated), or None when the plan makes no such file."""
+    generated, the carried dispatcher), or None when the plan makes no such file."""
     folder, _, rest = relative.partition("/")
+    if relative == CARRIED_FILE and carries_dispatcher(target, plan):
+        return "dispatcher"
     if not rest:
         if relative in plan.binaries:
             return "binary"
@@ -427,6 +438,6 @@ def check_folder(folder: Path, planned: Sequence[tuple[Target, BuildPlan]]) -> C
             "written_by": printable(record.written_by, 200),
         }
     )
-    return CheckedFolder(
-        folder, checked, manifest, target, plan, {n: d for n, (d, _) in files.items()}
-    )
+    digests = {n: d for n, (d, _) in files.items()}
+    carried = check_carried(folder, record.dispatcher, plan, digests)
+    return CheckedFolder(folder, checked, manifest, target, plan, digests, carried)

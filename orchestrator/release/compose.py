@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,13 +188,16 @@ def compose_release(
     options: Options,
     release_dir: Path,
     built: Sequence[tuple[TargetResult, BuildPlan]],
-    engine: EngineApi,
+    engine: EngineApi | None,
     *,
     signer: Signer,
     announce: Callable[[str], None],
+    carried: Mapping[str, tuple[DispatcherInfo, bytes]] | None = None,
 ) -> list[str]:
     """Compose every -auto folder of this run (and remove stale ones); the release-relative
-    names written, for the release index to sign. A folder that cannot be composed is a
+    names written, for the release index to sign. The dispatcher is the one the level
+    folders `carried` (release assemble, checked), else this cache's or compiled by
+    `engine` (None: no Engine here). A folder that cannot be composed is a
     warning, never a failed release: the level targets are published either way."""
     groups, stale = compose_groups(options, built)
     for folder in stale:
@@ -203,12 +206,16 @@ def compose_release(
     written: list[str] = []
     for group in groups:
         try:
-            found = cached_dispatcher(
-                engine,
-                group.image,
-                options.cache_dir,
-                lambda _line: None,
-                lambda line: announce(f"warning: {line}"),
+            found = (carried or {}).get(group.image) or (
+                None
+                if engine is None
+                else cached_dispatcher(
+                    engine,
+                    group.image,
+                    options.cache_dir,
+                    lambda _line: None,
+                    lambda line: announce(f"warning: {line}"),
+                )
             )
         except OrchestratorError as exc:  # a failed compile: the level targets stand alone
             remove_composed(release_dir, group.folder)
@@ -216,10 +223,13 @@ def compose_release(
             continue
         if found is None:
             remove_composed(release_dir, group.folder)
-            announce(
-                f"warning: {group.folder} not composed: no dispatcher built in "
-                f"{group.image} and the Engine lacks that image (build a level again)"
+            why = (
+                "the level folders carry no dispatcher and there is no Engine here"
+                if engine is None
+                else f"no dispatcher built in {group.image} and the Engine lacks that image "
+                "(build a level again)"
             )
+            announce(f"warning: {group.folder} not composed: {why}")
             continue
         info, data = found
         try:

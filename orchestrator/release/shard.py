@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from difflib import get_close_matches
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.archive_stage import ArtifactToPublish
 from orchestrator.execute.publish import sign_and_publish
 from orchestrator.host.staging import fsync_tree, staging_area
+from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.lockfile import LockedTarget, SharedPins
@@ -42,6 +43,7 @@ from orchestrator.release.assemble_errors import (
     TargetFolderError,
     UnplannedBinaryError,
 )
+from orchestrator.release.carried_dispatcher import CARRIED_FILE, carry
 from orchestrator.release.compose import compose_groups, compose_release
 from orchestrator.release.folder_files import copy_checked, list_files
 from orchestrator.release.pin import (
@@ -128,7 +130,10 @@ def build_target_folder(
         if failure is None and not result.speedup_note:
             measure_speedup(result, engine, bench_runs, console.print, "warning:")
         folder = private / plan.artifact_dir
-        _describe(folder, target, plan, result)
+        dispatcher = carry(
+            folder, target, plan, engine, lambda line: console.print(f"warning: {line}")
+        )
+        _describe(folder, target, plan, result, dispatcher)
         destination = out / plan.artifact_dir
         if destination.exists():
             destination.replace(private / "previous")
@@ -138,7 +143,13 @@ def build_target_folder(
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _describe(folder: Path, target: Target, plan: BuildPlan, result: TargetResult) -> None:
+def _describe(
+    folder: Path,
+    target: Target,
+    plan: BuildPlan,
+    result: TargetResult,
+    dispatcher: DispatcherInfo | None,
+) -> None:
     """target.json: what assemble needs to check and publish the folder. The inputs the
     lock pins are put in this machine's vault (as `release` does)."""
     options = target.options
@@ -152,6 +163,7 @@ def _describe(folder: Path, target: Target, plan: BuildPlan, result: TargetResul
         lock=locked_target(target, plan, manifest, folder, vault, archive=None),
         pins=shared_pins(options, plan, vault),
         files=folder_digests(folder),
+        dispatcher=dispatcher,
     )
     write_record(folder / TARGET_RECORD, record)
     fsync_tree(folder)
@@ -268,21 +280,29 @@ def compose_where_possible(
     *,
     announce: Callable[[str], None],
     warn: Callable[[str], None],
+    carried: Mapping[str, tuple[DispatcherInfo, bytes]] | None = None,
 ) -> list[str]:
     """The -auto folders of the assembled levels, as a one-shot release composes them; the
-    names written. Their dispatcher comes from this machine's cache or is compiled by its
-    Engine in the flavor's toolchain image; without either, the release goes out without
-    them, with a warning (the level folders are whole on their own)."""
+    names written. Their dispatcher is the one the level folders carried (checked), else
+    this machine's cache's or compiled by its Engine in the flavor's toolchain image;
+    without any, the release goes out without them, with a warning (the level folders are
+    whole on their own)."""
     groups, _ = compose_groups(options, built)
     if not groups:
         return []
-    try:
-        engine = Engine.connect()
-    except OrchestratorError as exc:
-        for group in groups:
-            warn(f"{group.folder} not composed: no Docker Engine here ({exc.message})")
-        return []
-    return compose_release(options, release_dir, built, engine, signer=signer, announce=announce)
+    engine: Engine | None = None
+    uncarried = [group.folder for group in groups if group.image not in (carried or {})]
+    if uncarried:
+        try:
+            engine = Engine.connect()
+        except OrchestratorError as exc:
+            for folder in uncarried:
+                warn(f"{folder} not composed: no Docker Engine here ({exc.message})")
+            if len(uncarried) == len(groups):
+                return []
+    return compose_release(
+        options, release_dir, built, engine, signer=signer, announce=announce, carried=carried
+    )
 
 
 def _copy_folder(item: CheckedFolder, dest: Path) -> None:
@@ -290,6 +310,8 @@ def _copy_folder(item: CheckedFolder, dest: Path) -> None:
     as safely and hashed while copied: exactly what was checked, never target.json."""
     dest.mkdir()
     for relative, sha256 in item.files.items():
+        if relative == CARRIED_FILE:  # for the -auto folder's bin/, not the level folder
+            continue
         kind = planned_kind(relative, item.target, item.plan) or "record"
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
