@@ -252,11 +252,15 @@ class Engine:
     def container(self, spec: ContainerSpec, *, keep: bool = False) -> Iterator[Container]:
         """A container that idles until removed; always removed unless `keep`."""
         kind = self.kind()
+        # Named, so that one the engine made but could not start (a device it lacks, a
+        # refused profile) is removed here rather than left behind until the next run.
+        name = f"orchestrator-{self.session}-{uuid.uuid4().hex[:12]}"
         try:
             with profile_file(spec.privileges.seccomp, inline=kind.seccomp_inline) as profile:
                 sdk = self._client.containers.run(
                     spec.image,
                     command=["sleep", "infinity"],
+                    name=name,
                     detach=True,
                     init=True,
                     network_mode="bridge" if spec.network else "none",
@@ -272,6 +276,8 @@ class Engine:
                     **(spec.gpu.engine_options(kind) if spec.gpu else {}),
                 )
         except docker.errors.APIError as exc:
+            with suppress(docker.errors.APIError):
+                self._client.api.remove_container(name, force=True)
             reason = str(exc.explanation or exc).strip()
             raise ContainerError(
                 f"cannot start a {spec.purpose} container from {spec.image} on "

@@ -41,7 +41,9 @@ class Tried:
     answer: str  # the engine's refusal, "" when it started
 
     def describe(self) -> str:
-        said = "starts a container" if self.ok else f"refused: {self.answer.strip()[-120:]}"
+        # The engine's own words, without ContainerError's "cannot start ... on <engine>: "
+        reason = self.answer.split(": ", 1)[-1] if self.answer.startswith("cannot") else self.answer
+        said = "starts a container" if self.ok else f"refused: {reason.strip()[:160]}"
         return f"{self.passthrough.describe()}: {said}"
 
 

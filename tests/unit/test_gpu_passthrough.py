@@ -15,6 +15,7 @@ from orchestrator.errors import ConfigError, GpuUnavailableError
 from orchestrator.flavors.cuda import CudaFlavor
 from orchestrator.runtime.api import ContainerSpec
 from orchestrator.runtime.doctor import run_checks
+from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.gpu import AMD, CDI, NVIDIA
 from orchestrator.runtime.gpu_probe import CDI_NVIDIA, KFD_AMD, RUNTIME_NVIDIA, gpu_use
 from tests.unit.fakes import FakeEngine
@@ -25,6 +26,8 @@ from tests.unit.test_engine_kinds import (
     PODMAN_INFO,
     PODMAN_VERSION,
     Calls,
+    api_error,
+    client,
     run_container,
 )
 
@@ -176,3 +179,14 @@ def test_doctor_lists_what_each_engine_would_pass(monkeypatch: pytest.MonkeyPatc
     detail = by_name(run_checks(None))["GPUs"].detail
     assert detail.startswith("nvidia runtime not listed in /info; nvidia: none (CDI devices")
     assert "amd: none (devices /dev/kfd, /dev/dri; groups video, render: refused" in detail
+
+
+def test_a_container_the_engine_made_but_could_not_start_is_removed() -> None:
+    calls = Calls(DOCKER_VERSION, DOCKER_INFO)
+    refusal = 'could not select device driver "cdi" with capabilities: []'
+    calls.answers["containers.run"] = api_error(500, refusal)
+    code, said = Engine(client(calls)).probe("img", ["true"], gpu=CDI_NVIDIA)
+    assert code == -1 and refusal in said
+    (run,) = [kwargs for name, _args, kwargs in calls.made if name == "containers.run"]
+    removed = [args for name, args, _kwargs in calls.made if name == "api.remove_container"]
+    assert removed == [(run["name"],)] and run["name"].startswith("orchestrator-")
