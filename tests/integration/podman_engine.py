@@ -26,6 +26,7 @@ import docker
 
 START_TIMEOUT_S = 60
 ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
+CDI_ETC = Path("/etc/cdi")
 
 
 @dataclass(frozen=True)
@@ -100,16 +101,29 @@ def _write_config(root: Path) -> None:
     )
 
 
+def _service_argv(root: Path, cdi_dir: Path | None) -> list[str]:
+    """The service's command line; with `cdi_dir`, in a mount namespace of its own where
+    that folder is /etc/cdi. Podman 4.3 reads CDI specs from /etc/cdi and /var/run/cdi
+    only (no cdi_spec_dirs yet), and the machine's own stay untouched this way."""
+    service = ["podman", "system", "service", "--time=0", f"unix://{root / 'podman.sock'}"]
+    if cdi_dir is None:
+        return service
+    CDI_ETC.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
+    script = f'mount --bind "{cdi_dir}" {CDI_ETC} && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *service]
+
+
 @contextlib.contextmanager
-def podman_engine() -> Iterator[PodmanEngine]:
-    """Start the service on a fresh store; stop it and remove everything it made."""
+def podman_engine(*, cdi_dir: Path | None = None) -> Iterator[PodmanEngine]:
+    """Start the service on a fresh store; stop it and remove everything it made. With
+    `cdi_dir`, the service sees that folder's CDI specs as its /etc/cdi."""
     root = Path(tempfile.mkdtemp(prefix="orch-pm-", dir="/var/tmp"))  # short: socket path
     _write_config(root)
     log = (root / "service.log").open("wb")
     engine = PodmanEngine(
         root,
         subprocess.Popen(
-            ["podman", "system", "service", "--time=0", f"unix://{root / 'podman.sock'}"],
+            _service_argv(root, cdi_dir),
             env={**os.environ, **_environment(root)},
             stdout=log,
             stderr=subprocess.STDOUT,
