@@ -18,6 +18,7 @@ from typing import TypeVar
 from orchestrator.config.nesting import loads_json
 from orchestrator.host.cache_seal import KEY_ENV, seal_matches
 from orchestrator.model.cache_records import ProfileSidecar, StepEntryRecord
+from orchestrator.model.printable import printable
 from orchestrator.model.records import RecordError, parse_record
 
 # Sidecars and step records are a few KiB (a C-heavy profile's function list: tens of KiB).
@@ -35,12 +36,6 @@ S = TypeVar("S", ProfileSidecar, StepEntryRecord)
 
 class UnusableRecord(Exception):  # noqa: N818 - a reason to skip, never shown as an error
     """Why a cache record cannot be used; the caller warns and treats it as absent."""
-
-
-def _printable(text: str, limit: int = 200) -> str:
-    """The file's keys can be anything: escape what a terminal would act on, and cut."""
-    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _read_bounded(path: Path) -> bytes:
@@ -79,7 +74,8 @@ def read_sealed(path: Path, model: type[S], slot: str) -> S | None:
     try:
         record = parse_record(document, model, "record")
     except RecordError as error:
-        raise UnusableRecord(_printable(error.message.removeprefix("record: "))) from None
+        # The keys it names are the file's: escaped before they reach a terminal
+        raise UnusableRecord(printable(error.message.removeprefix("record: "), 200)) from None
     if not seal_matches(slot, record.sealed_fields(), record.seal):
         raise UnusableRecord(UNSEALED)
     return record
