@@ -53,9 +53,10 @@ from orchestrator.runtime.api import (
 )
 from orchestrator.runtime.container import Container
 from orchestrator.runtime.contexts import EngineEndpoint
-from orchestrator.runtime.gpu import GpuPassthrough
+from orchestrator.runtime.gpu import CDI, GpuPassthrough
 from orchestrator.runtime.imagelock import LOCK_KIND, image_lock
 from orchestrator.runtime.imageops import image_info, import_tar, remove_image
+from orchestrator.runtime.libpod import run_with_cdi
 from orchestrator.runtime.lockstore import EngineLocks
 from orchestrator.runtime.quirks import PODMAN_COMPONENT, EngineKind, binds, detect
 from orchestrator.runtime.reach import open_client
@@ -257,8 +258,7 @@ class Engine:
         name = f"orchestrator-{self.session}-{uuid.uuid4().hex[:12]}"
         try:
             with profile_file(spec.privileges.seccomp, inline=kind.seccomp_inline) as profile:
-                sdk = self._client.containers.run(
-                    spec.image,
+                options = dict(
                     command=["sleep", "infinity"],
                     name=name,
                     detach=True,
@@ -275,6 +275,10 @@ class Engine:
                     # devices and groups only: a GPU adds no capability
                     **(spec.gpu.engine_options(kind) if spec.gpu else {}),
                 )
+                if kind.podman and spec.gpu is not None and spec.gpu.kind == CDI:
+                    sdk = run_with_cdi(self._client, spec.image, options)  # its own API
+                else:
+                    sdk = self._client.containers.run(spec.image, **options)
         except docker.errors.APIError as exc:
             with suppress(docker.errors.APIError):
                 self._client.api.remove_container(name, force=True)

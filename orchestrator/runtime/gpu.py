@@ -44,7 +44,8 @@ class GpuPassthrough:
             return {"device_requests": [_request("")]}
         if self.kind == CDI:
             if engine.podman:
-                # Podman's compat API takes a CDI name where a device path goes.
+                # As devices: Engine.container makes it through Podman's own API
+                # (runtime/libpod.py), which resolves CDI names; its compat API does not.
                 return {"devices": list(self.cdi_devices)}
             # Docker 25+: CDI names travel as a DeviceRequest of driver "cdi".
             return {"device_requests": [_request("cdi", list(self.cdi_devices))]}

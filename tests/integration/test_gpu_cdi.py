@@ -5,10 +5,10 @@ The CDI spec declares `nvidia.com/gpu=all` as a stub `nvidia-smi` and a stub NVM
 mounted into the container; the service reads it as its /etc/cdi (a mount namespace of its
 own: Podman 4.3 has no cdi_spec_dirs, and the machine's /etc/cdi stays empty).
 
-What it pins: the spec is one Podman resolves (its own API gives a container the stub),
-and the way orchestrator reaches an engine, the Docker-compatible API, is refused the CDI
-name by Podman 4.3 in the engine's own words, so a cuda build there records its GPU path
-as not exercised, `require` fails with exit 33, and no container is left behind.
+What it pins: the spec is one Podman resolves, `gpu_use` finds the device by trying it,
+and a container started by `Engine.container` with it (made through Podman's own API,
+since its Docker-compatible one refuses CDI names) sees the stub: the driver check names
+the stub GPU, with every capability still dropped and a build volume mounted.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import GpuUnavailableError
+from orchestrator.execute.gpu_path import NVIDIA_QUERY, devices_seen, exercised
+from orchestrator.runtime.api import ContainerSpec, Limits
 from orchestrator.runtime.engine import Engine
-from orchestrator.runtime.gpu_probe import gpu_use
+from orchestrator.runtime.gpu_probe import CDI_NVIDIA, gpu_use
 from tests.integration.conftest import REPO
 from tests.integration.podman_engine import PodmanEngine, podman_engine
 
@@ -108,11 +109,29 @@ def test_fake_cdi_gpu_on_podman(podman: PodmanEngine, base_image: str) -> None:
     )
     assert own.returncode == 0 and STUB_GPU in own.stdout, own.stderr
     engine = Engine(podman.client(), name="podman")
-    use = gpu_use(engine, base_image, "cuda", "auto")
-    # The compat API takes the CDI name for a device path and says so.
-    assert use.passthrough is None
-    assert "stat nvidia.com/gpu=all: no such file or directory" in use.why
-    with pytest.raises(GpuUnavailableError):
-        gpu_use(engine, base_image, "cuda", "require")
+    use = gpu_use(engine, base_image, "cuda", "require")
+    assert use.passthrough == CDI_NVIDIA
+    check = f"test -f {NVML} && grep CapEff /proc/self/status && touch /build/out/ok"
+    with engine.volume("out") as volume:
+        spec = ContainerSpec(
+            base_image,
+            volumes={volume: "/build/out"},
+            limits=Limits(pids=256, memory=256 << 20),
+            gpu=use.passthrough,
+        )
+        with engine.container(spec) as box:
+            lines: list[str] = []
+            assert box.exec(NVIDIA_QUERY, on_output=lines.append) == 0, lines
+            assert exercised(devices_seen(lines)) == "exercised on NVIDIA Stub GPU, driver 999.1"
+            said: list[str] = []
+            assert box.exec(["sh", "-c", check], on_output=said.append) == 0, said
+            assert said == ["CapEff:\t0000000000000000"]
+            # Labelled and limited as every container the Engine makes.
+            host = podman.client().api.inspect_container(box.id)["HostConfig"]
+            assert (host["PidsLimit"], host["Memory"]) == (256, 256 << 20)
+            assert [c.id for c in engine.managed_containers()] == [box.id]
+        # A container without a GPU gets none of it.
+        with engine.container(ContainerSpec(base_image)) as plain:
+            assert plain.exec(["sh", "-c", f"test ! -e {NVML}"], on_output=print) == 0
     assert engine.managed_containers() == []
     print(f"fake CDI GPU on Podman: {time.monotonic() - started:.1f} s")

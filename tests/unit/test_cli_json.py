@@ -248,7 +248,9 @@ def _stand_in_build(options: Any, plan: Any, *_args: Any, **_kwargs: Any) -> Bui
         binary,
         cast(
             Any,
-            SimpleNamespace(portability=None, tests=None, gate=None, bolt=None, cuda_runtime=None),
+            SimpleNamespace(
+                portability=None, tests=None, gate=None, bolt=None, cuda_runtime=None, gpu_path=None
+            ),
         ),
     )
 

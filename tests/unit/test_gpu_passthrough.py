@@ -4,7 +4,9 @@ devices, never capabilities."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,17 +15,19 @@ from docker.types import HostConfig
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import ConfigError, GpuUnavailableError
 from orchestrator.flavors.cuda import CudaFlavor
-from orchestrator.runtime.api import ContainerSpec
+from orchestrator.runtime.api import ContainerSpec, Limits
 from orchestrator.runtime.doctor import run_checks
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.gpu import AMD, CDI, NVIDIA
 from orchestrator.runtime.gpu_probe import CDI_NVIDIA, KFD_AMD, RUNTIME_NVIDIA, gpu_use
+from orchestrator.runtime.libpod import spec_generator
 from tests.unit.fakes import FakeEngine
 from tests.unit.test_doctor import by_name, use_engine, use_path
 from tests.unit.test_engine_kinds import (
     DOCKER_INFO,
     DOCKER_VERSION,
     PODMAN_INFO,
+    PODMAN_KIND,
     PODMAN_VERSION,
     Calls,
     api_error,
@@ -59,10 +63,8 @@ def test_cdi_goes_to_docker_as_a_cdi_device_request_and_to_podman_as_a_device() 
     (request,) = docker_sent["DeviceRequests"]
     assert request["Driver"] == "cdi" and request["DeviceIDs"] == ["nvidia.com/gpu=all"]
     assert "Devices" not in docker_sent
-    podman_sent = _sent(PODMAN_VERSION, PODMAN_INFO, ContainerSpec("img", gpu=CDI_NVIDIA))
-    assert [d["PathOnHost"] for d in podman_sent["Devices"]] == ["nvidia.com/gpu=all"]
-    assert "DeviceRequests" not in podman_sent
-    assert podman_sent["CapDrop"] == ["ALL"] and "CapAdd" not in podman_sent
+    # On Podman a device name, which its own API resolves (the next test).
+    assert CDI_NVIDIA.engine_options(PODMAN_KIND) == {"devices": ["nvidia.com/gpu=all"]}
 
 
 def test_amd_gets_kfd_dri_and_the_render_and_video_groups_only() -> None:
@@ -190,3 +192,49 @@ def test_a_container_the_engine_made_but_could_not_start_is_removed() -> None:
     (run,) = [kwargs for name, _args, kwargs in calls.made if name == "containers.run"]
     removed = [args for name, args, _kwargs in calls.made if name == "api.remove_container"]
     assert removed == [(run["name"],)] and run["name"].startswith("orchestrator-")
+
+
+class _Created:
+    """Podman's answer to its own create call."""
+
+    status_code = 201
+
+    def raise_for_status(self) -> None:
+        return None
+
+    def json(self) -> dict[str, str]:
+        return {"Id": "c1"}
+
+
+def test_cdi_on_podman_goes_through_its_own_api_with_the_same_rights() -> None:
+    calls = Calls(PODMAN_VERSION, PODMAN_INFO)
+    calls.answers["api.post"] = _Created()
+    started: list[str] = []
+    calls.answers["containers.get"] = lambda ident: SimpleNamespace(
+        id=ident, start=lambda: started.append(ident), remove=lambda force: None
+    )
+    spec = ContainerSpec(
+        "img", gpu=CDI_NVIDIA, limits=Limits(pids=64, memory=1 << 30), volumes={"v": "/out"}
+    )
+    with Engine(client(calls)).container(spec):
+        pass
+    assert "containers.run" not in calls.names() and started == ["c1"]
+    [((url,), post)] = [(args, kw) for name, args, kw in calls.made if name == "api.post"]
+    assert url.endswith("/v4.0.0/libpod/containers/create")
+    body = json.loads(post["data"])
+    assert body["devices"] == [{"path": "nvidia.com/gpu=all"}]
+    assert body["cap_drop"] == ["ALL"] and body["cap_add"] == [] and not body["privileged"]
+    assert body["no_new_privileges"] is True and body["netns"] == {"nsmode": "none"}
+    assert body["resource_limits"] == {
+        "pids": {"limit": 64},
+        "memory": {"limit": 1 << 30, "swap": 1 << 30},
+    }
+    assert body["volumes"] == [{"Name": "v", "Dest": "/out", "Options": ["rw"]}]
+    assert body["labels"]["org.orchestrator.purpose"] == "build" and body["init"] is True
+
+
+def test_an_option_podman_s_own_api_is_not_given_is_refused_not_dropped() -> None:
+    with pytest.raises(ValueError, match="ulimits"):
+        spec_generator("img", {"name": "n", "command": ["true"], "ulimits": []})
+    with pytest.raises(ValueError, match="apparmor"):
+        spec_generator("img", {"name": "n", "command": ["true"], "security_opt": ["apparmor=x"]})

@@ -241,7 +241,10 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
         applied=True,
         coverage={"profiled_functions": 42, "total_functions": 619},
     )
-    manifest = cast(Any, SimpleNamespace(portability=None, gate=gate, bolt=bolt, cuda_runtime=None))
+    manifest = cast(
+        Any,
+        SimpleNamespace(portability=None, gate=gate, bolt=bolt, cuda_runtime=None, gpu_path=None),
+    )
     result = TargetResult(Target("cpu", "x86-64-v2", make_options(project)), "demo")
     result.take_build_facts(manifest)
     assert shipped_text(result) == "pgo (-8.3% vs release)"
@@ -252,7 +255,12 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
     )
     unmeasured = TargetResult(Target("aarch64", "generic", make_options(project)), "demo")
     unmeasured.take_build_facts(
-        cast(Any, SimpleNamespace(portability=None, gate=None, bolt=None, cuda_runtime=None))
+        cast(
+            Any,
+            SimpleNamespace(
+                portability=None, gate=None, bolt=None, cuda_runtime=None, gpu_path=None
+            ),
+        )
     )
     assert shipped_text(unmeasured) == "-" and unmeasured.bolt is None
 
