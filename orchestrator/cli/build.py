@@ -285,7 +285,7 @@ def _wrote_bundle(
     engine, reporter, signer = run_with
     manifest = run_training_export(options, plan, engine, reporter, signer=signer, dest=dest)
     console.print(styled("bundle", "bold green", f" {dest} ({manifest.arch})"))
-    console.print(f"  train   copy it to a {manifest.arch} Linux machine and run: sh train.sh")
+    console.print(f"  train   copy it to a Linux machine ({manifest.arch}) and run: sh train.sh")
     console.print(
         f"  then    orchestrator build --flavor {plan.flavor} --profiles <copy>/profiles.tar"
     )

@@ -50,7 +50,7 @@ from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
-from orchestrator.plan.steps import BOLT_STEPS, StepName
+from orchestrator.plan.steps import BOLT_STEPS, Step, StepName
 from orchestrator.progress.reporter import Reporter, StepLog
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
@@ -133,13 +133,15 @@ def run_build(
     step_cache: StepCacheUse = "use",
     unsigned_out: Path | None = None,
     cargo_jobs: int | None = None,
+    profiles_from: Path | None = None,
 ) -> BuildOutcome:
     """Run the plan's steps and publish. `step_cache`: "use" skips a step whose outputs
     the step cache holds and stores what runs; "refresh" (release --force) runs every
     step and stores; "off" (reproduce: everything from the lock) neither reads nor writes.
     Without a `signer` the finished folder is moved, unsigned, into `unsigned_out`
     (`build --target`; `release assemble` signs and publishes it). `cargo_jobs`: cargo's
-    share of the engine's cores when targets build side by side (CARGO_BUILD_JOBS)."""
+    share of the engine's cores when targets build side by side (CARGO_BUILD_JOBS).
+    `profiles_from`: a profiles.tar trained elsewhere, merged in place of training here."""
     options = options.for_flavor(plan.flavor)  # what its plan was made with
     with ShieldedExitStack() as stack:
         pipeline = Pipeline(
@@ -153,7 +155,8 @@ def run_build(
             scratch=stack.enter_context(scratch_dir(options.cache_dir, "build")),
             started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
-            retrain=retrain,
+            retrain=retrain or profiles_from is not None,  # never a stored profile then
+            profiles_from=profiles_from,
             unsigned_out=unsigned_out,
             cargo_jobs=cargo_jobs,
             step_cache=None
@@ -168,10 +171,15 @@ def run_build(
     raise AssertionError("unreachable")  # pragma: no cover - ExitStack never swallows
 
 
-def run_steps(pipeline: Pipeline, executors: Mapping[StepName, StepExecutor] = EXECUTORS) -> None:
+def run_steps(
+    pipeline: Pipeline,
+    executors: Mapping[StepName, StepExecutor] = EXECUTORS,
+    *,
+    plan_steps: tuple[Step, ...] | None = None,  # the first steps only (--train-elsewhere)
+) -> None:
     """Each step of the plan, in order; BOLT steps may give way under bolt.policy."""
     bolt_failed = False
-    for step in pipeline.plan.steps:
+    for step in pipeline.plan.steps if plan_steps is None else plan_steps:
         if step.name in BOLT_STEPS and bolt_failed:
             continue  # the earlier BOLT step's failure is recorded; nothing to optimize
         try:

@@ -24,6 +24,7 @@ from orchestrator.execute.pipeline import (
 )
 from orchestrator.execute.profiles import ProfileRecord, load_profile, store_profile
 from orchestrator.execute.step_reuse import build_inputs, config_of, look_up, mark_reused, store
+from orchestrator.execute.train_elsewhere import import_profiles
 from orchestrator.model.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
 from orchestrator.plan.c_code import profile_c_functions
@@ -79,6 +80,9 @@ def _from_step_cache(pipeline: Pipeline, log: StepLog) -> ProfileRecord | None:
 
 
 def instrument(pipeline: Pipeline, log: StepLog) -> None:
+    if pipeline.profiles_from is not None:  # the bundle's binaries were instrumented
+        log.detail = f"trained elsewhere: profiles from {pipeline.profiles_from.name}"
+        return
     pipeline.state.pgo = _stored(pipeline, log)
     if pipeline.state.pgo is not None:
         log.mark_cached(f"profile {pipeline.state.pgo.sha256[:12]} unchanged inputs")
@@ -96,6 +100,9 @@ def train(pipeline: Pipeline, log: StepLog) -> None:
         return
     pgo = _pgo(pipeline)
     run(pipeline.box, ["mkdir", "-p", pgo.raw_dir], log, StepName.PGO_TRAIN)
+    if pipeline.profiles_from is not None:
+        import_profiles(pipeline, pipeline.profiles_from, log)
+        return
     run_workloads(
         pipeline,
         {name: variant_binary("pgo-generate", name) for name in pipeline.plan.binaries},
@@ -130,6 +137,8 @@ def merge(pipeline: Pipeline, log: StepLog) -> None:
     summary = parse_profdata_show(shown)
     fetched = fetch_file(box, pgo.merged, pipeline.scratch)
     details: dict[str, object] = {"raw_files": len(raw_files), **summary.as_dict()}
+    if pipeline.state.profile_source:  # kept with the profile: the lock records details
+        details["profile_source"] = pipeline.state.profile_source
     if "--all-functions" in pgo.show_argv:  # [c_code] lto-pgo: which C functions it holds
         details["c_functions"] = profile_c_functions(shown)
     record = store_profile(fetched, _store_path(pipeline), details)

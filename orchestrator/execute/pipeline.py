@@ -238,6 +238,7 @@ class BuildState:
     bolt_binaries: dict[str, dict[str, object]] = field(default_factory=dict)
     bolt_other_profiles: dict[str, ProfileRecord] = field(default_factory=dict)
     pgo: ProfileRecord | None = None
+    profile_source: str = ""  # `build --profiles`: where the .profraw files were trained
     coverage: Coverage | None = None
     bolt_report: dict[str, object] | None = None
     bolt_profile: ProfileRecord | None = None
@@ -283,6 +284,7 @@ class Pipeline:
     started: str
     keep_containers: bool = False
     retrain: bool = False
+    profiles_from: Path | None = None  # `build --profiles`: a train.sh's profiles.tar
     step_cache: StepCache | None = None  # None: no step is skipped or stored (reproduce)
     unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)

@@ -327,6 +327,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             profile_key=plan.pgo.profile_key if plan.pgo else None,
             coverage=state.coverage.as_dict() if state.coverage else None,
             shipped=pgo_shipped,
+            profile_source=str(state.pgo.details.get("profile_source") or "trained here"),
         )
         if state.pgo
         else None,

@@ -12,7 +12,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.errors import BundleError, UnsafeArchiveError
 from orchestrator.execute.train_bundle import MANIFEST, TRAIN_SH, write_bundle
 from orchestrator.execute.train_profiles import load_manifest, read_profiles
@@ -222,3 +224,20 @@ def test_read_profiles_refuses_a_tampered_manifest(tmp_path: Path) -> None:
     (bundle / MANIFEST).write_text('{"schema": "orchestrator/training-bundle-1"}')
     with pytest.raises(BundleError, match="no training manifest"):
         load_manifest(bundle / MANIFEST)
+
+
+def test_cli_refuses_both_training_flags_and_a_missing_profiles_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nowhere.sock")  # never reached
+    runner = CliRunner()
+    both = runner.invoke(
+        app, ["build", "--train-elsewhere", str(tmp_path / "b"), "--profiles", "p.tar"]
+    )
+    assert both.exit_code == 10, both.output
+    assert "--train-elsewhere writes a bundle; --profiles brings back" in both.output
+    missing = runner.invoke(app, ["build", "--profiles", str(tmp_path / "none.tar")])
+    assert missing.exit_code == 10, missing.output
+    assert "none.tar: no such file" in missing.output
+    target = runner.invoke(app, ["build", "--target", "x", "--train-elsewhere", "d"])
+    assert target.exit_code == 10 and "neither --target nor --dry-run" in target.output
