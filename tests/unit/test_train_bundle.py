@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import BundleError, UnsafeArchiveError
-from orchestrator.execute.train_bundle import MANIFEST, TRAIN_SH, write_bundle
+from orchestrator.execute.train_bundle import MANIFEST, TRAIN_SH, workload_files, write_bundle
 from orchestrator.execute.train_profiles import load_manifest, read_profiles
 from orchestrator.execute.train_script import bundle_word
 from orchestrator.model.training_bundle import BundleWorkload, TrainingManifest
@@ -241,3 +241,19 @@ def test_cli_refuses_both_training_flags_and_a_missing_profiles_file(
     assert "none.tar: no such file" in missing.output
     target = runner.invoke(app, ["build", "--target", "x", "--train-elsewhere", "d"])
     assert target.exit_code == 10 and "neither --target nor --dry-run" in target.output
+
+
+def test_workload_files_map_crate_and_input_paths_into_the_bundle(tmp_path: Path) -> None:
+    crate, model = tmp_path / "crate", tmp_path / "model"
+    (crate / "data" / "set").mkdir(parents=True)
+    (crate / "data" / "set" / "a.txt").write_text("a")
+    (crate / "data" / "one.csv").write_text("1")
+    model.mkdir()
+    (model / "w.bin").write_bytes(b"\0")
+    args = ["data/set", "--in=/build/src/data/one.csv", "/build/inputs/model/w.bin", "/dev/null"]
+    found = dict(workload_files(args, crate, {"model": model}))
+    assert found == {
+        "src/data/set/a.txt": crate / "data" / "set" / "a.txt",
+        "src/data/one.csv": crate / "data" / "one.csv",
+        "inputs/model/w.bin": model / "w.bin",
+    }
