@@ -56,6 +56,8 @@ FOREIGN_FLAGS = {
     "--sysroot": "the linker and C compiler",
     "--cap-drop": "docker",
     "--cap-add": "docker",
+    "--gpus": "docker run (GPU passthrough, docs/flavors.md)",
+    "--device": "docker run (CDI devices, docs/flavors.md)",
     "--label": "dockerd",
     "--docker": "docker context create",
     "--list": "ld.so --list",

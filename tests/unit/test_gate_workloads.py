@@ -350,6 +350,7 @@ def test_a_release_shows_the_gate_s_figures_and_its_split_for_every_target(
         binary.write_bytes(plan.artifact_dir.encode())
         counted = None if plan.flavor == "aarch64" else gate  # emulated: not counted
         facts = {"portability": None, "tests": None, "bolt": None, "cuda_runtime": None}
+        facts["gpu_path"] = None
         return BuildOutcome(folder, binary, cast(Any, SimpleNamespace(gate=counted, **facts)))
 
     use_engine(monkeypatch, FakeEngine())

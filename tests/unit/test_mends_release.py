@@ -53,7 +53,12 @@ def _fake_build(tmp_path: Path, fail: dict[str, OrchestratorError] | None = None
             cast(
                 Any,
                 SimpleNamespace(
-                    portability=None, tests=None, gate=None, bolt=None, cuda_runtime=None
+                    portability=None,
+                    tests=None,
+                    gate=None,
+                    bolt=None,
+                    cuda_runtime=None,
+                    gpu_path=None,
                 ),
             ),
         )
