@@ -27,6 +27,8 @@ from orchestrator.model.relocations import (
 )
 from orchestrator.plan.serialize import action_key, plan_summary
 from orchestrator.plan.steps import StepName
+from orchestrator.release.dry_run import dry_run
+from orchestrator.release.target import targets
 
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig
@@ -95,6 +97,10 @@ def test_the_step_is_planned_after_the_gate_only_where_bolt_links_relocations(
     no_bolt = plan_for(replace(options, bolt=False), "cpu")
     assert StepName.STRIP_RELOCATIONS not in [s.name for s in no_bolt.steps]
     assert "-Wl,--emit-relocs" not in " ".join(no_bolt.final.rustflags)
+    # release --dry-run: decided as it runs, like the other steps keyed by built binaries
+    (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+    note = {n.step: n for n in planned.cached.steps}["strip-relocations"]
+    assert note.reused is None and "sha256" in note.reason
 
 
 def test_artifacts_made_before_the_step_are_built_again(project: Path) -> None:
