@@ -41,6 +41,9 @@ stages:
 variables:
   ORCHESTRATOR_INSTALL: @INSTALL@
   ORCHESTRATOR_CONFIG: @CONFIG@
+  # What the jobs hand on goes below .orchestrator/ in the checkout (artifacts must be
+  # there); as orchestrator's artifacts folder it is never read as the crate's sources.
+  ORCHESTRATOR_ARTIFACTS_DIR: $CI_PROJECT_DIR/.orchestrator
   PIP_DISABLE_PIP_VERSION_CHECK: "1"
   # the targets this file builds, one "FLAVOR LEVEL" a line, which `plan` checks
   EXPECTED_TARGETS: @EXPECTED@
@@ -154,7 +157,6 @@ assemble:
       done
     - export ORCHESTRATOR_SIGNING_KEY="$@SECRET@"
     - if [ -n "${@PASSPHRASE@:-}" ]; then export ORCHESTRATOR_SIGNING_PASSPHRASE="$@PASSPHRASE@"; fi
-    - export ORCHESTRATOR_ARTIFACTS_DIR="$CI_PROJECT_DIR/.orchestrator/artifacts"
     - orchestrator release assemble@AGREE@ .orchestrator/unpacked/*/*
     - unset ORCHESTRATOR_SIGNING_KEY ORCHESTRATOR_SIGNING_PASSPHRASE
     - orchestrator release --dry-run --json > .orchestrator/assembled.json

@@ -107,11 +107,10 @@ def _cache_save(job: JobState, inputs: Mapping[str, str]) -> Outputs:
     found = [job.expand(p) if job.expand(p).exists() else None for p in paths]
     if all(p is None for p in found):
         job.runner.write(f"::warning::cache save: none of {paths} exists, nothing saved")
-    elif job.cache.exists(job.ref, key, _version(paths)):
-        job.runner.write(f"::warning::cache save: unable to reserve {key}: it exists")
-    else:
-        job.cache.save(job.ref, key, _version(paths), found)
+    elif job.cache.save(job.ref, key, _version(paths), found):
         job.runner.write(f"cache save: {key} on {job.ref}")
+    else:
+        job.runner.write(f"::warning::cache save: unable to reserve {key}: it exists")
     return {}
 
 

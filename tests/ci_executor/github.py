@@ -12,6 +12,7 @@ import itertools
 import re
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ class GitHub:
     repository: str = "example/project"
     secrets: Mapping[str, str] = field(default_factory=dict)
     image_cache: Path | None = None  # see Runner.seed_image
+    parallel: int = 1  # matrix jobs at once
     runs: int = 0
 
     @property
@@ -178,10 +180,10 @@ class _Run:
             return [JobRun(name, name, {}, None, 0.0, "skipped", None)]
         strategy = job.get("strategy") or {}
         _known(strategy, STRATEGY_KEYS, f"job {name}: strategy")
-        runs = []
-        for index, matrix in enumerate(self.matrix(name, strategy.get("matrix"), gate)):
-            runs.append(self.one(name, job, matrix, needs, index))
-        return runs
+        entries = list(enumerate(self.matrix(name, strategy.get("matrix"), gate)))
+        # a matrix's jobs run side by side, as many at once as the runners allow
+        with ThreadPoolExecutor(max_workers=self.github.parallel) as pool:
+            return list(pool.map(lambda e: self.one(name, job, e[1], needs, e[0]), entries))
 
     def matrix(self, name: str, matrix: object, gate: Context) -> list[dict[str, Any]]:
         if matrix is None:

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ class GitLab:
     file_variables: Mapping[str, str] = field(default_factory=dict)  # type File: contents
     protected_tags: tuple[str, ...] = ("v*",)
     image_cache: Path | None = None  # see Runner.seed_image
+    parallel: int = 1  # jobs of a stage at once
     runs: int = 0
 
     @property
@@ -106,10 +108,13 @@ class _Pipeline:
         )
         if unknown:
             raise WorkflowError(f".gitlab-ci.yml: the executor does not know {unknown}")
-        globals_ = {
+        # for rules: the global variables as a runner at GitLab's usual /builds sees them
+        nominal = {
             **self.predefined,
-            **self._variables(self.document.get("variables") or {}, self.predefined),
+            "CI_PROJECT_DIR": "/builds/project",
+            "CI_BUILDS_DIR": "/builds",
         }
+        globals_ = {**nominal, **self._variables(self.document.get("variables") or {}, nominal)}
         rules = (self.document.get("workflow") or {}).get("rules")
         if rules is not None and not self._rules(rules, globals_):
             raise WorkflowError(f"no pipeline: the workflow rules do not match the tag {self.tag}")
@@ -118,6 +123,7 @@ class _Pipeline:
         }
         runs: list[JobRun] = []
         for stage in self.document["stages"]:
+            chosen: list[tuple[str, str, dict[str, Any], dict[str, str]]] = []
             for name, job in jobs.items():
                 if job.get("stage", "test") != stage:
                     continue
@@ -126,16 +132,16 @@ class _Pipeline:
                     raise WorkflowError(f"job {name}: the executor does not know {unknown_keys}")
                 if "rules" in job and not self._rules(job["rules"], globals_):
                     continue
-                instances = []
-                for title, matrix in _matrix(name, job.get("parallel")):
-                    run, artifacts = self.one(name, title, job, matrix, globals_)
-                    instances.append((run, artifacts))
-                    runs.append(run)
-                    if run.status == "failure":
-                        raise WorkflowError(
-                            f"job {title} failed (log: {run.runner and run.runner.log})"
-                        )
-                self.done[name] = instances
+                chosen += [(name, t, job, m) for t, m in _matrix(name, job.get("parallel"))]
+            # the jobs of a stage run side by side, as many at once as the runners allow
+            with ThreadPoolExecutor(max_workers=self.gitlab.parallel) as pool:
+                done = list(pool.map(lambda c: self.one(c[0], c[1], c[2], c[3]), chosen))
+            for (name, *_), (run, artifacts) in zip(chosen, done, strict=True):
+                self.done.setdefault(name, []).append((run, artifacts))
+                runs.append(run)
+            failed = [run.title for run, _ in done if run.status == "failure"]
+            if failed:
+                raise WorkflowError(f"job(s) {', '.join(failed)} failed (logs below {self.root})")
         if self.registry.refused:
             raise WorkflowError(f"the package registry refused: {self.registry.refused}")
         return runs
@@ -165,13 +171,12 @@ class _Pipeline:
         title: str,
         job: Mapping[str, Any],
         matrix: dict[str, str],
-        globals_: dict[str, str],
     ) -> tuple[JobRun, Path]:
         runner = Runner(self.root / re.sub(r"[^\w.-]", "_", title), name)
         project = runner.workspace / "project"
         token = secrets.token_hex(16)
         base = {
-            **globals_,
+            **self.predefined,
             "CI_JOB_NAME": title,
             "CI_JOB_TOKEN": token,
             "CI_PROJECT_DIR": str(project),
@@ -181,7 +186,9 @@ class _Pipeline:
             path = runner.temp / variable
             path.write_text(content)
             base[variable] = str(path)
-        variables = {**base, **matrix}
+        # the global variables, expanded where this job runs, then the matrix's and the job's
+        variables = {**base, **self._variables(self.document.get("variables") or {}, base)}
+        variables.update(matrix)
         variables.update(self._variables(job.get("variables") or {}, variables))
         image = job.get("image") or (self.document.get("default") or {}).get("image", "")
         if not str(image).startswith("python:"):
@@ -210,14 +217,14 @@ class _Pipeline:
             *job["script"],
         ]
         env = {**runner.base_env(path_dirs), **variables}
-        self.registry.token = token
+        self.registry.tokens.add(token)
         code = runner.run(
             "\n".join(script) + "\n",
             env,
             project,
             interpreter=["bash", "--noprofile", "--norc", "-eo", "pipefail"],
         )
-        self.registry.token = None
+        self.registry.tokens.discard(token)
         artifacts = runner.root / "artifacts"
         artifacts.mkdir()
         if code == 0:
@@ -271,7 +278,7 @@ class _Pipeline:
 
     def _save(self, cache: Mapping[str, Any], key: str, project: Path) -> None:
         paths = [project / p if (project / p).exists() else None for p in cache["paths"]]
-        if any(p is not None for p in paths) and not self.gitlab.cache.exists("", key, ""):
+        if any(p is not None for p in paths):
             self.gitlab.cache.save("", key, "", paths)
 
 

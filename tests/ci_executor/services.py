@@ -21,6 +21,8 @@ from tests.ci_executor.errors import WorkflowError
 # What a tag's build must never restore: folders of the orchestrator cache that hold built
 # binaries (the step cache; the compiled dispatcher).
 BUILT_BINARY_FOLDERS = ("steps", "dispatcher")
+# jobs side by side save into one index
+_INDEX_LOCK = threading.Lock()
 
 
 def copy_into(source: Path, target: Path) -> None:
@@ -73,20 +75,22 @@ class CacheStore:
                     return found, False
         return None, False
 
-    def exists(self, scope: str, key: str, version: str) -> bool:
-        return any((e.scope, e.key, e.version) == (scope, key, version) for e in self.entries())
-
-    def save(self, scope: str, key: str, version: str, paths: Sequence[Path | None]) -> None:
-        """A new entry holding each existing path of `paths` (None: not there)."""
-        entries = self.entries()
-        serial = max((e.serial for e in entries), default=0) + 1
-        folder = self.root / f"entry-{serial}"
-        for index, path in enumerate(paths):
-            if path is not None:
-                copy_into(path, folder / f"p{index}")
-        folder.mkdir(exist_ok=True)
-        entries.append(CacheEntry(scope, key, version, serial, folder.name))
-        self.index.write_text(json.dumps([e.__dict__ for e in entries], indent=1))
+    def save(self, scope: str, key: str, version: str, paths: Sequence[Path | None]) -> bool:
+        """A new entry holding each existing path of `paths` (None: not there); False when
+        one with that key exists (the CI keeps the first)."""
+        with _INDEX_LOCK:
+            entries = self.entries()
+            if any((e.scope, e.key, e.version) == (scope, key, version) for e in entries):
+                return False
+            serial = max((e.serial for e in entries), default=0) + 1
+            folder = self.root / f"entry-{serial}"
+            for index, path in enumerate(paths):
+                if path is not None:
+                    copy_into(path, folder / f"p{index}")
+            folder.mkdir(exist_ok=True)
+            entries.append(CacheEntry(scope, key, version, serial, folder.name))
+            self.index.write_text(json.dumps([e.__dict__ for e in entries], indent=1))
+            return True
 
     def restore(self, entry: CacheEntry, paths: Sequence[Path], *, tag_build: bool) -> None:
         folder = self.root / entry.folder
@@ -156,7 +160,7 @@ class PackageRegistry:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.token: str | None = None  # the token of the job now running
+        self.tokens: set[str] = set()  # the tokens of the jobs now running
         self.refused: list[str] = []
         root.mkdir(parents=True, exist_ok=True)
 
@@ -174,7 +178,7 @@ class PackageRegistry:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 token = self.headers.get("JOB-TOKEN")
-                if found is None or token is None or token != registry.token:
+                if found is None or token is None or token not in registry.tokens:
                     registry.refused.append(f"PUT {self.path} (token {token!r})")
                     self.send_response(401 if found else 404)
                     self.end_headers()

@@ -228,6 +228,11 @@ def test_gitlab_file_validates_against_the_gitlab_ci_schema(
     _validate_gitlab(gpu)
     document = _yaml(gpu)
     assert document["stages"] == ["plan", "build", "assemble"]
+    # what the jobs leave in the checkout is orchestrator's own folder, never crate sources
+    assert document["variables"]["ORCHESTRATOR_ARTIFACTS_DIR"] == "$CI_PROJECT_DIR/.orchestrator"
+    assert document["build-cpu"]["variables"]["ORCHESTRATOR_CACHE_DIR"] == (
+        "$CI_PROJECT_DIR/.orchestrator-cache"
+    )
     assert document["build-cuda"]["tags"] == ["self-hosted", "gpu", "linux"]
     assert "tags" not in document["build-cpu"]
     assert document["build-cpu"]["parallel"]["matrix"] == [{"LEVEL": ["x86-64-v2", "x86-64-v3"]}]
