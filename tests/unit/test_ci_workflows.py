@@ -421,6 +421,8 @@ def test_an_unwritable_output_is_refused(tmp_path: Path, gpu_project: Path) -> N
         ('["cuda"]', "is not FLAVOR=LABEL"),
         ('["cuda=has space"]', "is not FLAVOR=LABEL"),
         ('["cdua=gpu"]', "did you mean 'cuda'"),
+        ('["cuda@c=gpu"]', "is not FLAVOR=LABEL or FLAVOR@b=LABEL"),
+        ('["cdua@b=gpu"]', "did you mean 'cuda'"),
     ],
 )
 def test_a_bad_runner_setting_is_a_config_error(
