@@ -45,6 +45,10 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
         "release.glibc_floor": ("2.31", "2.31"),
         "engines.require": ("cuda:gpu=nvidia, rocm:gpu=amd", ("cuda:gpu=nvidia", "rocm:gpu=amd")),
         "ci.runners": ("cuda=self-hosted, cuda=gpu", ("cuda=self-hosted", "cuda=gpu")),
+        "ci.install": (
+            f"git+https://example.com/o.git@{'a' * 40}",
+            f"git+https://example.com/o.git@{'a' * 40}",
+        ),
         "build.toolchain": ("rustc-1.85", "rustc-1.85"),  # a file in toolchains/
         "limits.pids": ("256", 256),
         "limits.memory": ("512MiB", "512MiB"),
