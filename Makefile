@@ -69,7 +69,7 @@ fuzz: $(STAMP)
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/fuzz -q
 
 integration: host-deps $(STAMP)
-	$(BIN)/pytest tests/integration -v --durations=15
+	$(BIN)/pytest tests/integration -v --durations=40
 
 test: lint unit fuzz integration
 
