@@ -18,6 +18,7 @@ from orchestrator.errors import PublishError
 from orchestrator.host.scratch import remove_abandoned
 from orchestrator.model.checksums import checksums_bytes
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.run_logs import is_build_log
 
 CHECKSUMS = "SHA256SUMS"
 
@@ -53,12 +54,13 @@ def remove_abandoned_staging(artifacts_dir: Path) -> list[Path]:
 
 
 def write_checksums(directory: Path) -> Path:
-    """SHA256SUMS over every file below `directory`, in `sha256sum -c` format (a name with
-    a backslash, newline or carriage return escaped as sha256sum escapes it)."""
+    """SHA256SUMS over every file below `directory` but its logs (model/run_logs.py: how
+    the build went, which two honest builds of it do not share), in `sha256sum -c` format
+    (a name with a backslash, newline or carriage return escaped as sha256sum escapes it)."""
     entries = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         relative = path.relative_to(directory).as_posix()
-        if relative == CHECKSUMS:
+        if relative == CHECKSUMS or is_build_log(relative):
             continue
         entries.append((sha256_file(path), relative))
     target = directory / CHECKSUMS

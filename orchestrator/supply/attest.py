@@ -2,9 +2,10 @@
 
 The release folder holds, next to its artifact folders:
   SHA256SUMS (+ .minisig)                  every artifact binary, SBOM and folder SHA256SUMS
-                                           (which lists every other file of the folder), and
-                                           every file outside the folders (release.json/.lock,
-                                           bench reports): one signature covers them all
+                                           (which lists every other file of the folder but its
+                                           logs/), and every file outside the folders
+                                           (release.json/.lock, bench reports) but
+                                           logs/targets.json: one signature covers them all
   provenance.intoto.jsonl (+ .minisig)     a DSSE envelope around the SLSA statement
   minisign.pub                             the public key that signed all of it
   <artifact folder>.tar.xz (+ .minisig)    each target's archive (supply/archives.py),
@@ -25,6 +26,7 @@ from orchestrator.model.checksums import checksums_bytes
 from orchestrator.model.compose_record import COMPOSE_JSON
 from orchestrator.model.hashing import content_hash, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.run_logs import is_release_log
 from orchestrator.supply.archives import archive_folder
 from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.index_files import (
@@ -152,14 +154,16 @@ def release_artifacts(release_dir: Path) -> list[tuple[str, BuildManifest]]:
 
 
 def release_files(release_dir: Path, *, artifact_folders: set[str]) -> list[Path]:
-    """The release's plain files outside its artifact folders and its signed index:
-    release.json, release.lock, bench reports. The release SHA256SUMS lists each."""
+    """The release's plain files outside its artifact folders, its signed index and its
+    unsigned logs/targets.json (model/run_logs.py): release.json, release.lock, bench
+    reports. The release SHA256SUMS lists each."""
     if not release_dir.is_dir():
         return []
     found = []
     for path in sorted(release_dir.rglob("*")):
         relative = path.relative_to(release_dir)
-        if relative.parts[0] in artifact_folders or relative.as_posix() in INDEX_FILES:
+        name = relative.as_posix()
+        if relative.parts[0] in artifact_folders or name in INDEX_FILES or is_release_log(name):
             continue
         if path.is_file() and not path.is_symlink():
             found.append(path)

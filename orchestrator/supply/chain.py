@@ -1,7 +1,8 @@
 """What a published release's signed chain vouches for, read before anything is signed again.
 
 The release's `SHA256SUMS` is signed; it lists each artifact folder's own `SHA256SUMS`,
-which lists every file of that folder. A file is vouched for when that chain, checked
+which lists every file of that folder but its logs (model/run_logs.py: how the build went,
+never signed). A file is vouched for when that chain, checked
 under the key about to sign, gives its exact sha256. Signing again re-signs only such
 files and the ones the running command wrote itself: a file added or edited by hand since
 the last signature must never come out of a new signature looking published.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.run_logs import is_release_log
 from orchestrator.supply.index_files import CHECKSUMS, SIGNATURE_SUFFIX, read_checksums
 from orchestrator.supply.minisign import (
     PublicKey,
@@ -111,6 +113,8 @@ class SignedChain:
             if path.is_dir() and not path.is_symlink():
                 continue
             name = path.relative_to(self.release_dir).as_posix()
+            if is_release_log(name):  # how its build went: never signed, never vouched for
+                continue
             present.add(name)
             problem = self._file_problem(path, name)
             if problem is not None:

@@ -1,7 +1,9 @@
 """SLSA provenance v1 in an in-toto Statement v1, made from the artifacts' build.json files.
 
 Pure: it reads manifests that the builds wrote and returns data. Signing it into a DSSE
-envelope is sign.dsse_sign's job.
+envelope is sign.dsse_sign's job. It is a function of what was built and from what, never of
+how a run went: no start or end times, step timings or engine, which differ between two
+honest builders of the same inputs (they are in each folder's unsigned logs/run.json).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def statement(
     """One statement for the release: every artifact a subject, every input a dependency."""
     subjects: list[dict[str, object]] = []
     dependencies: dict[str, dict[str, object]] = {}
-    flavors, started, finished = [], [], []
+    flavors = []
     first = artifacts[0][1] if artifacts else None
     for folder, manifest in artifacts:
         artifact = manifest.artifact
@@ -78,8 +80,6 @@ def statement(
         flavors.append(artifact.flavor)
         for dep in resolved_dependencies(manifest):
             dependencies[f"{dep['uri']}#{dep.get('digest')}"] = dep
-        started.append(manifest.started_at)
-        finished.append(manifest.finished_at)
     subjects.extend({"name": name, "digest": {"sha256": digest}} for name, digest in files)
     return {
         "_type": STATEMENT_TYPE,
@@ -109,22 +109,10 @@ def statement(
             },
             "runDetails": {
                 "builder": {"id": BUILDER_ID, "version": {"orchestrator": __version__}},
-                "metadata": {
-                    "invocationId": release,
-                    "startedOn": min((s for s in started if s), default=None),
-                    "finishedOn": max((f for f in finished if f), default=None),
-                },
+                "metadata": {"invocationId": release},
                 "byproducts": [
-                    {
-                        "name": f"{folder}/build.json",
-                        "uri": f"file:{folder}/build.json",
-                        "annotations": {
-                            "steps": manifest.steps,
-                            # the Docker Engine that built it (several may share a release)
-                            "engine": manifest.engine.dump() if manifest.engine else None,
-                        },
-                    }
-                    for folder, manifest in artifacts
+                    {"name": f"{folder}/build.json", "uri": f"file:{folder}/build.json"}
+                    for folder, _manifest in artifacts
                 ],
             },
         },

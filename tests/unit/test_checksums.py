@@ -23,7 +23,7 @@ from orchestrator.supply.verify import Verifier
 
 NAMES = [
     "plain.txt",
-    "logs/a\nb.log",  # recipe 3
+    "notes/a\nb.log",  # recipe 3 (not logs/: those are unsigned, model/run_logs.py)
     "c\rd",
     "back\\slash",
     "tab\there",
@@ -78,12 +78,12 @@ def test_sha256sum_checks_it_and_verify_reads_it_back(folder: Path) -> None:
 
 def test_an_edited_escaped_file_is_found(folder: Path) -> None:
     listing = write_checksums(folder)
-    (folder / "logs" / "a\nb.log").write_text("changed\n")
+    (folder / "notes" / "a\nb.log").write_text("changed\n")
     verifier = Verifier(folder, SecretKey.generate().public)
     verifier.checksums(listing)
     (check,) = verifier.checks
     assert not check.ok
-    assert check.detail == "logs/a\\nb.log: sha256 differs from SHA256SUMS"  # escaped
+    assert check.detail == "notes/a\\nb.log: sha256 differs from SHA256SUMS"  # escaped
 
 
 def test_lines_round_trip_and_malformed_ones_are_refused() -> None:
