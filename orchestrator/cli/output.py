@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli.app import console, err_console
-from orchestrator.model.records import Record, record_text
+from orchestrator.model.record_io import Record, record_text
 
 
 def json_option(schema: str, *, when: str = "") -> Any:  # noqa: ANN401 - typer's OptionInfo

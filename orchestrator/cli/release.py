@@ -331,7 +331,7 @@ def _run_and_pin(
 def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Target, BuildPlan]]:
     """Read and check every input of a release before Docker is asked: each target's plan
     (config, toolchain, sources) and the release.json this run will merge into."""
-    from orchestrator.model.records import read_record
+    from orchestrator.model.record_io import read_record
     from orchestrator.model.release_summary import ReleaseSummary
     from orchestrator.release.run import RELEASE_JSON, plan_targets
 

@@ -1,8 +1,8 @@
 """Typed records of the files kept in the cache, not published: the variant binaries
 `bench` compares, the stored PGO/BOLT profiles' sidecars, the step cache's entries, the
 compiled dispatcher's entry. The
-release's own records (build.json) are model/records.py, with the reading and writing
-that both use."""
+release's own records (build.json) are model/records.py; the reading and writing that
+both use, model/record_io.py."""
 
 from __future__ import annotations
 

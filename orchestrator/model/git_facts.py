@@ -58,8 +58,8 @@ PLACEHOLDERS = (
 
 
 class _Fact(BaseModel):
-    """As model/records.py's Record (strict keys, immutable), which imports these: a part
-    of build.json and release.lock, never a file of its own."""
+    """Like model/record_io.py's Record (strict keys, immutable), but with no schema: a
+    part of build.json and release.lock, never a file of its own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field
 
 from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.lockfile import LockedTarget, RelativeFile, Sha256, SharedPins
-from orchestrator.model.records import Record
+from orchestrator.model.record_io import Record
 from orchestrator.model.release_summary import TargetSummary
 
 TARGET_RECORD = "target.json"

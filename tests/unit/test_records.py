@@ -1,4 +1,5 @@
-"""model/records: migrations of every record, refusals, error messages, stable atomic writes."""
+"""model/records and model/record_io: migrations of every record, refusals, error messages,
+stable atomic writes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config.options import resolve
-from orchestrator.model import records
+from orchestrator.model import record_io
 from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
 from orchestrator.model.records import (
     BuildManifest,
@@ -252,7 +253,7 @@ def test_failed_write_keeps_the_previous_file(
     def broken(_record: object) -> str:
         raise OSError("disk full")
 
-    monkeypatch.setattr(records, "record_text", broken)
+    monkeypatch.setattr(record_io, "record_text", broken)
     with pytest.raises(OSError, match="disk full"):
         write_record(path, summary())
     assert path.read_bytes() == before
@@ -265,7 +266,7 @@ def test_failed_write_leaves_no_partial_file(
     def broken(_record: object) -> str:
         raise OSError("disk full")
 
-    monkeypatch.setattr(records, "record_text", broken)
+    monkeypatch.setattr(record_io, "record_text", broken)
     with pytest.raises(OSError, match="disk full"):
         write_record(tmp_path / "release.json", summary())
     assert list(tmp_path.iterdir()) == []
