@@ -24,17 +24,10 @@ from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
-from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan, c_code_plan
-from orchestrator.plan.cargo_flags import (
-    RELOCATIONS,
-    feature_args,
-    profile_args,
-    release_needed,
-    test_flags,
-    variant_rustflags,
-)
+from orchestrator.plan.c_code import CCodePlan, c_code_plan
+from orchestrator.plan.cargo_commands import CargoCommand, Variant, cargo_commands
+from orchestrator.plan.cargo_flags import RELOCATIONS, release_needed, test_flags, variant_rustflags
 from orchestrator.plan.gate import GatePlan, gate_plan
-from orchestrator.plan.git_shim import SHIM_SEARCH_PATH
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
 from orchestrator.plan.portable import (
     DistroPlan,
@@ -56,30 +49,6 @@ class SourceSnapshot:
     cargo_lock_sha256: str
     # What the build-time `git` answers (plan/git_shim.py); None: no repository, no shim
     git: GitFacts | None = None
-
-
-@dataclass(frozen=True)
-class CargoCommand:
-    argv: tuple[str, ...]
-    environment: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One way of building the binaries; bench compares them, validation compares two."""
-
-    name: str  # baseline | release | pgo-generate | optimized
-    build: CargoCommand
-    binaries: Mapping[str, str]  # binary -> where cargo leaves it, the main binary first
-
-    @property
-    def binary(self) -> str:
-        """The main binary (package.binary) in the build container."""
-        return next(iter(self.binaries.values()))
-
-    @property
-    def rustflags(self) -> list[str]:
-        return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
 
 
 @dataclass(frozen=True)
@@ -239,28 +208,6 @@ def _check_settings(options: Options, source: SourceSnapshot) -> None:
     )
 
 
-def _c_environment(
-    sysroot: SysrootPlan | None,
-    c_code: CCodePlan | None,
-    rustflags: tuple[str, ...],
-    *,
-    plain: bool,
-) -> dict[str, str]:
-    """What a cargo command's C compiler is given beyond CC=gcc: the floor's headers (not
-    the image's) for the target, and with [c_code] mode clang, bitcode and the profile
-    flags of its rustflags; the plain baseline gets neither."""
-    environment: dict[str, str] = {}
-    if sysroot is not None:
-        environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
-    if c_code is not None:
-        environment |= (
-            c_code.plain_environment()
-            if plain
-            else c_code.environment(rustflags, sysroot.cflags if sysroot else "")
-        )
-    return environment
-
-
 def _for_target(options: Options, flavor: Flavor) -> Options:
     """The options a target of `flavor` is planned with, checked by the flavor: its
     [flavors.<name>.train|validate|bench|gate|test] tables applied, so in every step's key."""
@@ -286,79 +233,35 @@ def make_plan(
     _check_settings(options, source)
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
-    settings = options.settings_for(flavor.name)
     release_dir = release_dir_name(options.binary, options.version)
-    cargo = toolchain.tool("cargo")
 
     sysroot = sysroot_plan(options, flavor, toolchain)
     c_code, c_code_skipped = c_code_plan(options, flavor, toolchain)
     baseline_flags, rustflags = variant_rustflags(options, flavor, release_dir, sysroot, c_code)
-    features = feature_args(settings.default_features, settings.features)
 
-    def command(
-        verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool, plain: bool = False
-    ) -> CargoCommand:
-        argv = [cargo, verb]
-        if options.member:  # a workspace member: its binaries, its tests
-            argv += ["--package", options.member]
-        if verb == "build":
-            for name in options.binaries:
-                argv += ["--bin", name]
-        argv += [
-            "--release",
-            "--offline",
-            "--locked",
-            "--manifest-path",
-            f"{PATHS.src}/Cargo.toml",
-            "--target",
-            flavor.rust_target,
-            "--target-dir",
-            target_dir,
-            *features,
-        ]
-        if profile:
-            argv += profile_args(c_code.profile if c_code is not None else None)
-        environment = {
-            "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
-            # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
-            "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(flags),
-            "CARGO_HOME": PATHS.cargo_home,
-            "TZ": "UTC",
-            "LC_ALL": "C.UTF-8",
-            **flavor.environment(options),
-            # C code from build scripts is compiled by GCC and stays out of the LLVM
-            # profile, unless [c_code] mode compiles it with our clang (plan/c_code.py).
-            "CC": DEFAULT_CC,
-            # Build scripts' `git` answers from the locked commit (plan/git_shim.py)
-            **({"PATH": SHIM_SEARCH_PATH} if source.git is not None else {}),
-        }
-        environment |= _c_environment(sysroot, c_code, flags, plain=plain)
-        return CargoCommand(tuple(argv), environment)
-
-    def variant(name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
-        target_dir = f"{PATHS.target}/{name}"
-        return Variant(
-            name,
-            command("build", target_dir, flags, profile=profile, plain=not profile),
-            {
-                name: f"{target_dir}/{flavor.rust_target}/release/{name}"
-                for name in options.binaries
-            },
-        )
-
+    commands = cargo_commands(
+        options,
+        flavor,
+        toolchain,
+        git_shim=source.git is not None,
+        sysroot=sysroot,
+        c_code=c_code,
+    )
     runs = run_plan(options, inputs)
     gate, gate_skipped = gate_plan(options, flavor)
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
-        variant("baseline", baseline_flags, profile=False),
+        commands.variant("baseline", baseline_flags, profile=False),
     ]
     if release_needed(options, flavor, gate):
-        variants.append(variant("release", rustflags))
+        variants.append(commands.variant("release", rustflags))
     optimized_flags = rustflags
     pgo: PgoPlan | None = None
     if options.pgo:
-        generate = variant("pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw"))
+        generate = commands.variant(
+            "pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw")
+        )
         variants.append(generate)
         pgo = _pgo_plan(
             options,
@@ -395,7 +298,7 @@ def make_plan(
             sample_repeat=options.bolt_sample_repeat,
         )
     if options.pgo or options.bolt:
-        variants.append(variant("optimized", optimized_flags))
+        variants.append(commands.variant("optimized", optimized_flags))
     tests = test_flags(
         options,
         flavor,
@@ -405,26 +308,8 @@ def make_plan(
         sysroot=sysroot,
         c_code=c_code,
     )
-    test = command("test", f"{PATHS.target}/{tests.target_dir}", tests.flags, profile=True)
-    # Last: a "--" among them passes what follows to the test binaries. The flavor's test
-    # environment (how a test starts a foreign binary) is in the command, so in its key.
-    test = CargoCommand(
-        (*test.argv, *options.test_args),
-        {**test.environment, **flavor.test_environment(options)},
-    )
-    fetch = CargoCommand(
-        (
-            cargo,
-            "vendor",
-            "--locked",
-            "--versioned-dirs",
-            "--manifest-path",
-            f"{PATHS.src}/Cargo.toml",
-            PATHS.vendor,
-        ),
-        # A clean CARGO_HOME: the image's one points cargo at the (empty) vendor folder.
-        {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},
-    )
+    test = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags)
+    fetch = commands.fetch()
 
     device_code = flavor.device_code(options)
     steps = steps_of(
@@ -496,3 +381,7 @@ def make_plan(
         + flavor.artifact_suffix(options),
         steps=steps,
     )
+
+
+# CargoCommand lives in plan/cargo_commands.py; callers of the plan may take it from here.
+__all__ = ["BuildPlan", "CargoCommand", "PgoPlan", "SourceSnapshot", "make_plan"]

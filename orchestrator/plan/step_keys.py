@@ -39,7 +39,8 @@ from typing import Any
 from orchestrator.config.kinds import Run
 from orchestrator.model.callgrind import CALLGRIND_ARGS
 from orchestrator.model.hashing import content_hash
-from orchestrator.plan.build_plan import BuildPlan, CargoCommand
+from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.gate import COUNT_SCRIPT
 
 # Bumped when what a cached step leaves behind, or how it is keyed, changes: old entries

@@ -1,0 +1,186 @@
+"""The cargo commands of one target, spelled in full: every variant's build, `cargo test`
+and the crate fetch (plan/build_plan.py decides which variants there are and their
+rustflags; plan/cargo_flags.py makes those flags). The executor runs them as given, and
+every argument and variable is in the step keys (plan/step_keys.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator.config.options import Options
+from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.flavors import Flavor
+from orchestrator.model.layout import PATHS
+from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan
+from orchestrator.plan.cargo_flags import feature_args, profile_args
+from orchestrator.plan.git_shim import SHIM_SEARCH_PATH
+from orchestrator.plan.portable import SysrootPlan
+
+
+@dataclass(frozen=True)
+class CargoCommand:
+    argv: tuple[str, ...]
+    environment: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of building the binaries; bench compares them, validation compares two."""
+
+    name: str  # baseline | release | pgo-generate | optimized
+    build: CargoCommand
+    binaries: Mapping[str, str]  # binary -> where cargo leaves it, the main binary first
+
+    @property
+    def binary(self) -> str:
+        """The main binary (package.binary) in the build container."""
+        return next(iter(self.binaries.values()))
+
+    @property
+    def rustflags(self) -> list[str]:
+        return self.build.environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f")
+
+
+def _c_environment(
+    sysroot: SysrootPlan | None,
+    c_code: CCodePlan | None,
+    rustflags: tuple[str, ...],
+    *,
+    plain: bool,
+) -> dict[str, str]:
+    """What a cargo command's C compiler is given beyond CC=gcc: the floor's headers (not
+    the image's) for the target, and with [c_code] mode clang, bitcode and the profile
+    flags of its rustflags; the plain baseline gets neither."""
+    environment: dict[str, str] = {}
+    if sysroot is not None:
+        environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
+    if c_code is not None:
+        environment |= (
+            c_code.plain_environment()
+            if plain
+            else c_code.environment(rustflags, sysroot.cflags if sysroot else "")
+        )
+    return environment
+
+
+@dataclass(frozen=True)
+class CargoCommands:
+    """What the cargo commands of a target read from its options, flavor and toolchain,
+    taken once (`cargo_commands`); each command is spelled from these alone."""
+
+    cargo: str
+    rust_target: str
+    member: str | None  # a workspace member: its binaries, its tests
+    binaries: tuple[str, ...]  # the main binary first
+    features: tuple[str, ...]  # --no-default-features / --features arguments
+    source_date_epoch: int
+    flavor_environment: Mapping[str, str]  # cross linker, GPU targets, ...
+    test_environment: Mapping[str, str]  # how a test starts a foreign binary
+    test_args: tuple[str, ...]  # after cargo test's own; a "--" passes the rest on
+    git_shim: bool  # build scripts' `git` answers from the locked commit (plan/git_shim.py)
+    sysroot: SysrootPlan | None
+    c_code: CCodePlan | None
+
+    def command(
+        self, verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool, plain: bool
+    ) -> CargoCommand:
+        argv = [self.cargo, verb]
+        if self.member:
+            argv += ["--package", self.member]
+        if verb == "build":
+            for name in self.binaries:
+                argv += ["--bin", name]
+        argv += [
+            "--release",
+            "--offline",
+            "--locked",
+            "--manifest-path",
+            f"{PATHS.src}/Cargo.toml",
+            "--target",
+            self.rust_target,
+            "--target-dir",
+            target_dir,
+            *self.features,
+        ]
+        if profile:
+            argv += profile_args(self.c_code.profile if self.c_code is not None else None)
+        environment = {
+            "SOURCE_DATE_EPOCH": str(self.source_date_epoch),
+            # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
+            "CARGO_ENCODED_RUSTFLAGS": "\x1f".join(flags),
+            "CARGO_HOME": PATHS.cargo_home,
+            "TZ": "UTC",
+            "LC_ALL": "C.UTF-8",
+            **self.flavor_environment,
+            # C code from build scripts is compiled by GCC and stays out of the LLVM
+            # profile, unless [c_code] mode compiles it with our clang (plan/c_code.py).
+            "CC": DEFAULT_CC,
+            **({"PATH": SHIM_SEARCH_PATH} if self.git_shim else {}),
+        }
+        environment |= _c_environment(self.sysroot, self.c_code, flags, plain=plain)
+        return CargoCommand(tuple(argv), environment)
+
+    def variant(self, name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
+        """The build of variant `name`; without `profile`, plain `cargo build --release`."""
+        target_dir = f"{PATHS.target}/{name}"
+        return Variant(
+            name,
+            self.command("build", target_dir, flags, profile=profile, plain=not profile),
+            {
+                binary: f"{target_dir}/{self.rust_target}/release/{binary}"
+                for binary in self.binaries
+            },
+        )
+
+    def test(self, target_dir: str, flags: tuple[str, ...]) -> CargoCommand:
+        command = self.command("test", target_dir, flags, profile=True, plain=False)
+        # Last: a "--" among them passes what follows to the test binaries. The flavor's test
+        # environment (how a test starts a foreign binary) is in the command, so in its key.
+        return CargoCommand(
+            (*command.argv, *self.test_args), {**command.environment, **self.test_environment}
+        )
+
+    def fetch(self) -> CargoCommand:
+        """`cargo vendor` of the locked crates into the vendor folder."""
+        return CargoCommand(
+            (
+                self.cargo,
+                "vendor",
+                "--locked",
+                "--versioned-dirs",
+                "--manifest-path",
+                f"{PATHS.src}/Cargo.toml",
+                PATHS.vendor,
+            ),
+            # A clean CARGO_HOME: the image's one points cargo at the (empty) vendor folder.
+            {"CARGO_HOME": f"{PATHS.root}/fetch-home", "TZ": "UTC", "LC_ALL": "C.UTF-8"},
+        )
+
+
+def cargo_commands(
+    options: Options,
+    flavor: Flavor,
+    toolchain: ToolchainSpec,
+    *,
+    git_shim: bool,
+    sysroot: SysrootPlan | None,
+    c_code: CCodePlan | None,
+) -> CargoCommands:
+    """The cargo commands of `flavor`'s target, from options already for that flavor."""
+    settings = options.settings_for(flavor.name)
+    return CargoCommands(
+        cargo=toolchain.tool("cargo"),
+        rust_target=flavor.rust_target,
+        member=options.member,
+        binaries=options.binaries,
+        features=tuple(feature_args(settings.default_features, settings.features)),
+        source_date_epoch=options.source_date_epoch,
+        flavor_environment=flavor.environment(options),
+        test_environment=flavor.test_environment(options),
+        test_args=options.test_args,
+        git_shim=git_shim,
+        sysroot=sysroot,
+        c_code=c_code,
+    )
