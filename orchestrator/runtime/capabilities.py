@@ -196,11 +196,7 @@ def _volume_and_limits(engine: Engine, image: str, kind: EngineKind) -> list[Che
 
 def _limits(reading: cgroups.Reading, kind: EngineKind) -> Check:
     version = f"cgroup v{kind.cgroup_version}" if kind.cgroup_version else "cgroup"
-    missing = [
-        kind_name
-        for kind_name, asked in (("pids", PROBE_PIDS), ("memory", PROBE_MEMORY))
-        if reading.limits.get(kind_name) != asked
-    ]
+    missing = cgroups.unapplied(reading, {"pids": PROBE_PIDS, "memory": PROBE_MEMORY})
     if not missing:
         return Check("pids and memory limits", "ok", f"in force ({version}); hits are detected")
     if kind.rootless and kind.cgroup_version == 1:

@@ -127,3 +127,15 @@ def parse(lines: Iterable[str], chosen: Iterable[Layout]) -> Reading:
         elif path in current and content.strip().isdigit():
             now[current[path]] = int(content)
     return Reading(hits=hits, limits=limits, current=now, refused=refused)
+
+
+def unapplied(reading: Reading, asked: Mapping[str, int]) -> tuple[str, ...]:
+    """The limits asked for (kind -> value, 0: none asked) that are not in force in the
+    container: unlimited there, higher than asked, or no file says (no such controller).
+    A rootless engine under cgroup v1 accepts the limits and applies none of them."""
+
+    def missing(kind: str, value: int) -> bool:
+        in_force = reading.limits.get(kind)
+        return in_force is None or in_force > value
+
+    return tuple(kind for kind, value in asked.items() if value and missing(kind, value))

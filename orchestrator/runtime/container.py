@@ -101,6 +101,15 @@ class Container:
             output = []
         return cgroups.parse(output, self._cgroups)
 
+    def unapplied_limits(self) -> tuple[str, ...] | None:
+        """The limits it was given that are not in force in its cgroup; None where the
+        cgroup could not be read at all (no file of either version answered)."""
+        reading = self.cgroup()
+        if not (reading.limits or reading.current or reading.hits):
+            return None
+        asked = {"pids": self._limits.pids, "memory": self._limits.memory}
+        return cgroups.unapplied(reading, asked)
+
     def limit_hits(self) -> tuple[str, ...]:
         """The limits ("pids", "memory") this container ran into since the last call, from
         its cgroup's counters. Asked after a command failed, so that a fork bomb or a

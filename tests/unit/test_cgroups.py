@@ -154,3 +154,24 @@ def test_no_limits_asked_reads_nothing() -> None:
     box = container("v2-hits", 2, Limits(), {})
     assert box.limit_hits() == ()
     assert box._client.api.argvs == []  # type: ignore[attr-defined]
+
+
+def test_unapplied_names_the_limits_not_in_force() -> None:
+    in_force = read("v2-limits", 2)  # pids 256, memory 8 GiB
+    assert cgroups.unapplied(in_force, {"pids": 256, "memory": 8192 * MIB}) == ()
+    assert cgroups.unapplied(in_force, {"pids": 128, "memory": 0}) == ("pids",)  # looser
+    # v1-limits: memory unlimited (the huge number) though 256 MiB was asked
+    assert cgroups.unapplied(read("v1-limits", 1), {"pids": 256, "memory": 256 * MIB}) == (
+        "memory",
+    )
+    # No controller at all (rootless, undelegated): nothing is in force
+    nothing = read("v2-undelegated", 2)
+    assert cgroups.unapplied(nothing, {"pids": 64, "memory": MIB}) == ("pids", "memory")
+
+
+def test_a_container_says_which_of_its_limits_are_not_in_force() -> None:
+    given = Limits(pids=256, memory=256 * MIB)
+    assert container("v1-limits", 1, given, {}).unapplied_limits() == ("memory",)
+    assert container("v1-hits", 1, given, {}).unapplied_limits() == ()
+    # Not one file answered: unknown, not "none applied"
+    assert container("v2-undelegated", 2, given, {}).unapplied_limits() is None
