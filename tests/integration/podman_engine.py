@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+
+from tests.integration.engine_service import (
+    remove_root,
+    service_root,
+    start_service,
+    stop_everything_under,
+    stop_service,
+    wait_until_it_answers,
+)
 
 START_TIMEOUT_S = 60
 ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
@@ -72,24 +78,6 @@ def _environment(root: Path) -> dict[str, str]:
     }
 
 
-def _unmount_under(root: Path) -> None:
-    """The service's leftovers: the conmon of each exec stays up to 300 s after it ended
-    (`--exit-delay`), and the store's mounts (overlay makes graphroot/overlay a mount of
-    its own). The processes are told by this store's folder in their command line."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if str(root) in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-    mounts = [
-        line.split()[1]
-        for line in Path("/proc/mounts").read_text().splitlines()
-        if line.split()[1].startswith(str(root))
-    ]
-    for mount in sorted(mounts, key=len, reverse=True):
-        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-
-
 def _write_config(root: Path) -> None:
     (root / "storage.conf").write_text(
         '[storage]\ndriver = "overlay"\n'
@@ -117,20 +105,20 @@ def _service_argv(root: Path, cdi_dir: Path | None) -> list[str]:
 def podman_engine(*, cdi_dir: Path | None = None) -> Iterator[PodmanEngine]:
     """Start the service on a fresh store; stop it and remove everything it made. With
     `cdi_dir`, the service sees that folder's CDI specs as its /etc/cdi."""
-    root = Path(tempfile.mkdtemp(prefix="orch-pm-", dir="/var/tmp"))  # short: socket path
+    root = service_root("orch-pm-")
     _write_config(root)
-    log = (root / "service.log").open("wb")
-    engine = PodmanEngine(
-        root,
-        subprocess.Popen(
-            _service_argv(root, cdi_dir),
-            env={**os.environ, **_environment(root)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        ),
+    service = start_service(
+        _service_argv(root, cdi_dir), root / "service.log", environment=_environment(root)
     )
+    engine = PodmanEngine(root, service.process)
     try:
-        _wait_until_it_answers(engine)
+        wait_until_it_answers(
+            service,
+            engine.socket,
+            engine.client,
+            what="podman system service",
+            timeout_s=START_TIMEOUT_S,
+        )
         yield engine
     finally:
         with contextlib.suppress(Exception):
@@ -141,26 +129,7 @@ def podman_engine(*, cdi_dir: Path | None = None) -> Iterator[PodmanEngine]:
                 timeout=120,
                 check=False,
             )
-        if engine.process.poll() is None:
-            engine.process.send_signal(signal.SIGTERM)
-            try:
-                engine.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                engine.process.kill()
-                engine.process.wait()
-        log.close()
-        _unmount_under(root)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
-
-
-def _wait_until_it_answers(engine: PodmanEngine) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if engine.process.poll() is not None:
-            break
-        with contextlib.suppress(Exception):
-            if engine.socket.exists() and engine.client().ping():
-                return
-        time.sleep(0.5)
-    tail = (engine.root / "service.log").read_text(errors="replace")[-3000:]
-    raise RuntimeError(f"podman system service did not start:\n{tail}")
+        stop_service(service)
+        # The service's leftovers: the conmon of each exec, the store's mounts
+        stop_everything_under(root)
+        remove_root(root)

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+
+from tests.integration.engine_service import (
+    remove_root,
+    service_root,
+    start_service,
+    stop_everything_under,
+    stop_service,
+    wait_until_it_answers,
+)
 
 BRIDGE = "orchtest0"
 BRIDGE_ADDRESS = "172.31.250.1/24"
@@ -85,29 +91,10 @@ def _make_certificates(directory: Path) -> None:
         )
 
 
-def _stop_everything_under(root: Path) -> None:
-    """Processes (the engine's own containerd, shims) and mounts left under `root`."""
-    mine = str(root)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if mine in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                os.kill(int(entry.name), signal.SIGKILL)
-    time.sleep(1)
-    mounts = [
-        line.split()[1]
-        for line in Path("/proc/mounts").read_text().splitlines()
-        if line.split()[1].startswith(mine)
-    ]
-    for mount in sorted(mounts, key=len, reverse=True):
-        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-
-
 @contextlib.contextmanager
 def second_engine(context: str) -> Iterator[SecondEngine]:
     """Start the engine, make `context` point at it; stop and remove both afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="orch-e2-", dir="/var/tmp"))  # short: socket paths
+    root = service_root("orch-e2-")
     (root / "daemon.json").write_text(json.dumps({}))  # not the host's /etc/docker/daemon.json
     _ip("link", "del", BRIDGE, check=False)  # a leftover of a run that was killed
     _ip("link", "add", BRIDGE, "type", "bridge")
@@ -116,8 +103,7 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
     tls = root / "tls"
     _make_certificates(tls)
     port = _free_port()
-    log = (root / "dockerd.log").open("wb")
-    process = subprocess.Popen(
+    service = start_service(
         [
             "dockerd",
             "--config-file", str(root / "daemon.json"),
@@ -135,17 +121,22 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
             "--iptables=false",
             "--ip-masq=false",
         ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        root / "dockerd.log",
     )  # fmt: skip
-    engine = SecondEngine(context, f"{context}-tls", root, process)
+    engine = SecondEngine(context, f"{context}-tls", root, service.process)
     endpoints = {
         engine.context: f"host=unix://{engine.socket}",
         engine.tls_context: f"host=tcp://127.0.0.1:{port},ca={tls / 'ca.pem'},"
         f"cert={tls / 'client-cert.pem'},key={tls / 'client-key.pem'}",
     }
     try:
-        _wait_until_it_answers(engine)
+        wait_until_it_answers(
+            service,
+            engine.socket,
+            engine.client,
+            what="the second dockerd",
+            timeout_s=START_TIMEOUT_S,
+        )
         for name, endpoint in endpoints.items():
             _remove_context(name)
             subprocess.run(
@@ -157,31 +148,12 @@ def second_engine(context: str) -> Iterator[SecondEngine]:
     finally:
         for name in endpoints:
             _remove_context(name)
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log.close()
-        _stop_everything_under(root)
+        stop_service(service)
+        # Processes (the engine's own containerd, shims) and mounts left under `root`
+        stop_everything_under(root, settle_s=1)
         _ip("link", "del", BRIDGE, check=False)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        remove_root(root)
 
 
 def _remove_context(name: str) -> None:
     subprocess.run(["docker", "context", "rm", "-f", name], check=False, capture_output=True)
-
-
-def _wait_until_it_answers(engine: SecondEngine) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if engine.process.poll() is not None:
-            break
-        with contextlib.suppress(Exception):
-            if engine.socket.exists() and engine.client().ping():
-                return
-        time.sleep(0.5)
-    tail = (engine.root / "dockerd.log").read_text(errors="replace")[-3000:]
-    raise RuntimeError(f"the second dockerd did not start:\n{tail}")
