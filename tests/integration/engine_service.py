@@ -81,10 +81,9 @@ def stop_service(service: Service) -> None:
 
 def stop_everything_under(root: Path, *, settle_s: float = 0.0) -> None:
     """What the service left: processes told by `root` in their command line (a dockerd's
-    own containerd and shims; Podman's conmon of each exec, up 300 s after it ended:
-    `--exit-delay`),
-    killed, then, after `settle_s`, every mount below `root` (overlay makes its graph
-    folder a mount of its own), lazily unmounted, deepest first."""
+    own containerd and shims; Podman's conmon of each exec, up 300 s after it ended with
+    `--exit-delay`), killed; then, after `settle_s`, every mount below `root` (overlay
+    makes its graph folder a mount of its own), lazily unmounted, deepest first."""
     mine = str(root)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
