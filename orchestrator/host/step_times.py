@@ -1,9 +1,10 @@
 """How long each step took in the earlier builds this machine published: the estimate a
 long step shows while it runs ("about 4m left").
 
-Read from the build.json of every artifact under the artifacts folder (the same flavor
-only: a cuda build's steps say little about a cpu one's). Steps that were taken from a
-cache are left out: they say nothing about how long running them takes.
+Read from the logs/run.json of every artifact under the artifacts folder, or the
+build.json of one published before build.json left its run out (model/run_logs.py); the
+same flavor only: a cuda build's steps say little about a cpu one's. Steps that were taken
+from a cache are left out: they say nothing about how long running them takes.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ def earlier_step_seconds(artifacts_dir: Path, flavor: str) -> dict[str, float]:
     """The median seconds of each step over the earlier builds of `flavor`; {} when none.
     A build.json that cannot be read is skipped: an estimate is never worth an error."""
     seen: dict[str, list[float]] = {}
-    records = sorted(artifacts_dir.glob("*/*/build.json"), key=_modified, reverse=True)[
-        :MAX_RECORDS
-    ]
+    found = [*artifacts_dir.glob("*/*/logs/run.json"), *artifacts_dir.glob("*/*/build.json")]
+    records = sorted(found, key=_modified, reverse=True)[:MAX_RECORDS]
     for path in records:
         for name, seconds in _step_seconds(path, flavor):
             seen.setdefault(name, []).append(seconds)
@@ -46,8 +46,9 @@ def _step_seconds(path: Path, flavor: str) -> list[tuple[str, float]]:
         return []
     if not isinstance(document, dict):
         return []
-    artifact = document.get("artifact")
-    if not isinstance(artifact, dict) or artifact.get("flavor") != flavor:
+    artifact = document.get("artifact")  # build.json: a record; logs/run.json: a name
+    of = artifact.get("flavor") if isinstance(artifact, dict) else document.get("flavor")
+    if of != flavor:
         return []
     found = []
     for step in document.get("steps") or []:

@@ -8,7 +8,8 @@ release's per-target times, statuses, engines and quick-bench ratios. Those are 
 people and for the next run's time estimates, in files no checksum lists:
 
   <release>/logs/targets.json        each target's last build (model/release_summary.py)
-  <release>/<artifact>/logs/run.json this build's times, steps, engine and images (BuildRun)
+  <release>/<artifact>/logs/run.json this build's times, steps, engine, images and reused
+                                     profiles (BuildRun; split_run takes them out of build.json)
   <release>/<artifact>/logs/*.log    each step's log
 
 `verify` names them as unsigned and accepts no other unlisted file.
@@ -20,7 +21,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.model.records import EngineRecord, JsonDict, Record, ReusedStep
+from orchestrator.model.records import (
+    BoltInfo,
+    BuildManifest,
+    EngineRecord,
+    ImageRecord,
+    JsonDict,
+    PgoInfo,
+    Record,
+    ReusedStep,
+)
 
 LOGS_DIR = "logs"
 TARGET_RUNS = f"{LOGS_DIR}/targets.json"  # release-relative
@@ -63,6 +73,7 @@ class BuildRun(Record):
     schema_: Literal["orchestrator/build-run"] = Field("orchestrator/build-run", alias="schema")
     schema_version: Literal[1] = 1
     artifact: str = Field(description="the artifact folder it describes")
+    flavor: str = Field(description="its flavor (step time estimates compare like with like)")
     started_at: str
     finished_at: str
     steps: list[JsonDict] = Field(
@@ -75,3 +86,79 @@ class BuildRun(Record):
     images: dict[str, ImageRun] = Field(
         default_factory=dict, description="base and toolchain: their ids, and whether made now"
     )
+    profiles_reused: list[str] = Field(
+        default_factory=list,
+        description="the PGO and BOLT profiles taken from the cache rather than trained now "
+        "(pgo, bolt, bolt:<binary>)",
+    )
+
+
+REUSED = "reused_from_cache"  # the profile store's flag, which build.json does not keep
+
+
+def _profile_reused(profile: JsonDict | None) -> tuple[JsonDict | None, bool]:
+    if profile is None:
+        return None, False
+    kept = {key: value for key, value in profile.items() if key != REUSED}
+    return kept, bool(profile.get(REUSED))
+
+
+def _without_reuse(manifest: BuildManifest) -> tuple[PgoInfo | None, BoltInfo | None, list[str]]:
+    """pgo and bolt without the profile store's `reused_from_cache`, and which were."""
+    reused: list[str] = []
+    pgo = manifest.pgo
+    if pgo is not None:
+        profile, hit = _profile_reused(pgo.profile)
+        pgo = pgo.model_copy(update={"profile": profile or {}})
+        reused += ["pgo"] if hit else []
+    bolt = manifest.bolt
+    if bolt is not None:
+        profile, hit = _profile_reused(bolt.profile)
+        reused += ["bolt"] if hit else []
+        binaries = {}
+        for name, binary in bolt.binaries.items():
+            own, own_hit = _profile_reused(binary.profile)
+            binaries[name] = binary.model_copy(update={"profile": own})
+            reused += [f"bolt:{name}"] if own_hit else []
+        bolt = bolt.model_copy(update={"profile": profile, "binaries": binaries})
+    return pgo, bolt, reused
+
+
+def _image_run(image: ImageRecord) -> tuple[ImageRecord, ImageRun | None]:
+    run = None
+    if image.id is not None:
+        run = ImageRun(id=image.id, built_this_run=bool(image.built_this_run))
+    return image.model_copy(update={"id": None, "built_this_run": None}), run
+
+
+def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, BuildRun]:
+    """A build's whole record as two: build.json, signed, with nothing of how the run went
+    (so two honest builds of the same inputs write the same bytes), and logs/run.json."""
+    base, base_run = _image_run(manifest.images.base)
+    toolchain, toolchain_run = _image_run(manifest.images.toolchain)
+    pgo, bolt, reused = _without_reuse(manifest)
+    images = {name: run for name, run in (("base", base_run), ("toolchain", toolchain_run)) if run}
+    run = BuildRun(
+        artifact=artifact,
+        flavor=manifest.artifact.flavor,
+        started_at=manifest.started_at or "",
+        finished_at=manifest.finished_at or "",
+        steps=manifest.steps or [],
+        reused_steps=manifest.reused_steps,
+        engine=manifest.engine,
+        images=images,
+        profiles_reused=reused,
+    )
+    signed = manifest.model_copy(
+        update={
+            "steps": None,
+            "started_at": None,
+            "finished_at": None,
+            "engine": None,
+            "reused_steps": None,
+            "images": manifest.images.model_copy(update={"base": base, "toolchain": toolchain}),
+            "pgo": pgo,
+            "bolt": bolt,
+        }
+    )
+    return signed, run

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.printable import printable
 from orchestrator.model.records import BuildManifest, RecordError, read_record
+from orchestrator.model.run_logs import BUILD_RUN, BuildRun
 from orchestrator.supply.attest import PUBLIC_KEY, SIGNATURE_SUFFIX
 from orchestrator.supply.chain import ReleaseKeyError, SignedChain
 from orchestrator.supply.minisign import PublicKey, VerificationError, verify_file
@@ -55,7 +57,19 @@ def look_up(artifact: Path, key: str, public: PublicKey | None) -> CacheLookup:
     problem = _binaries_problem(artifact, manifest, public)
     if problem is not None:
         return CacheLookup(None, problem)
-    return CacheLookup(manifest, f"inputs unchanged since {manifest.finished_at}")
+    return CacheLookup(manifest, f"inputs unchanged{_since(artifact, manifest)}")
+
+
+def _since(artifact: Path, manifest: BuildManifest) -> str:
+    """` since <when it was built>`, from build.json (older releases) or the folder's
+    unsigned logs/run.json; "" when neither says."""
+    if manifest.finished_at:
+        return f" since {printable(manifest.finished_at)}"
+    try:
+        run = read_record(artifact / BUILD_RUN, BuildRun)
+    except RecordError:
+        return ""
+    return f" since {printable(run.finished_at)}" if run.finished_at else ""
 
 
 def _binaries_problem(artifact: Path, manifest: BuildManifest, public: PublicKey) -> str | None:

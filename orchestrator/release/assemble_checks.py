@@ -5,9 +5,10 @@ Nothing the folder says about itself is taken on its word. target.json, build.js
 SBOM are read as claims and compared with what the plan gives:
 
 - the folder holds only the files its plan makes: the plan's binaries by name, build.json
-  and the SBOM, logs/*.log, the profiles the plan's PGO and BOLT write, the
-  [[archive.generate]] files; each a regular file read safely (release/folder_files.py),
-  within the size limit of its kind, with the sha256 target.json lists;
+  and the SBOM, logs/*.log and logs/run.json (never signed), the profiles the plan's PGO
+  and BOLT write, the [[archive.generate]] files; each a regular file read safely
+  (release/folder_files.py), within the size limit of its kind, with the sha256 target.json
+  lists;
 - the lock entry's inputs are the plan's own (plan/serialize.py plan_inputs), field by
   field, and so are the pins the plan fixes (the training inputs, the mmdebstrap command);
   its outputs are the files' own sha256 and size;
@@ -40,6 +41,7 @@ from orchestrator.model.lockfile import (
 from orchestrator.model.printable import printable, printable_list
 from orchestrator.model.records import BuildManifest, Record, RecordError, parse_record
 from orchestrator.model.release_summary import TargetSummary
+from orchestrator.model.run_logs import is_build_log
 from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key, plan_inputs
@@ -143,7 +145,7 @@ def planned_kind(relative: str, target: Target, plan: BuildPlan) -> str | None:
         if relative in plan.binaries:
             return "binary"
         return "record" if relative in (MANIFEST, SBOM_FILE) else None
-    if folder == "logs" and "/" not in rest and rest.endswith(".log"):
+    if is_build_log(relative):  # logs/*.log and logs/run.json: unsigned, how it went
         return "log"
     if folder == "profiles" and rest in profile_names(plan):
         return "profile"

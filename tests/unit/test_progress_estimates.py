@@ -1,5 +1,6 @@
 """Where a long step is: "step i/N" from the plan, and the time left from how long the
-same step took in this machine's earlier builds of the flavor (their build.json)."""
+same step took in this machine's earlier builds of the flavor (their logs/run.json, or the
+build.json of an older release)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,23 @@ from orchestrator.progress.reporter import Reporter
 
 
 def _build_json(folder: Path, flavor: str, steps: list[dict[str, object]]) -> None:
+    """A folder as published before build.json left how the run went to logs/run.json."""
     folder.mkdir(parents=True)
     document = {"artifact": {"flavor": flavor}, "steps": steps}
     (folder / "build.json").write_text(json.dumps(document))
 
 
+def _run_json(folder: Path, flavor: str, steps: list[dict[str, object]]) -> None:
+    """A folder as published now: its steps in the unsigned logs/run.json."""
+    (folder / "logs").mkdir(parents=True)
+    (folder / "build.json").write_text(json.dumps({"artifact": {"flavor": flavor}}))
+    document = {"artifact": folder.name, "flavor": flavor, "steps": steps}
+    (folder / "logs" / "run.json").write_text(json.dumps(document))
+
+
 def test_the_estimate_is_the_median_of_earlier_builds_of_the_flavor(tmp_path: Path) -> None:
     for index, seconds in enumerate((100.0, 300.0, 200.0)):
-        _build_json(
+        (_run_json if index else _build_json)(
             tmp_path / "demo-1.0.0" / f"cpu-{index}",
             "cpu",
             [

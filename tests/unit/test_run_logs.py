@@ -1,11 +1,19 @@
 """Which files are the unsigned records of how a build went (model/run_logs.py): only
-those, so that `verify` still flags anything else no signature covers."""
+those, so that `verify` still flags anything else no signature covers; and what of a
+build's record goes there rather than into the signed build.json."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from orchestrator.model.run_logs import is_build_log, is_release_log
+from orchestrator.config.options import resolve
+from orchestrator.model.record_io import record_text
+from orchestrator.model.run_logs import ImageRun, is_build_log, is_release_log, split_run
+
+from .conftest import plan_for
+from .manifests import produced_manifest
 
 
 @pytest.mark.parametrize("name", ["logs/run.json", "logs/01-build.log", "logs/a b.log"])
@@ -27,3 +35,40 @@ def test_the_release_keeps_only_targets_json_under_its_logs() -> None:
     assert not is_release_log("logs/other.json")
     assert not is_release_log("logs/run.json")  # a folder's record, not the release's
     assert not is_release_log("release.json")
+
+
+def test_split_run_keeps_how_the_build_went_out_of_build_json(
+    project: Path, tmp_path: Path
+) -> None:
+    options = resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    plan = plan_for(options)
+    whole = produced_manifest(options, plan, tmp_path)
+    signed, run = split_run(whole, plan.artifact_dir)
+    assert run.artifact == plan.artifact_dir and run.flavor == "cpu"
+    assert run.started_at == "2026-11-21T10:00:00+00:00" and run.finished_at
+    assert run.images["toolchain"] == ImageRun(id="sha256:t", built_this_run=True)
+    assert run.images["base"] == ImageRun(id="sha256:b", built_this_run=False)
+    assert run.profiles_reused == []
+    # build.json: nothing a second honest build of the same inputs would write otherwise
+    assert (signed.started_at, signed.finished_at, signed.steps) == (None, None, None)
+    assert (signed.engine, signed.reused_steps) == (None, None)
+    for image in (signed.images.base, signed.images.toolchain):
+        assert (image.id, image.built_this_run) == (None, None)
+    assert signed.pgo is not None and "reused_from_cache" not in signed.pgo.profile
+    assert signed.pgo.profile["sha256"] == "89" * 32
+    # the same inputs, another run: a profile from the cache, other times and image ids
+    again = whole.model_copy(
+        update={
+            "started_at": "2030-01-01T00:00:00+00:00",
+            "steps": [{"name": "pgo-merge", "status": "cached", "seconds": 0.1}],
+            "pgo": whole.pgo.model_copy(  # type: ignore[union-attr]
+                update={"profile": {**whole.pgo.profile, "reused_from_cache": True}}  # type: ignore[union-attr]
+            ),
+            "images": whole.images.model_copy(
+                update={"toolchain": whole.images.toolchain.model_copy(update={"id": "x"})}
+            ),
+        }
+    )
+    signed_again, run_again = split_run(again, plan.artifact_dir)
+    assert record_text(signed_again) == record_text(signed)
+    assert run_again.profiles_reused == ["pgo"]
