@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Column, Table
 from rich.text import Text
 
+from orchestrator.model.gate import saved_change
 from orchestrator.model.gate_table import release_column
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def shipped_text(result: TargetResult) -> str:
         return "-"
     text = result.shipped_variant
     if result.cycles_saved_vs_release is not None and result.shipped_variant != "release":
-        text += f" ({-result.cycles_saved_vs_release:+.1%} vs release)"
+        text += f" ({saved_change(result.cycles_saved_vs_release)} vs release)"
     return text
 
 

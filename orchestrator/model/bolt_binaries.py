@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.model.callgrind import Counts, cycles_ratio
+from orchestrator.model.gate import cycles_change, saved_share
 
 
 @dataclass(frozen=True)
@@ -56,14 +57,14 @@ def judge_binaries(
             verdicts[binary] = BinaryVerdict(True, reason, None)
             continue
         ratio = cycles_ratio([with_bolt[i] for i in indices], [without_bolt[i] for i in indices])
-        saved = round(1.0 - ratio, 4)
+        saved = saved_share(ratio)
         what = f"{len(indices)} gate workload{'s' if len(indices) > 1 else ''} of it"
         if saved >= min_gain:
-            reason = f"{what}: {saved:.1%} fewer estimated cycles than {unbolted_variant}"
+            reason = f"{what}: {cycles_change(ratio)} than {unbolted_variant}"
             verdicts[binary] = BinaryVerdict(True, reason, saved)
         else:
             reason = (
-                f"{what}: {saved:.1%} fewer estimated cycles than {unbolted_variant}, short "
+                f"{what}: {cycles_change(ratio)} than {unbolted_variant}, short "
                 f"of gate.min_gain {min_gain:.1%}"
             )
             verdicts[binary] = BinaryVerdict(False, reason, saved)

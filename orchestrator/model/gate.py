@@ -24,11 +24,47 @@ class GateDecision:
     failure: str = ""  # require-all only: why the release must fail ("" when it passes)
 
 
-def _change(ratio: float) -> str:
+def basis_points(ratio: float) -> int:
+    """A ratio of estimated cycles in whole basis points (1.00149 -> 10015): the one
+    rounding every ratio goes through, stored or shown. Records keep ratios to 4 decimals,
+    so a text made from a record (a cached target) and one made from the counts agree."""
+    return round(ratio * 10_000)
+
+
+def stored_ratio(ratio: float) -> float:
+    """A ratio as records keep it: its basis points (1.00149 -> 1.0015)."""
+    return basis_points(ratio) / 10_000
+
+
+def saved_share(ratio: float) -> float:
+    """The share of estimated cycles a ratio saves, as records keep it: 0.9917 -> 0.0083."""
+    return (10_000 - basis_points(ratio)) / 10_000
+
+
+def shown_tenths(ratio: float) -> int:
+    """The change a ratio shows, in tenths of a percent, from its basis points, halves away
+    from zero: 1.0015 -> 2, 0.887 -> -113, 1.0004 -> 0 (a tie)."""
+    change = basis_points(ratio) - 10_000
+    tenths = (abs(change) + 5) // 10
+    return tenths if change >= 0 else -tenths
+
+
+def percent_change(ratio: float) -> str:
+    """0.887 -> '-11.3%'; 1.0415 -> '+4.2%'; 1.0004 -> '+0.0%': one rounding everywhere."""
+    tenths = shown_tenths(ratio)
+    return f"{'-' if tenths < 0 else '+'}{abs(tenths) // 10}.{abs(tenths) % 10}%"
+
+
+def cycles_change(ratio: float) -> str:
     """0.87 -> '13.0% fewer estimated cycles'; 1.02 -> '2.0% more estimated cycles'."""
-    if ratio <= 1.0:
-        return f"{1.0 - ratio:.1%} fewer estimated cycles"
-    return f"{ratio - 1.0:.1%} more estimated cycles"
+    tenths = shown_tenths(ratio)
+    amount = f"{abs(tenths) // 10}.{abs(tenths) % 10}%"
+    return f"{amount} {'more' if tenths > 0 else 'fewer'} estimated cycles"
+
+
+def saved_change(saved: float) -> str:
+    """A share of estimated cycles saved (0.083, as records keep it) as a change: '-8.3%'."""
+    return percent_change(1.0 - saved)
 
 
 def decide(
@@ -48,10 +84,10 @@ def decide(
         reasons, failures = [], []
         for name in candidates:
             ratio = cycles_ratio(counts[name], counts[BASELINE])
-            reasons.append(f"{name}: {_change(ratio)} than cargo build --release")
+            reasons.append(f"{name}: {cycles_change(ratio)} than cargo build --release")
             if ratio > 1.0 + min_gain:
                 failures.append(
-                    f"{name} is slower than plain cargo build --release ({_change(ratio)}, "
+                    f"{name} is slower than plain cargo build --release ({cycles_change(ratio)}, "
                     f"more than gate.min_gain {min_gain:.1%})"
                 )
         return GateDecision(candidates[-1], tuple(reasons), "; ".join(failures))
@@ -60,11 +96,11 @@ def decide(
     for name in candidates[1:]:
         ratio = cycles_ratio(counts[name], counts[chosen])
         if 1.0 - ratio >= min_gain:
-            reasons.append(f"{name}: {_change(ratio)} than {chosen}: ships {name}")
+            reasons.append(f"{name}: {cycles_change(ratio)} than {chosen}: ships {name}")
             chosen = name
         else:
             reasons.append(
-                f"{name}: {_change(ratio)} than {chosen}, short of gate.min_gain "
+                f"{name}: {cycles_change(ratio)} than {chosen}, short of gate.min_gain "
                 f"{min_gain:.1%}: keeps {chosen}"
             )
     return GateDecision(chosen, tuple(reasons))
@@ -74,4 +110,4 @@ def gain(counts: Mapping[str, Sequence[Counts]], variant: str, reference: str) -
     """The share of estimated cycles `variant` saves against `reference` (None: unmeasured)."""
     if variant not in counts or reference not in counts:
         return None
-    return round(1.0 - cycles_ratio(counts[variant], counts[reference]), 4)
+    return saved_share(cycles_ratio(counts[variant], counts[reference]))

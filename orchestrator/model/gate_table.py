@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate import BASELINE
+from orchestrator.model.gate import (
+    BASELINE,
+    percent_change,
+    saved_change,
+    shown_tenths,
+    stored_ratio,
+)
 from orchestrator.model.records import GateInfo, GateWorkload
 
 RELEASE = "release"
@@ -43,7 +49,7 @@ def _ratios(cycles: Mapping[str, int], reference: str) -> dict[str, float]:
     base = cycles.get(reference)
     if not base:  # not counted (or zero: no ratio means anything)
         return {}
-    return {name: round(value / base, 4) for name, value in cycles.items()}
+    return {name: stored_ratio(value / base) for name, value in cycles.items()}
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ class Split:
 
 def splits(rows: Sequence[GateWorkload]) -> list[Split]:
     """Every variant (not the baseline) that wins at least one workload and loses at
-    least one, by estimated cycles against the baseline; ties count as neither."""
+    least one, by estimated cycles against the baseline; ties (a change that shows as
+    0.0%) count as neither."""
     if not rows:
         return []
     found = []
@@ -77,26 +84,23 @@ def splits(rows: Sequence[GateWorkload]) -> list[Split]:
             continue
         wins, losses = 0, []
         for number, row in enumerate(rows, 1):
-            mine, base = row.cycles[variant], row.cycles[BASELINE]
-            wins += mine < base
-            if mine > base:
-                losses.append(f"workload {number} (`{row.workload}`): {_change(mine / base)}")
+            ratio = row.cycles[variant] / row.cycles[BASELINE] if row.cycles[BASELINE] else 1.0
+            wins += shown_tenths(ratio) < 0
+            if shown_tenths(ratio) > 0:
+                losses.append(f"workload {number} (`{row.workload}`): {percent_change(ratio)}")
         if wins and losses:
             found.append(Split(variant, wins, len(rows), tuple(losses)))
     return found
 
 
 def gate_splits(gate: GateInfo | None) -> list[str]:
-    """The closing lines of a build's gate record: one per variant that wins some
-    workloads and loses others (none when the gate did not count)."""
+    """The warning of a build's gate record: the shipped variant's, where it wins some
+    workloads and loses others (what users get is slower than plain cargo there). A
+    variant that does not ship changes nothing users run: its split stays in the step log
+    and build.json's table. None when the gate did not count."""
     if gate is None:
         return []
-    return [split.line() for split in splits(gate.per_workload)]
-
-
-def _change(ratio: float) -> str:
-    """0.887 -> '-11.3%'; 1.041 -> '+4.1%'."""
-    return f"{ratio - 1.0:+.1%}"
+    return [split.line() for split in splits(gate.per_workload) if split.variant == gate.shipped]
 
 
 def table_lines(rows: Sequence[GateWorkload]) -> list[str]:
@@ -113,10 +117,10 @@ def table_lines(rows: Sequence[GateWorkload]) -> list[str]:
                     str(number) if position == 0 else "",
                     variant,
                     f"{cycles:,}",
-                    "-" if variant == BASELINE or vs_base is None else _change(vs_base),
+                    "-" if variant == BASELINE or vs_base is None else percent_change(vs_base),
                     "-"
                     if variant in (BASELINE, RELEASE) or vs_release is None
-                    else _change(vs_release),
+                    else percent_change(vs_release),
                 )
             )
     widths = [max(len(line[column]) for line in cells) for column in range(len(HEADER))]
@@ -136,4 +140,4 @@ def release_column(cycles_saved_vs_baseline: float | None) -> str:
     """The release table's "est. cycles vs cargo build" cell: '-11.3%' ('-': not counted)."""
     if cycles_saved_vs_baseline is None:
         return "-"
-    return _change(1.0 - cycles_saved_vs_baseline)
+    return saved_change(cycles_saved_vs_baseline)
