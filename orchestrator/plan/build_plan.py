@@ -254,7 +254,7 @@ def make_plan(
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
         commands.variant("baseline", baseline_flags, profile=False),
     ]
-    if release_needed(options, flavor, gate):
+    if release_needed(gate, optimized=options.pgo or options.bolt):
         variants.append(commands.variant("release", rustflags))
     optimized_flags = rustflags
     pgo: PgoPlan | None = None

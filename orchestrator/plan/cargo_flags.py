@@ -130,9 +130,10 @@ def test_flags(
     )
 
 
-def release_needed(options: Options, flavor: Flavor, gate: GatePlan | None) -> bool:
-    """Whether the release-profile build has a reader: it ships when there is no PGO and
-    no BOLT, and the speed gate counts it as a candidate (`best` may ship it, `require-all`
-    checks it against the baseline). Without a gate (policy off, an emulated target, no
-    workloads) the most optimized variant ships unmeasured and nothing reads it."""
-    return gate is not None or not (options.pgo or options.bolt)
+def release_needed(gate: GatePlan | None, *, optimized: bool) -> bool:
+    """Whether the release-profile build has a reader: it ships when nothing is
+    `optimized` (no PGO, no BOLT), and the speed gate counts it as a candidate (`best` may
+    ship it, `require-all` checks it against the baseline). Without a gate (policy off, an
+    emulated target, no workloads) the most optimized variant ships unmeasured and nothing
+    reads it."""
+    return gate is not None or not optimized
