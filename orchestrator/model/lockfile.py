@@ -339,8 +339,16 @@ def dumps(document: LockDocument) -> str:
 
 
 def write_lock(path: Path, document: LockDocument) -> Path:
+    """Write the lockfile, unless it already holds exactly this text: a release that pins
+    what it pinned before leaves the file (and its mtime) as it was."""
+    text = dumps(document)
+    try:
+        if path.is_file() and not path.is_symlink() and path.read_text() == text:
+            return path
+    except (OSError, UnicodeDecodeError):
+        pass  # unreadable: written afresh
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(dumps(document))
+    partial.write_text(text)
     partial.replace(path)
     return path
 

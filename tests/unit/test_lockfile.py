@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -110,6 +111,12 @@ def test_round_trip_is_stable_text(options: Options, tmp_path: Path) -> None:
     assert document.schema_version == SCHEMA_VERSION
     assert json.loads(path.read_text())["schema"] == "orchestrator/lock"
     assert not list(tmp_path.glob(".*partial"))
+    # the same lock again writes nothing: the file keeps its mtime (a no-op release)
+    os.utime(path, ns=(1, 1))
+    write_lock(path, document)
+    assert path.stat().st_mtime_ns == 1
+    write_lock(path, document.model_copy(update={"written_by": "orchestrator 9.9.9"}))
+    assert path.stat().st_mtime_ns != 1 and read_lock(path).written_by == "orchestrator 9.9.9"
 
 
 def test_blobs_names_every_vaulted_input(options: Options) -> None:
