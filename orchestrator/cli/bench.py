@@ -25,7 +25,7 @@ from orchestrator.cli.output import emit_json, json_option, text_console
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orchestrator.execute.bench import VariantStats
+    from orchestrator.execute.verdict.bench import VariantStats
     from orchestrator.model.reports import CountedVariant
 
 
@@ -71,9 +71,9 @@ def bench(
       orchestrator bench --metric callgrind
       orchestrator bench --flavor cuda --target-cpu x86-64-v3 --warmup 5
     """
-    from orchestrator.execute.bench import bench_cpu, locate, measure
-    from orchestrator.execute.bench_counts import count_jobs, count_variants
-    from orchestrator.execute.bench_report import write_report
+    from orchestrator.execute.verdict.bench import bench_cpu, locate, measure
+    from orchestrator.execute.verdict.bench_counts import count_jobs, count_variants
+    from orchestrator.execute.verdict.bench_report import write_report
     from orchestrator.model.records import read_record
     from orchestrator.model.reports import BenchReport
     from orchestrator.plan.runs import run_plan

@@ -4,7 +4,7 @@
 suggestion. rustc itself would only warn and build for a generic CPU.
 
 A toolchain without a recorded list is checked later, by the toolchain-check step, which
-asks the image's rustc (execute/toolchain.py)."""
+asks the image's rustc (execute/steps/toolchain.py)."""
 
 from __future__ import annotations
 

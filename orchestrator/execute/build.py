@@ -22,22 +22,11 @@ from orchestrator.config.options import Options
 from orchestrator.config.target_cpus import check_recorded_cpu
 from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
-from orchestrator.execute import (
-    bolt_others,
-    crates,
-    device,
-    gate,
-    inventory,
-    pgo,
-    portability,
-    publish,
-    relocations,
-    sysroot,
-    toolchain,
-    validate,
-    variants,
-)
-from orchestrator.execute.pipeline import Pipeline
+from orchestrator.execute.optimize import bolt_others, pgo, relocations, variants
+from orchestrator.execute.ship import inventory, publish
+from orchestrator.execute.steps import crates, sysroot, toolchain
+from orchestrator.execute.steps.pipeline import Pipeline
+from orchestrator.execute.verdict import device, gate, portability, validate
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import crate_git_facts
 from orchestrator.host.inputs import pack_inputs

@@ -1,5 +1,5 @@
 """`build --train-elsewhere DIR`: the plan's steps up to the instrumented build, then the
-training bundle (execute/train_elsewhere.py writes it)."""
+training bundle (execute/optimize/train_elsewhere.py writes it)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from orchestrator.config.options import Options
 from orchestrator.errors import BundleError
 from orchestrator.execute.build import run_steps
-from orchestrator.execute.pipeline import Pipeline
-from orchestrator.execute.train_elsewhere import export_bundle
+from orchestrator.execute.optimize.train_elsewhere import export_bundle
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.staging import staging_area

@@ -13,7 +13,7 @@ from orchestrator.model.records import FileName, Record
 
 COMPOSE_JSON = "compose.json"
 AUTO_SUFFIX = "-auto"
-# The dispatcher's rule, as users read it in compose.json (execute/dispatcher.c does it).
+# The dispatcher's rule, as users read it in compose.json (execute/ship/dispatcher.c does it).
 DISPATCH_RULE = (
     "run the highest level present in libexec/ whose instructions this CPU and kernel "
     "support (cpuid, xgetbv); ORCHESTRATOR_LEVEL=v1..v4 forces one, =show prints the choice"
@@ -26,7 +26,7 @@ class DispatcherInfo(Record):
     sha256: str
     size: int
     image: str  # the toolchain image it was compiled in
-    source_sha256: str  # of execute/dispatcher.c
+    source_sha256: str  # of execute/ship/dispatcher.c
     command: list[str]  # gcc, as run in the container
 
 

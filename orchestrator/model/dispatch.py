@@ -1,4 +1,4 @@
-"""What the dispatcher (execute/dispatcher.c) and the folder around it agree on: which CPU
+"""What the dispatcher (execute/ship/dispatcher.c) and the folder around it agree on: which CPU
 levels it can choose between, where each level's binary lies beside it, the variable that
 forces or shows its choice, and the exit statuses of its own.
 

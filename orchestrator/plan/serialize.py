@@ -61,7 +61,7 @@ def action_key(plan: BuildPlan, options: Options) -> str:
             # The simulated caches decide the gate's counts, and so what ships.
             "callgrind": list(CALLGRIND_ARGS) if plan.gate is not None else None,
             # Where BOLT is planned, what ships has no static relocations unless BOLT's
-            # output ships (execute/relocations.py): artifacts made before that keep them.
+            # output ships (execute/optimize/relocations.py): artifacts made before that keep them.
             **({"static_relocations": "stripped"} if plan.bolt is not None else {}),
             "settings": {
                 spec.key: toml_shape(getattr(options, spec.attr))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError, StepFailedError
-from orchestrator.execute.dispatcher import check_freestanding, dispatcher_source
+from orchestrator.execute.ship.dispatcher import check_freestanding, dispatcher_source
 from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.dispatch import dispatch_levels
 from orchestrator.model.hashing import sha256_bytes

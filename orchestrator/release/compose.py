@@ -1,6 +1,6 @@
 """After a release's targets: one more folder per flavor with two or more x86-64 levels,
 `<crate>-<version>-linux-x86_64-<flavor>-auto/`, whose `bin/<binary>` is the dispatcher
-(execute/dispatcher.c) and whose `libexec/<binary>/<binary>-<level>` are the level targets'
+(execute/ship/dispatcher.c) and whose `libexec/<binary>/<binary>-<level>` are the level targets'
 shipped binaries, byte-equal; compose.json records both, and `<folder>.tar.xz` packs it.
 
 The folder is built from published level folders only, so it needs no build of its own: the

@@ -15,7 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.dispatcher import build_dispatcher, check_freestanding, dispatcher_source
+from orchestrator.execute.ship.dispatcher import (
+    build_dispatcher,
+    check_freestanding,
+    dispatcher_source,
+)
 from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
 from orchestrator.model.cache_records import DispatcherCacheEntry
 from orchestrator.model.compose_record import DispatcherInfo

@@ -14,7 +14,7 @@ Cargo's own parallelism stays within the engine's cores: with N targets at a tim
 cores each build runs with CARGO_BUILD_JOBS = max(1, C // N). That sets how many rustc
 processes run at once, never what they produce: the release profile fixes codegen-units,
 so the bytes, the action key, the step keys and release.lock are the same whatever the
-jobs. It is set on the build container only (execute/pipeline.py), never in the plan's
+jobs. It is set on the build container only (execute/steps/pipeline.py), never in the plan's
 commands that those keys hash.
 
 An engine that builds one target at a time makes the next target's images while one

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from orchestrator.config.options import Options
-from orchestrator.execute.toolchain import plan_images
+from orchestrator.execute.steps.toolchain import plan_images
 from orchestrator.host.signals import deferred_stops
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import StepLog

@@ -27,7 +27,7 @@ from rich.console import Console
 from orchestrator.config.options import resolve
 from orchestrator.errors import OrchestratorError
 from orchestrator.execute.build import prepare_plan, run_build
-from orchestrator.execute.profiles import write_sidecar
+from orchestrator.execute.steps.profiles import write_sidecar
 from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.inputs import unpack_locked_inputs
 from orchestrator.host.vault import Vault

@@ -19,7 +19,7 @@ from rich.console import Console
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.flavors import get_flavor
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.records import BuildManifest, read_record, write_record

@@ -8,7 +8,7 @@ entry and lock entry, and the sha256 of every file. Assembling checks each folde
 the plan this checkout makes, believing none of its records (release/assemble_checks.py:
 the files the plan makes and no other, read safely; lock inputs, pins, build.json and the
 SBOM against the plan; every binary's ELF identity, CPU level, glibc floor and compiler),
-then publishes through the same code as a one-machine release (execute/publish.py
+then publishes through the same code as a one-machine release (execute/ship/publish.py
 sign_and_publish), so the release holds the same bytes.
 """
 
@@ -26,8 +26,8 @@ from rich.console import Console
 from orchestrator import __version__
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.execute.archive_stage import ArtifactToPublish
-from orchestrator.execute.publish import sign_and_publish
+from orchestrator.execute.ship.archive_stage import ArtifactToPublish
+from orchestrator.execute.ship.publish import sign_and_publish
 from orchestrator.host.staging import fsync_tree, staging_area
 from orchestrator.model.compose_record import DispatcherInfo
 from orchestrator.model.hashing import sha256_file

@@ -17,8 +17,8 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.execute.pgo import MERGED
-from orchestrator.execute.profiles import profile_slot
+from orchestrator.execute.optimize.pgo import MERGED
+from orchestrator.execute.steps.profiles import profile_slot
 from orchestrator.host.cache_read import S, UnusableRecord, read_sealed
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.model.cache_records import ProfileSidecar, StepEntryRecord

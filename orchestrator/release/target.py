@@ -14,8 +14,14 @@ from rich.console import Console
 
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.execute.bench import NO_DIFFERENCE, VariantStats, bench_cpu, locate, measure
 from orchestrator.execute.build import run_build
+from orchestrator.execute.verdict.bench import (
+    NO_DIFFERENCE,
+    VariantStats,
+    bench_cpu,
+    locate,
+    measure,
+)
 from orchestrator.flavors import get_flavor
 from orchestrator.host.step_times import earlier_step_seconds
 from orchestrator.model.gate_table import gate_splits

@@ -4,8 +4,9 @@ The folders read as the data flow: config -> plan -> execute -> release, with th
 top. A package may import only the packages listed for it below (and itself); the pure
 ones (config, model, flavors, plan, supply) may also not import anything that talks to
 Docker or spawns processes. No two modules may import each other, directly or around a
-circle (every import counts: lazy ones and those only for type checking too). Run
-`python -m orchestrator.tools.layers`; exit 1 names every import that breaks a rule.
+circle (every import counts: lazy ones and those only for type checking too). Inside a
+package split into rooms (sub-packages), a room may import only the rooms listed for it.
+Run `python -m orchestrator.tools.layers`; exit 1 names every import that breaks a rule.
 """
 
 from __future__ import annotations
@@ -41,6 +42,22 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tools": frozenset({"model", "config"}),
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),
+}
+# The rooms of a package (sub-packages, and the modules at its top), and which other rooms
+# of the same package each may import. execute/'s read as a build goes: the steps' shared
+# machinery, then the verdict (validation, the gate), the optimizations (which validate
+# their output), shipping, and on top build.py, which maps every step to its room.
+_EXECUTE_LOWER = frozenset({"steps", "verdict", "optimize", "ship"})
+ROOMS: dict[str, dict[str, frozenset[str]]] = {
+    "execute": {
+        "__init__": frozenset(),
+        "steps": frozenset(),
+        "verdict": frozenset({"steps"}),
+        "optimize": frozenset({"steps", "verdict"}),
+        "ship": frozenset({"steps", "verdict", "optimize"}),
+        "build": _EXECUTE_LOWER,
+        "train_export": _EXECUTE_LOWER | {"build"},
+    },
 }
 PURE = frozenset({"config", "model", "flavors", "plan", "supply"})
 # Modules that run processes or talk to the Docker Engine: never in a pure package.
@@ -203,6 +220,47 @@ def layer_of(path: Path, root: Path) -> str:
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
 
 
+def room_of(path: Path, root: Path) -> str:
+    """`steps` for orchestrator/execute/steps/pipeline.py, `build` for execute/build.py."""
+    parts = path.relative_to(root).parts
+    return parts[1] if len(parts) > 2 else Path(parts[1]).stem  # layer/room/x.py: a room
+
+
+def _room_imports(tree: ast.AST, layer: str) -> Iterator[tuple[int, str]]:
+    """(line, room) of every import of a room of `layer`: `from orchestrator.execute import
+    build` names the room build, `orchestrator.execute.steps.pipeline` the room steps."""
+    package = f"{PACKAGE}.{layer}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == package:
+                for alias in node.names:
+                    yield node.lineno, alias.name
+                continue
+            modules = [node.module]
+        else:
+            continue
+        for module in modules:
+            if module.startswith(f"{package}."):
+                yield node.lineno, module.removeprefix(f"{package}.").split(".")[0]
+
+
+def check_rooms(path: Path, root: Path, layer: str, tree: ast.AST) -> list[Violation]:
+    """The imports by `path` of rooms of its own layer that ROOMS does not allow it."""
+    rooms = ROOMS.get(layer)
+    if rooms is None or len(path.relative_to(root).parts) < 2:  # a top-level module
+        return []
+    room = room_of(path, root)
+    if room not in rooms:
+        return [Violation(path, 1, f"{layer}/{room} is not in the room table of {layer}")]
+    return [
+        Violation(path, line, f"{layer}/{room} must not import the room {layer}/{target}")
+        for line, target in _room_imports(tree, layer)
+        if target != room and target not in rooms[room]
+    ]
+
+
 def check(root: Path) -> list[Violation]:
     """Every rule broken by the package at `root` (the folder named orchestrator)."""
     violations: list[Violation] = []
@@ -212,6 +270,7 @@ def check(root: Path) -> list[Violation]:
             violations.append(Violation(path, 1, f"{layer} is not in the layer table"))
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
+        violations.extend(check_rooms(path, root, layer, tree))
         for line, module in _imports(tree):
             parts = module.split(".")
             if parts[0] == PACKAGE and len(parts) > 1:

@@ -21,8 +21,8 @@ import pytest
 
 from orchestrator.config.options import resolve
 from orchestrator.execute.build import prepare_plan
-from orchestrator.execute.dispatcher import DispatcherBuild, build_dispatcher
-from orchestrator.execute.toolchain import plan_images
+from orchestrator.execute.ship.dispatcher import DispatcherBuild, build_dispatcher
+from orchestrator.execute.steps.toolchain import plan_images
 from orchestrator.host.packing import single_file_tar
 from orchestrator.model import dispatch
 from orchestrator.model.dispatch import Choice, libexec_path, parse_show

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execute.gpu_path import NVIDIA_QUERY, devices_seen, exercised
+from orchestrator.execute.verdict.gpu_path import NVIDIA_QUERY, devices_seen, exercised
 from orchestrator.runtime.api import ContainerSpec, Limits
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.gpu_probe import CDI_NVIDIA, gpu_use

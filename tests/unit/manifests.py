@@ -11,9 +11,9 @@ from rich.console import Console
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
-from orchestrator.execute.pipeline import Pipeline
-from orchestrator.execute.profiles import ProfileRecord
-from orchestrator.execute.publish import _manifest
+from orchestrator.execute.ship.publish import _manifest
+from orchestrator.execute.steps.pipeline import Pipeline
+from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.model.records import BuildManifest, FileDigest
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import Reporter

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
-from orchestrator.execute import publish
-from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.execute.ship import publish
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import CRATES_IO
 from orchestrator.host.staging import staging_area
 from orchestrator.model.hashing import sha256_bytes

@@ -19,7 +19,7 @@ import orchestrator.release.target as release_target
 from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.plan.build_plan import BuildPlan

@@ -24,7 +24,7 @@ from orchestrator.config.archive_include import (
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import resolve
 from orchestrator.errors import ConfigError, GeneratedFileError, OrchestratorError
-from orchestrator.execute.archive_stage import ArtifactToPublish, archive_extras
+from orchestrator.execute.ship.archive_stage import ArtifactToPublish, archive_extras
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.release.pin import archive_outputs

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
 from orchestrator.model.records import BuildManifest, read_record, write_record

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import OrchestratorError, StepFailedError
-from orchestrator.execute.bench import (
+from orchestrator.execute.verdict.bench import (
     BENCH_DIR,
     TIMER,
     BenchSetup,
@@ -24,7 +24,7 @@ from orchestrator.execute.bench import (
     speedup_interval,
     summarise,
 )
-from orchestrator.execute.bench_report import hyperfine_json, markdown_table
+from orchestrator.execute.verdict.bench_report import hyperfine_json, markdown_table
 from orchestrator.model.layout import BUILDER_UID
 from orchestrator.runtime.engine import ContainerSpec
 from tests.unit.fakes import FakeEngine, as_engine

@@ -15,8 +15,9 @@ import pytest
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import ConfigError, ValidationError
-from orchestrator.execute import publish, validate
-from orchestrator.execute.pipeline import BIN_DIR, run_workloads
+from orchestrator.execute.ship import publish
+from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads
+from orchestrator.execute.verdict import validate
 from orchestrator.host.source import crate_snapshot
 from orchestrator.host.staging import staging_root
 from orchestrator.model.records import BuildManifest, RecordError, read_record

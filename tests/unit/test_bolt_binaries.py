@@ -14,10 +14,10 @@ import pytest
 
 from orchestrator.config.kinds import Run
 from orchestrator.errors import StepFailedError
-from orchestrator.execute import bolt_others
-from orchestrator.execute import gate as gate_step
-from orchestrator.execute.bolt_record import bolt_binaries_record
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.optimize import bolt_others
+from orchestrator.execute.optimize.bolt_record import bolt_binaries_record
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import gate as gate_step
 from orchestrator.model.bolt_binaries import (
     binaries_in,
     binary_of_profile,

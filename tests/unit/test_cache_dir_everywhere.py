@@ -110,7 +110,9 @@ def _bench(project: Path, _cache: Path, mp: pytest.MonkeyPatch) -> list[str]:
         '[package]\ncrate = "crate"\n[train]\nworkloads = [["x"]]\n[bench]\ncommand = ["b"]\n',
     )
     artifact = project / "artifacts" / "demo-1.2.3" / "demo-1.2.3-linux-x86_64-cpu"
-    mp.setattr("orchestrator.execute.bench.locate", lambda *_a: SimpleNamespace(artifact=artifact))
+    mp.setattr(
+        "orchestrator.execute.verdict.bench.locate", lambda *_a: SimpleNamespace(artifact=artifact)
+    )
     return ["bench", "-c", _config(project)]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execute.profiles import load_profile, store_profile
+from orchestrator.execute.steps.profiles import load_profile, store_profile
 from orchestrator.host.cache_seal import KEY_ENV, seal_key_path
 from orchestrator.model.hashing import sha256_file
 

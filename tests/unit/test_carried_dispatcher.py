@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import DockerUnavailableError
-from orchestrator.execute.dispatcher import dispatcher_source
+from orchestrator.execute.ship.dispatcher import dispatcher_source
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.records import read_record

@@ -21,9 +21,9 @@ import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import resolve
 from orchestrator.errors import StepFailedError
-from orchestrator.execute import bench as bench_module
-from orchestrator.execute.bench import TIMER, BenchSetup
 from orchestrator.execute.build import BuildOutcome
+from orchestrator.execute.verdict import bench as bench_module
+from orchestrator.execute.verdict.bench import TIMER, BenchSetup
 from orchestrator.model.lockfile import LockDocument, dumps
 from orchestrator.model.records import BuildManifest, Record, read_record
 from orchestrator.model.release_summary import ReleaseSummary

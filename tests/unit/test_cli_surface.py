@@ -27,10 +27,10 @@ from orchestrator.cli.complete import (
 )
 from orchestrator.config.flags import flag_specs
 from orchestrator.config.toolchains import available_toolchains
-from orchestrator.execute import bench as bench_module
-from orchestrator.execute import bench_report
-from orchestrator.execute.bench import VariantStats
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.verdict import bench as bench_module
+from orchestrator.execute.verdict import bench_report
+from orchestrator.execute.verdict.bench import VariantStats
 from orchestrator.progress.reporter import Reporter
 from orchestrator.runtime import doctor
 from orchestrator.runtime.doctor import Check

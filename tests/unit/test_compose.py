@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import DockerUnavailableError
-from orchestrator.execute.dispatcher import dispatcher_source
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.dispatcher import dispatcher_source
+from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.host.cache_seal import seal
 from orchestrator.model.cache_records import DispatcherCacheEntry
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo

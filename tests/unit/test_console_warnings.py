@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.execute import bolt, pgo
-from orchestrator.execute.profiles import load_profile, store_profile
+from orchestrator.execute.optimize import bolt, pgo
+from orchestrator.execute.steps.profiles import load_profile, store_profile
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter
 

@@ -18,9 +18,10 @@ from rich.console import Console
 
 from orchestrator.cli.release_table import release_table
 from orchestrator.config.options import FlavorSettings
-from orchestrator.execute import device, inventory
-from orchestrator.execute.cuda_runtime import NO_GPU, cuda_runtime_record, toolkit_check
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.ship import inventory
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import device
+from orchestrator.execute.verdict.cuda_runtime import NO_GPU, cuda_runtime_record, toolkit_check
 from orchestrator.flavors.cuda_binding import (
     cuda_bindings,
     driver_cuda_version,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.dispatcher import (
+from orchestrator.execute.ship.dispatcher import (
     COMPILE_FLAGS,
     SOURCE,
     WORKDIR,

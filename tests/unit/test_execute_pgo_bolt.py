@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import BoltError, ProfileError, StepFailedError, ValidationError
-from orchestrator.execute import bolt, pgo
-from orchestrator.execute import pipeline as pipeline_module
-from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.profiles import store_profile
+from orchestrator.execute.optimize import bolt, pgo
+from orchestrator.execute.steps import pipeline as pipeline_module
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.steps.profiles import store_profile
 from orchestrator.model.bolt_report import PerfCapabilities
 from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.layout import PATHS

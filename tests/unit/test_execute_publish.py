@@ -13,8 +13,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from orchestrator.errors import StepFailedError, ValidationError
-from orchestrator.execute import device, inventory, publish, validate
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.ship import inventory, publish
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import device, validate
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
 from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.packing import single_file_tar

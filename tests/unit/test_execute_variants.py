@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ProfileError, SourceError, StepFailedError
-from orchestrator.execute import variants
-from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.profiles import ProfileRecord
+from orchestrator.execute.optimize import variants
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import snapshot
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file

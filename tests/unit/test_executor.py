@@ -15,7 +15,7 @@ from rich.console import Console
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import BoltError, ProfileError, StepFailedError
 from orchestrator.execute.build import EXECUTORS, StepExecutor, run_steps
-from orchestrator.execute.pipeline import Pipeline
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.flavors import FLAVORS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.steps import StepName

@@ -1,4 +1,4 @@
-"""The speed gate's callgrind runs side by side (execute/gate_counts.py): how many at once,
+"""The speed gate's callgrind runs side by side (execute/verdict/gate_counts.py): how many at once,
 outputs in the order asked, each run's log block whole, and a failure named by its run."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from orchestrator.errors import ResourceLimitError, StepFailedError
-from orchestrator.execute.gate_counts import MEMORY_PER_RUN, CountRun, parallel_runs, run_counts
+from orchestrator.execute.verdict.gate_counts import (
+    MEMORY_PER_RUN,
+    CountRun,
+    parallel_runs,
+    run_counts,
+)
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import Limits, OutputSink
 

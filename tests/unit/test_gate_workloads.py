@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.release_table import CYCLES_COLUMN, release_table, shipped_text
 from orchestrator.config.kinds import Run
-from orchestrator.execute import gate as gate_step
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import gate as gate_step
 from orchestrator.model import callgrind
 from orchestrator.model.callgrind import Counts
 from orchestrator.model.gate_table import (

@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.config.options import resolve
 from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
-from orchestrator.execute import variants
+from orchestrator.execute.optimize import variants
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import read_git_facts, shim_archive
 from orchestrator.host.inputs import pack_inputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orchestrator
-from orchestrator.tools.layers import KNOWN_CIRCLES, check, check_circles
+from orchestrator.tools.layers import KNOWN_CIRCLES, ROOMS, check, check_circles, room_of
 
 
 def test_the_package_keeps_its_layers() -> None:
@@ -101,3 +101,26 @@ def test_a_known_circle_passes_and_a_stale_entry_is_reported(tmp_path: Path) -> 
     (root / "execute/bench.py").write_text("BENCH_DIR = '/build/bench'\n")
     [stale] = check_circles(root, known=frozenset({circle}))
     assert "no longer a circle" in stale.message
+
+
+def test_a_room_imports_only_the_rooms_below_it(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "execute/steps/pipeline.py": "def f():\n    from orchestrator.execute.ship import x\n",
+            "execute/ship/x.py": "from orchestrator.execute.steps.pipeline import f\n",
+            "execute/build.py": "from orchestrator.execute import ship, steps\n",
+            "execute/misc.py": "x = 1\n",
+        },
+    )
+    messages = sorted((v.file.name, v.line, v.message) for v in check(root))
+    assert messages == [
+        ("misc.py", 1, "execute/misc is not in the room table of execute"),
+        ("pipeline.py", 2, "execute/steps must not import the room execute/ship"),
+    ]
+
+
+def test_the_rooms_of_execute_are_each_in_the_table() -> None:
+    root = Path(orchestrator.__file__).parent
+    rooms = {room_of(path, root) for path in (root / "execute").rglob("*.py")}
+    assert rooms == set(ROOMS["execute"])

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.config.options import Options, resolve
-from orchestrator.execute.profiles import load_profile
+from orchestrator.execute.steps.profiles import load_profile
 from orchestrator.host.vault import Vault
 from orchestrator.model.cache_records import ProfileSidecar
 from orchestrator.model.lockfile import (

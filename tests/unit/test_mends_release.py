@@ -16,8 +16,8 @@ import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import OrchestratorError, StepFailedError
-from orchestrator.execute.bench import VariantStats
 from orchestrator.execute.build import BuildOutcome
+from orchestrator.execute.verdict.bench import VariantStats
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release
 from orchestrator.release.target import targets

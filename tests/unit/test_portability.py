@@ -24,9 +24,9 @@ from elftools.elf.sections import SymbolTableSection
 
 from orchestrator.config.toolchains import load_base_spec, load_distros
 from orchestrator.errors import PortabilityError, StepFailedError
-from orchestrator.execute import portability
-from orchestrator.execute import sysroot as sysroot_step
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.steps import sysroot as sysroot_step
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import portability
 from orchestrator.flavors import get_flavor
 from orchestrator.host.bootstrap import rootfs_recipe
 from orchestrator.model.elf import (

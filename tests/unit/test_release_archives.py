@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execute import publish
+from orchestrator.execute.ship import publish
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.archives import (
     Member,
@@ -194,7 +194,7 @@ def test_the_installer_picks_the_best_archive_for_the_level(
     )
 
 
-# Stands in for the dispatcher (execute/dispatcher.c): it finds libexec/ beside the folder
+# Stands in for the dispatcher (execute/ship/dispatcher.c): it finds libexec/ beside the folder
 # of its real path, and exits 127 when the level build is not there.
 FAKE_DISPATCHER = """#!/bin/sh
 real=$(readlink -f -- "$0")

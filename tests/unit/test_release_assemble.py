@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import ConfigError
-from orchestrator.execute import publish
-from orchestrator.execute.archive_stage import ArtifactToPublish
+from orchestrator.execute.ship import publish
+from orchestrator.execute.ship.archive_stage import ArtifactToPublish
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.model.target_folder import TARGET_RECORD
 from orchestrator.plan.build_plan import BuildPlan

@@ -18,7 +18,7 @@ import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.execute.publish import update_release_index
+from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.model.records import read_record
 from orchestrator.model.release_summary import ReleaseSummary
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release

@@ -13,8 +13,8 @@ import pytest
 
 from orchestrator.config.options import FlavorSettings, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.execute import device
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import device
 from orchestrator.flavors.gpu import (
     DeviceCodeMissingError,
     cudarc_cuda_version,

@@ -13,8 +13,8 @@ import pytest
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import resolve
 from orchestrator.errors import ConfigError, SpeedGateError, StepFailedError, ValidationError
-from orchestrator.execute import gate as gate_step
-from orchestrator.execute.pipeline import BIN_DIR
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import gate as gate_step
 from orchestrator.model.callgrind import Counts, cycles_ratio, geometric_mean, parse_totals
 from orchestrator.model.gate import decide, gain
 from orchestrator.model.lockfile import LockDriftError

@@ -19,10 +19,11 @@ import orchestrator.release.reproduce as repro
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import StepFailedError
-from orchestrator.execute import bolt, gate, pgo, variants
 from orchestrator.execute import build as build_module
-from orchestrator.execute.pipeline import BIN_DIR, Pipeline
-from orchestrator.execute.profiles import ProfileRecord, store_profile
+from orchestrator.execute.optimize import bolt, pgo, variants
+from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline
+from orchestrator.execute.steps.profiles import ProfileRecord, store_profile
+from orchestrator.execute.verdict import gate
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute import relocations
-from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.variants import keep_variants
+from orchestrator.execute.optimize import relocations
+from orchestrator.execute.optimize.variants import keep_variants
+from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.elf import ElfReadError
 from orchestrator.model.records import BuildManifest, parse_record

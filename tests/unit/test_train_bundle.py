@@ -16,9 +16,14 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import BundleError, UnsafeArchiveError
-from orchestrator.execute.train_bundle import MANIFEST, TRAIN_SH, workload_files, write_bundle
-from orchestrator.execute.train_profiles import load_manifest, read_profiles
-from orchestrator.execute.train_script import bundle_word
+from orchestrator.execute.optimize.train_bundle import (
+    MANIFEST,
+    TRAIN_SH,
+    workload_files,
+    write_bundle,
+)
+from orchestrator.execute.optimize.train_profiles import load_manifest, read_profiles
+from orchestrator.execute.optimize.train_script import bundle_word
 from orchestrator.model.training_bundle import BundleWorkload, TrainingManifest
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file

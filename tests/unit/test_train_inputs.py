@@ -20,9 +20,9 @@ import pytest
 
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import ConfigError, SourceError, UnsafeArchiveError
-from orchestrator.execute import variants
-from orchestrator.execute.bench import BenchSetup, measure
-from orchestrator.execute.pipeline import run_workloads
+from orchestrator.execute.optimize import variants
+from orchestrator.execute.steps.pipeline import run_workloads
+from orchestrator.execute.verdict.bench import BenchSetup, measure
 from orchestrator.host.inputs import pack_input, pack_inputs, unpack_locked_inputs
 from orchestrator.host.source import snapshot
 from orchestrator.host.vault import Vault

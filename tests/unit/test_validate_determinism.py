@@ -9,9 +9,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from orchestrator.errors import ValidationError
-from orchestrator.execute import validate
-from orchestrator.execute.pipeline import BIN_DIR
-from orchestrator.execute.validate import NondeterministicOutputError
+from orchestrator.execute.steps.pipeline import BIN_DIR
+from orchestrator.execute.verdict import validate
+from orchestrator.execute.verdict.validate import NondeterministicOutputError
 from orchestrator.model.outputs import Captured
 
 from .execute_rig import Rig, make_options, make_rig

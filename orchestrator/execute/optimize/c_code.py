@@ -1,0 +1,43 @@
+"""build.json's `c_code`: how build scripts' C was compiled ([c_code] mode, plan/c_code.py)
+and what the shipped binary and the PGO profile show of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.execute.steps.pipeline import Pipeline
+from orchestrator.model.elf import ElfReadError, comment_strings
+from orchestrator.model.records import CCodeInfo
+
+
+def compiled_by_clang(comment: list[str]) -> bool:
+    """Whether a .comment names clang. rustc's own entry says "rustc version", gcc's crt
+    files "GCC: (Debian ...)": only code from clang's bitcode leaves "clang version"."""
+    return any("clang version" in line for line in comment)
+
+
+def c_code_record(pipeline: Pipeline, binary: Path) -> CCodeInfo | None:
+    """None where [c_code] mode is off; else what it did for this artifact."""
+    options, plan = pipeline.options, pipeline.plan
+    if options.c_code == "off":
+        return None
+    c_code = plan.c_code
+    if c_code is None:
+        return CCodeInfo(mode=options.c_code, applied=False, skipped=plan.c_code_skipped)
+    try:
+        comment = comment_strings(binary)
+    except ElfReadError:
+        comment = []
+    pgo = pipeline.state.pgo
+    functions = pgo.details.get("c_functions") if pgo is not None else None
+    return CCodeInfo(
+        mode=c_code.mode,
+        applied=True,
+        cc=c_code.cc,
+        cxx=c_code.cxx,
+        cflags=list(c_code.cflags),
+        rustflags=list(c_code.rustflags),
+        compiled_with_clang=compiled_by_clang(comment),
+        comment=comment,
+        profile_c_functions=[str(f) for f in functions] if isinstance(functions, list) else None,
+    )
