@@ -99,14 +99,15 @@ def build(
         ),
     ] = None,
     bench_runs: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--bench-runs",
             min=0,
             metavar="N",
-            help="With --target: quick runs for release.json's speedup column (0: skip).",
+            help="With --target: quick runs for release.json's speedup column (0: skip; "
+            "default: bench.runs where the config or environment sets it, else 3).",
         ),
-    ] = 3,
+    ] = None,
     train_elsewhere: Annotated[
         Path | None,
         typer.Option(
@@ -309,11 +310,12 @@ def _build_release_target(
     name: str,
     out: Path | None,
     *,
-    bench_runs: int,
+    bench_runs: int | None,
     retrain: bool,
     dry_run: bool,
 ) -> None:
     """`build --target NAME`: the release's plan for that target, built unsigned."""
+    from orchestrator.cli.release_common import quick_bench_runs
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
@@ -345,7 +347,7 @@ def _build_release_target(
         engine,
         console,
         destination,
-        bench_runs=bench_runs,
+        bench_runs=quick_bench_runs(options, bench_runs),
         retrain=retrain,
         force=False,
     )

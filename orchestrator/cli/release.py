@@ -29,6 +29,7 @@ from orchestrator.cli.release_common import (
     closing_lines,
     connect_engines,
     dirty_files,
+    quick_bench_runs,
     refuse_dirty,
 )
 from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
@@ -76,14 +77,15 @@ def release(
         ),
     ] = False,
     bench_runs: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--bench-runs",
             min=0,
             metavar="N",
-            help="Quick interleaved runs per target for the speedup column (0: skip).",
+            help="Quick interleaved runs per target for the speedup column (0: skip; "
+            "default: bench.runs where the config or environment sets it, else 3).",
         ),
-    ] = 3,
+    ] = None,
     retrain: Annotated[
         bool, typer.Option("--retrain", help="Profile again everywhere (and build every target).")
     ] = False,
@@ -175,6 +177,7 @@ def release(
     )
     names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
     chosen = targets(options, names)
+    runs = quick_bench_runs(options, bench_runs)
     blocker = lock_blocker(options)
     if blocker and not dry_run:  # a release always writes release.lock: refuse before work
         raise ConfigError(f"cannot release: {blocker}", hint=LOCK_BLOCKER_HINT)
@@ -211,7 +214,7 @@ def release(
             chosen,
             rebuild_on,
             rebuild_cache_dir,
-            bench_runs=bench_runs,
+            bench_runs=runs,
             retrain=retrain,
             force=force,
         )
@@ -228,7 +231,7 @@ def release(
         out,
         signer,
         retrain=retrain,
-        bench_runs=bench_runs,
+        bench_runs=runs,
         force=force,
     )
     out.print(release_table(results, f"release {options.binary} {options.version}", out.width))

@@ -18,6 +18,19 @@ if TYPE_CHECKING:
     from orchestrator.runtime.engine import Engine
 
 
+QUICK_BENCH_RUNS = 3  # release's speedup column is a quick look, not `orchestrator bench`
+
+
+def quick_bench_runs(options: Options, flag: int | None) -> int:
+    """The runs of a release target's quick bench: --bench-runs, else bench.runs where the
+    config file or the environment sets it, else QUICK_BENCH_RUNS."""
+    if flag is not None:
+        return flag
+    if not options.sources.get("bench.runs", "default").startswith("default"):
+        return options.bench_runs
+    return QUICK_BENCH_RUNS
+
+
 def connect_engines(contexts: Sequence[str]) -> list[Engine]:
     """The engines a release builds on: each named Docker context, else the current one.
     Every one must answer before anything is built."""
