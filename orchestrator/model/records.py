@@ -78,21 +78,32 @@ class ImageRecord(Record):
 
 
 class EngineRecord(Record):
-    """The Docker Engine that built an artifact (`docker info` / `docker version`)."""
+    """The engine that built an artifact (`docker info` / `docker version`)."""
 
     context: str  # the Docker context it was reached by; "current": DOCKER_HOST
     name: str
-    version: str
+    version: str  # the product's own (Podman's, not its API's)
     api_version: str
     os: str
     kernel: str
     architecture: str
     storage_driver: str
+    # Added within version 2 (absent in older files): "docker" | "podman", as detected
+    # (runtime/quirks.py), and the facts that change what the engine applies.
+    kind: str = ""
+    rootless: bool = False
+    cgroup_version: int = 0  # 0: the engine did not say
+    # The container limits ("pids", "memory") asked for but not in force in the first
+    # container given them (read from its cgroup): a rootless engine under cgroup v1.
+    unapplied_limits: list[str] = Field(default_factory=list)
 
     def described(self) -> str:
         """`build-box (Docker 27.3.1, Debian GNU/Linux 12, kernel 6.1.0, overlay2)`."""
+        product = "Podman" if self.kind == "podman" else "Docker"
         facts = [
-            f"Docker {self.version}" if self.version else "",
+            f"{product} {self.version}{' rootless' if self.rootless else ''}"
+            if self.version
+            else "",
             self.os,
             f"kernel {self.kernel}" if self.kernel else "",
             self.storage_driver,

@@ -198,6 +198,8 @@ class EngineApi(Protocol):
 
     def kind(self) -> EngineKind: ...
 
+    def unapplied_limits(self) -> tuple[str, ...]: ...
+
     def image(self, reference: str) -> ImageInfo | None: ...
 
     def managed_images(self) -> list[ImageInfo]: ...
@@ -248,17 +250,22 @@ class EngineApi(Protocol):
 
 
 def engine_record(engine: EngineApi) -> EngineRecord:
-    """Which engine built an artifact: build.json, the lock and provenance say it."""
-    info, version = engine.info(), engine.version()
+    """Which engine built an artifact: build.json, the lock and provenance say it, with
+    the limits it did not apply (a rootless engine under cgroup v1 applies none)."""
+    info, kind = engine.info(), engine.kind()
     return EngineRecord(
         context=engine.name,
         name=str(info.get("Name", "")),
-        version=str(version.get("Version", "")),
-        api_version=str(version.get("ApiVersion", "")),
+        version=kind.version,
+        api_version=kind.api_version,
         os=str(info.get("OperatingSystem", "")),
         kernel=str(info.get("KernelVersion", "")),
         architecture=str(info.get("Architecture", "")),
         storage_driver=str(info.get("Driver", "")),
+        kind=kind.product,
+        rootless=kind.rootless,
+        cgroup_version=kind.cgroup_version,
+        unapplied_limits=list(engine.unapplied_limits()),
     )
 
 

@@ -78,6 +78,7 @@ class Engine:
         self.session = uuid.uuid4().hex[:12]
         self._twins: list[str] = []  # the sessions of its twins (builds beside this one)
         self._kind: EngineKind | None = None
+        self._unapplied: dict[str, tuple[str, ...]] = {}  # "limits": as measured, once
         self._locks = EngineLocks(client, self.kind, self._labels)
 
     def twin(self) -> Engine:
@@ -85,6 +86,7 @@ class Engine:
         on it at once: volumes, staging folders and crate downloads are named by session."""
         twin = Engine(self._client, name=self.name)
         twin._kind = self._kind
+        twin._unapplied = self._unapplied  # measured once for the engine, by either
         self._twins.append(twin.session)
         return twin
 
@@ -289,10 +291,18 @@ class Engine:
                 hint=kind.start_hint(reason) or ContainerError.default_hint,
             ) from exc
         try:
-            yield Container(self._client, sdk, spec.limits, cgroup_version=kind.cgroup_version)
+            box = Container(self._client, sdk, spec.limits, cgroup_version=kind.cgroup_version)
+            if (spec.limits.pids or spec.limits.memory) and "limits" not in self._unapplied:
+                measured = box.unapplied_limits()  # build.json's engine record says it
+                self._unapplied.update({} if measured is None else {"limits": measured})
+            yield box
         finally:
             if not keep:
                 self._force_remove(sdk)
+
+    def unapplied_limits(self) -> tuple[str, ...]:
+        """The limits ("pids", "memory") not in force in the first container given them."""
+        return self._unapplied.get("limits", ())
 
     def _force_remove(self, sdk: SdkContainer) -> None:
         with suppress(docker.errors.NotFound):

@@ -207,6 +207,7 @@ class FakeEngine:
         self.missing = missing
         self.build_hook = build_hook
         self._info = dict(info or {"NCPU": 4, "Driver": "overlay2"})
+        self.limits_not_applied: tuple[str, ...] = ()  # as a rootless engine would say
         self._version = dict(version or {"Version": "27.0.0", "ApiVersion": "1.46"})
         self.images: dict[str, ImageInfo] = {}
         self.builds: list[BuildCall] = []
@@ -233,6 +234,9 @@ class FakeEngine:
 
     def kind(self) -> EngineKind:
         return detect(self._version, self._info)
+
+    def unapplied_limits(self) -> tuple[str, ...]:
+        return self.limits_not_applied
 
     # -- images --------------------------------------------------------------------
     def add_image(
