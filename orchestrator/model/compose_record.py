@@ -53,6 +53,9 @@ class ComposeRecord(Record):
     levels: dict[str, ComposedLevel]  # rustc's CPU name (x86-64-v3) -> where it came from
     dispatcher: DispatcherInfo
     rule: str = DISPATCH_RULE
+    # the crate's README, licences and the files they name, beside bin/ (path -> sha256),
+    # as every level's archive carries them; none in folders composed before they were
+    docs: dict[str, str] = Field(default_factory=dict)
 
 
 def composed_digests(record: ComposeRecord) -> dict[str, str]:

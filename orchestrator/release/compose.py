@@ -1,7 +1,8 @@
 """After a release's targets: one more folder per flavor with two or more x86-64 levels,
 `<crate>-<version>-linux-x86_64-<flavor>-auto/`, whose `bin/<binary>` is the dispatcher
 (execute/ship/dispatcher.c) and whose `libexec/<binary>/<binary>-<level>` are the level targets'
-shipped binaries, byte-equal; compose.json records both, and `<folder>.tar.xz` packs it.
+shipped binaries, byte-equal, beside the crate's README and licences as every archive
+carries them; compose.json records all of them, and `<folder>.tar.xz` packs it.
 
 The folder is built from published level folders only, so it needs no build of its own: the
 dispatcher is compiled once per (toolchain image, source) and kept in the cache, sealed
@@ -16,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from orchestrator.config.options import Options
 from orchestrator.errors import OrchestratorError
@@ -37,6 +38,7 @@ from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.dispatcher_cache import cached_dispatcher
 from orchestrator.release.target import TargetResult
 from orchestrator.runtime.api import EngineApi
+from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import Member, archive_name, write_members
 from orchestrator.supply.attest import SIGNATURE_SUFFIX, Signer
 
@@ -51,6 +53,9 @@ class ComposeGroup:
     folder: str  # <crate>-<version>-linux-x86_64-<flavor>-auto
     levels: tuple[tuple[str, str], ...]  # (rustc's CPU name, the level's artifact folder)
     image: str  # the flavor's toolchain image: the dispatcher is compiled with its gcc
+    # the crate's README, licences and what they name (supply/archive_docs.py), as each
+    # level's archive carries them: the snapshot every level was built from
+    docs: tuple[tuple[str, bytes], ...] = ()
 
 
 def auto_folder(options: Options, flavor: str) -> str:
@@ -81,9 +86,15 @@ def compose_groups(
             stale.append(folder)
             continue
         chosen = tuple((level, published[level].artifact_dir) for level in levels)
-        image = published[levels[0]].image.reference
-        groups.append(ComposeGroup(flavor, folder, chosen, image))
+        lowest = published[levels[0]]
+        docs = tuple(doc for doc in crate_docs(lowest.source.archive) if _beside_bin(doc[0]))
+        groups.append(ComposeGroup(flavor, folder, chosen, lowest.image.reference, docs))
     return groups, stale
+
+
+def _beside_bin(path: str) -> bool:
+    """A doc's path that is none of the composed folder's own (bin/, libexec/, compose.json)."""
+    return path != COMPOSE_JSON and PurePosixPath(path).parts[0] not in ("bin", "libexec")
 
 
 def compose_record(
@@ -109,6 +120,7 @@ def compose_record(
         binaries=names or [],
         levels=levels,
         dispatcher=dispatcher,
+        docs={path: sha256_bytes(data) for path, data in group.docs},
     )
 
 
@@ -134,10 +146,17 @@ class ComposeError(Exception):
 
 
 def write_composed(
-    release_dir: Path, folder: str, record: ComposeRecord, dispatcher: bytes, *, mtime: int
+    release_dir: Path,
+    folder: str,
+    record: ComposeRecord,
+    dispatcher: bytes,
+    *,
+    mtime: int,
+    docs: Sequence[tuple[str, bytes]] = (),
 ) -> list[str]:
     """Write the composed folder and its .tar.xz into `release_dir`, replacing any earlier
-    one whole; the release-relative names written (the folder, the archive)."""
+    one whole, with the crate's `docs` beside bin/ (the ones compose.json records); the
+    release-relative names written (the folder, the archive)."""
     staging = Path(tempfile.mkdtemp(prefix=".compose-", dir=release_dir))
     try:
         top = staging / folder
@@ -145,13 +164,14 @@ def write_composed(
         for path, source in composed_files(record, release_dir):
             members.append(Member(path, source.read_bytes(), executable=True))
         members.append(Member(COMPOSE_JSON, record_text(record).encode(), executable=False))
-        expected = composed_digests(record)
+        members += [Member(path, data, executable=False) for path, data in docs]
+        expected = composed_digests(record) | record.docs
         for member in members:
             data = member.data()
             if member.path in expected and sha256_bytes(data) != expected[member.path]:
                 raise ComposeError(
-                    f"{folder}/{member.path}: the level's binary is not the one its "
-                    "build.json records (changed after it was published?)"
+                    f"{folder}/{member.path}: not the file compose.json records (a level's "
+                    "binary changed after it was published?)"
                 )
             target = top / member.path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +255,12 @@ def compose_release(
         try:
             record = compose_record(options, group, release_dir, info)
             names = write_composed(
-                release_dir, group.folder, record, data, mtime=options.source_date_epoch
+                release_dir,
+                group.folder,
+                record,
+                data,
+                mtime=options.source_date_epoch,
+                docs=group.docs,
             )
         except ComposeError as exc:
             announce(f"warning: {group.folder} not composed: {exc.message}")

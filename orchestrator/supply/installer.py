@@ -6,11 +6,11 @@ on x86_64 the flavor's `-auto` archive where the release has one and no level wa
 for: its dispatcher picks the level each time the program starts, so the installed
 program stays right on another CPU, a copied home folder or a shared disk), checks its
 sha256 (and its minisign signature when minisign and a key are at hand), and unpacks its
-binaries into ~/.local/bin or --prefix (the -auto archive's level builds into
-<prefix>/../libexec/<binary>/, where its dispatcher looks; `..` of the prefix's physical
-folder, as the dispatcher reads its own real path, whichever shell runs the script). It
-depends on name and version only, so every publication of the release writes the same
-bytes.
+binaries into <prefix>/bin, ~/.local/bin by default: `--prefix` is the root, as for
+`make install` or pip (the -auto archive's level builds go into <prefix>/libexec/<binary>/,
+where its dispatcher looks: beside the physical bin/ folder, as the dispatcher reads its
+own real path, whichever shell runs the script). It depends on name and version only, so
+every publication of the release writes the same bytes.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ _SAFE = re.compile(r"^[A-Za-z0-9._+-]+$")
 _TEMPLATE = r"""#!/bin/sh
 # Installs @NAME@ @VERSION@ from its release: picks the archive for this machine, checks
 # its sha256 against SHA256SUMS (and its minisign signature when minisign and a key are
-# given), and puts its binaries into ~/.local/bin or --prefix.
+# given), and puts its binaries into PREFIX/bin (~/.local/bin by default).
 set -eu
 
 name='@NAME@'
 version='@VERSION@'
-from='' prefix="${HOME:-}/.local/bin" flavor=cpu key=''
+from='' prefix="${HOME:-}/.local" flavor=cpu key=''
 level="${ORCHESTRATOR_INSTALL_LEVEL:-}"
 
 die() { printf 'install.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -39,7 +39,8 @@ usage() {
   cat <<EOF
 usage: install.sh [--from URL|DIR] [--prefix DIR] [--cpu-level LEVEL] [--flavor F] [--key FILE]
   --from       the release: an https:// base URL or a local folder (default: this script's folder)
-  --prefix     where the binaries go (default: ~/.local/bin)
+  --prefix     the root: binaries into PREFIX/bin, the -auto archive's level builds
+               into PREFIX/libexec (default: ~/.local)
   --cpu-level  install this x86-64 level's build instead of the one /proc/cpuinfo shows,
                and not the -auto archive that picks a level at every start
                (also ORCHESTRATOR_INSTALL_LEVEL)
@@ -174,11 +175,15 @@ mkdir -p "$work/unpacked"
 xz -dc "$work/$archive" | (cd "$work/unpacked" && tar -xf - --no-same-owner) \
   || die "cannot unpack $archive"
 top=${archive%.tar.xz}
-mkdir -p "$prefix" || die "cannot create $prefix"
-# The physical folder: a prefix reached through a symbolic link has another parent than
-# its spelling shows, and the dispatcher finds libexec/ beside the real one. dash's cd
+case ${prefix%/} in
+  */bin) say "--prefix is the root: binaries go into ${prefix%/}/bin" ;;
+esac
+bindir=${prefix%/}/bin
+mkdir -p "$bindir" || die "cannot create $bindir"
+# The physical folder: a bin/ reached through a symbolic link has another parent than its
+# spelling shows, and the dispatcher finds libexec/ beside the real one. dash's cd
 # resolves `..` in the spelling, so everything below works on this path.
-prefix=$(CDPATH='' cd -P -- "$prefix" && pwd -P) || die "cannot enter $prefix"
+bindir=$(CDPATH='' cd -P -- "$bindir" && pwd -P) || die "cannot enter $bindir"
 
 # a new name, then a rename: a running copy of the old binary is not overwritten
 put() {
@@ -193,7 +198,7 @@ put() {
 binaries="$work/unpacked/$top"
 if [ -d "$binaries/libexec" ]; then
   # the level builds first: the dispatcher never points at a missing one
-  libexec=${prefix%/*}/libexec
+  libexec=${bindir%/*}/libexec
   mkdir -p "$libexec" || die "cannot create $libexec"
   for folder in "$binaries/libexec"/*; do
     [ -d "$folder" ] || continue
@@ -206,7 +211,7 @@ if [ -d "$binaries/libexec" ]; then
 fi
 for file in "$binaries"/*; do
   if [ ! -f "$file" ] || [ ! -x "$file" ]; then continue; fi
-  put "$file" "$prefix"
+  put "$file" "$bindir"
 done
 """
 

@@ -245,12 +245,13 @@ class Verifier:
         self._record(binary, "glibc", run)
 
     def composed(self, folder: Path) -> None:
-        """A composed -auto folder: bin/ holds the dispatcher compose.json records, and each
-        libexec/ binary is byte-equal to its level folder's signed binary."""
+        """A composed -auto folder: bin/ holds the dispatcher compose.json records, each
+        libexec/ binary is byte-equal to its level folder's signed binary, and the crate's
+        documents beside them are the ones compose.json records."""
 
         def run() -> str:
             record = read_record(folder / COMPOSE_JSON, ComposeRecord)
-            expected = composed_digests(record)
+            expected = composed_digests(record) | record.docs
             for level, source in record.levels.items():
                 if Path(source.target).name != source.target or source.target == folder.name:
                     raise VerificationError(f"{level}: {source.target!r} is no level folder")
@@ -274,9 +275,10 @@ class Verifier:
             for name, digest in sorted(expected.items()):
                 path = folder / name
                 if path.is_symlink() or sha256_file(path) != digest:
-                    raise VerificationError(f"{name} is not the binary compose.json records")
+                    raise VerificationError(f"{name} is not the file compose.json records")
             levels = ", ".join(record.levels)
-            return f"dispatcher and {len(expected) - len(record.binaries)} copies of {levels}"
+            copies = len(expected) - len(record.binaries) - len(record.docs)
+            return f"dispatcher, {copies} copies of {levels} and {len(record.docs)} documents"
 
         self._record(folder / COMPOSE_JSON, "composed", run)
 

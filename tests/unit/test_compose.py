@@ -4,8 +4,10 @@ step (a fake Engine; the dispatcher taken from a seeded cache, so no compile).""
 
 from __future__ import annotations
 
+import io
 import json
 import struct
+import tarfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
@@ -32,7 +34,7 @@ from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 from orchestrator.supply.verify import verify_release
 
-from .conftest import plan_for
+from .conftest import FAKE_SOURCE, plan_for
 from .execute_rig import make_options
 from .fakes import FakeEngine
 from .publish_rig import extract_and_publish, ready_to_publish
@@ -183,11 +185,13 @@ def test_composed_folder_is_signed_verified_and_a_tampered_copy_fails(
     assert (auto / "bin" / "demo").read_bytes() == DISPATCHER
     archived = archived_files(release / f"{folder}.tar.xz")
     assert set(archived) == {
+        "README.md",  # the crate's, as every archive carries it
         "bin/demo",
         "compose.json",
         "libexec/demo/demo-x86-64-v2",
         "libexec/demo/demo-x86-64-v3",
     }
+    assert archived["README.md"] == (0o644, record.docs["README.md"])
     assert archived["bin/demo"] == (0o755, sha256_bytes(DISPATCHER))
     first_archive = (release / f"{folder}.tar.xz").read_bytes()
 
@@ -211,6 +215,63 @@ def test_composed_folder_is_signed_verified_and_a_tampered_copy_fails(
     failed = {(c.file, c.check) for c in checks if not c.ok}
     assert (f"{folder}/{COMPOSE_JSON}", "composed") in failed
     assert ("SHA256SUMS", "checksums") in failed
+
+
+def _source_with_licences() -> bytes:
+    """A crate like ripgrep: COPYING names the Unlicense (UNLICENSE) and MIT (LICENSE-MIT);
+    its notice names a path the composed folder keeps for itself."""
+    buffer = io.BytesIO()
+    files = {
+        "src/README.md": b"# demo\n",
+        "src/COPYING": b"Dual-licensed under the Unlicense and MIT. See bin/NOTICE.\n",
+        "src/UNLICENSE": b"unlicense\n",
+        "src/LICENSE-MIT": b"mit\n",
+        "src/bin/NOTICE": b"not beside bin/: bin/ is the dispatcher's\n",
+        "src/Cargo.toml": b"",
+    }
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_the_auto_archive_carries_the_crate_s_readme_and_licences(
+    project: Path, tmp_path: Path
+) -> None:
+    """The archive install.sh installs by default has what every level's has: README,
+    COPYING and the licences it names, recorded in compose.json and checked by verify."""
+    key = SecretKey.generate()
+    public = write_key_pair(key, tmp_path / "keys" / "signing.key", None)
+    signer = Signer(key, False, "test key")
+    options = _publish_levels(project, tmp_path, signer)
+    source = replace(FAKE_SOURCE, archive=_source_with_licences())
+    built = [(result, replace(plan, source=source)) for result, plan in _built(options, LEVELS)]
+    release = options.artifacts_dir / built[0][1].release_dir
+    _seed_dispatcher(options, built[0][1].image.reference)
+    written = compose.compose_release(
+        options, release, built, FakeEngine(), signer=signer, announce=print
+    )
+    folder = "demo-1.2.3-linux-x86_64-cpu-auto"
+    docs = ["COPYING", "LICENSE-MIT", "README.md", "UNLICENSE"]
+    record = read_record(release / folder / COMPOSE_JSON, ComposeRecord)
+    assert sorted(record.docs) == docs
+    assert record.docs["UNLICENSE"] == sha256_bytes(b"unlicense\n")
+    archived = archived_files(release / f"{folder}.tar.xz")
+    assert sorted(name for name in archived if "/" not in name) == sorted([*docs, COMPOSE_JSON])
+    assert archived["bin/demo"] == (0o755, sha256_bytes(DISPATCHER))  # not the notice
+    assert (release / folder / "LICENSE-MIT").read_bytes() == b"mit\n"
+    update_release_index(release, signer, vouched=tuple(written))
+    checks, _ = verify_release(release, public)
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    composed = next(c for c in checks if c.check == "composed")
+    assert composed.detail.endswith("and 4 documents"), composed.detail
+    # A licence edited after the release fails the composed check
+    (release / folder / "UNLICENSE").write_bytes(b"all rights reserved\n")
+    checks, _ = verify_release(release, public)
+    failed = {(c.file, c.check) for c in checks if not c.ok}
+    assert (f"{folder}/{COMPOSE_JSON}", "composed") in failed
 
 
 def test_turning_dispatch_off_removes_the_earlier_auto_folder(

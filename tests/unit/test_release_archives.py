@@ -185,13 +185,17 @@ needs_tools = pytest.mark.skipif(
 def test_the_installer_picks_the_best_archive_for_the_level(
     tmp_path: Path, level: str, expected: str
 ) -> None:
-    release, prefix = _release(tmp_path), tmp_path / "bin"
+    release, prefix = _release(tmp_path), tmp_path / "root"
     done = _install(release, prefix, level=level)
     assert done.returncode == 0, done.stderr
     assert (
-        subprocess.run([prefix / "demo"], capture_output=True, text=True, check=True).stdout
+        subprocess.run([prefix / "bin" / "demo"], capture_output=True, text=True, check=True).stdout
         == f"{expected}\n"
     )
+    assert sorted(p.relative_to(prefix).as_posix() for p in prefix.rglob("*")) == [
+        "bin",
+        "bin/demo",
+    ]
 
 
 # Stands in for the dispatcher (execute/ship/dispatcher.c): it finds libexec/ beside the folder
@@ -220,9 +224,10 @@ def _with_auto_archive(release: Path) -> None:
 def test_the_auto_archive_installs_through_a_prefix_reached_by_a_symlink(
     tmp_path: Path, shell: str, spelt: bool
 ) -> None:
-    """home/bin -> ../real/bin: libexec/ goes beside the real folder, where the dispatcher
-    looks. dash's cd resolved `home/bin/../libexec` by its spelling: rc 2, or, where
-    home/libexec exists, an install there and a program that always exits 127."""
+    """--prefix home, where home/bin -> ../real/bin: libexec/ goes beside the real bin/,
+    where the dispatcher looks. dash's cd resolved `home/bin/../libexec` by its spelling:
+    rc 2, or, where home/libexec exists, an install there and a program that always exits
+    127."""
     release = _release(tmp_path)
     _with_auto_archive(release)
     home = tmp_path / "home"
@@ -231,7 +236,7 @@ def test_the_auto_archive_installs_through_a_prefix_reached_by_a_symlink(
     (home / "bin").symlink_to("../real/bin")
     if spelt:
         (home / "libexec").mkdir()
-    done = _install(release, home / "bin", shell=shell)
+    done = _install(release, home, shell=shell)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "real" / "libexec" / "demo" / "demo-x86-64-v2").is_file()
     assert not (home / "libexec" / "demo").exists()
@@ -240,8 +245,49 @@ def test_the_auto_archive_installs_through_a_prefix_reached_by_a_symlink(
 
 
 @needs_tools
+@pytest.mark.parametrize("spelling", ["root", "root/"])
+def test_a_prefix_is_the_root_of_bin_and_libexec(tmp_path: Path, spelling: str) -> None:
+    """--prefix DIR: the dispatcher into DIR/bin, the level builds into DIR/libexec, as
+    installers users know treat a prefix; nothing beside DIR."""
+    release = _release(tmp_path)
+    _with_auto_archive(release)
+    done = _install(release, tmp_path / spelling)
+    assert done.returncode == 0, done.stderr
+    prefix = tmp_path / "root"
+    assert sorted(p.relative_to(prefix).as_posix() for p in prefix.rglob("*")) == [
+        "bin",
+        "bin/demo",
+        "libexec",
+        "libexec/demo",
+        "libexec/demo/demo-x86-64-v2",
+    ]
+    assert not (tmp_path / "libexec").exists()
+    assert "--prefix is the root" not in done.stderr
+    ran = subprocess.run([prefix / "bin" / "demo"], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "demo-auto-v2\n")
+
+
+@needs_tools
+def test_the_default_prefix_is_dot_local_and_a_bin_prefix_gets_a_note(tmp_path: Path) -> None:
+    release, home = _release(tmp_path), tmp_path / "home"
+    _with_auto_archive(release)
+    env = {**os.environ, "HOME": str(home), "ORCHESTRATOR_INSTALL_LEVEL": ""}
+    done = subprocess.run(
+        ["sh", str(release / INSTALLER)], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert (home / ".local" / "bin" / "demo").is_file()
+    assert (home / ".local" / "libexec" / "demo" / "demo-x86-64-v2").is_file()
+    # The old spelling, --prefix DIR/bin: installed where it says, and told so.
+    done = _install(release, tmp_path / "opt" / "bin")
+    assert done.returncode == 0, done.stderr
+    assert f"--prefix is the root: binaries go into {tmp_path}/opt/bin/bin" in done.stderr
+    assert (tmp_path / "opt" / "bin" / "bin" / "demo").is_file()
+
+
+@needs_tools
 def test_the_installer_refuses_a_tampered_archive_and_installs_nothing(tmp_path: Path) -> None:
-    release, prefix = _release(tmp_path), tmp_path / "bin"
+    release, prefix = _release(tmp_path), tmp_path / "root"
     archive = release / "demo-1.2.3-linux-x86_64-cpu.tar.xz"
     archive.write_bytes(archive.read_bytes() + b"\0")
     done = _install(release, prefix, "--from", str(release), level="v2")
@@ -252,7 +298,7 @@ def test_the_installer_refuses_a_tampered_archive_and_installs_nothing(tmp_path:
 
 @needs_tools
 def test_the_installer_refuses_what_it_cannot_do(tmp_path: Path) -> None:
-    release, prefix = _release(tmp_path), tmp_path / "bin"
+    release, prefix = _release(tmp_path), tmp_path / "root"
     assert "unknown CPU level v9" in _install(release, prefix, level="v9").stderr
     done = _install(release, prefix, "--flavor", "cuda", level="v3")
     assert done.returncode != 0 and "no cuda archive for x86_64" in done.stderr
@@ -287,7 +333,7 @@ def _fake_tool(folder: Path, name: str, body: str) -> None:
 
 @needs_tools
 def test_the_installer_downloads_from_a_url_and_checks_minisign(tmp_path: Path) -> None:
-    release, prefix, tools = _release(tmp_path), tmp_path / "bin", tmp_path / "tools"
+    release, prefix, tools = _release(tmp_path), tmp_path / "root", tmp_path / "tools"
     # curl that serves https://example.test/r/<file> from the release folder
     _fake_tool(
         tools,
@@ -310,7 +356,7 @@ def test_the_installer_downloads_from_a_url_and_checks_minisign(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert "no --key: signatures not checked" in done.stderr
-    assert (prefix / "demo").is_file()
+    assert (prefix / "bin" / "demo").is_file()
     shutil.rmtree(prefix)
     done = subprocess.run(
         [*args, str(prefix), "--cpu-level", "v2", "--key", str(tmp_path / "publisher.pub")],
@@ -334,11 +380,11 @@ def test_a_published_release_installs_with_the_real_minisign(project: Path, tmp_
         rig = ready_to_publish(options, stack, tmp_path, Signer(key, True, "test key"))
         extract_and_publish(rig)
     release = options.artifacts_dir / rig.pipeline.plan.release_dir
-    prefix = tmp_path / "bin"
+    prefix = tmp_path / "root"
     done = _install(release, prefix, "--key", str(release / "minisign.pub"), level="v2")
     assert done.returncode == 0, done.stderr
     assert "minisign signatures verified" in done.stderr
-    assert (prefix / "demo").read_bytes() == (
+    assert (prefix / "bin" / "demo").read_bytes() == (
         release / rig.pipeline.plan.artifact_dir / "demo"
     ).read_bytes()
     other = tmp_path / "other.pub"
