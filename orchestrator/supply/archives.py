@@ -23,9 +23,6 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
-from orchestrator.supply.archive_docs import crate_docs
-
-__all__ = ["crate_docs"]  # the documents every archive carries (supply/archive_docs.py)
 
 ARCHIVE_SUFFIX = ".tar.xz"
 ZIP_SUFFIX = ".zip"

@@ -17,11 +17,11 @@ import pytest
 
 from orchestrator.execute.ship import publish
 from orchestrator.model.hashing import sha256_file
+from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import (
     Member,
     archive_name,
     archived_files,
-    crate_docs,
     write_archive,
     write_members,
 )

@@ -13,11 +13,11 @@ from orchestrator.config.options import Options
 from orchestrator.errors import PublishError
 from orchestrator.model.hashing import content_hash, sha256_bytes
 from orchestrator.model.records import BuildManifest
+from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import (
     GENERATED_DIR,
     ZIP_SUFFIX,
     archive_name,
-    crate_docs,
     write_archive,
 )
 from orchestrator.supply.attest import Signer
