@@ -71,9 +71,11 @@ class ToolchainInfo(Record):
 
 class ImageRecord(Record):
     reference: str
-    id: str
+    # The Engine's id and whether this run made it differ from engine to engine and run to
+    # run: null in a signed build.json, kept in the folder's logs/run.json (model/run_logs.py)
+    id: str | None = None
     input_hash: str
-    built_this_run: bool
+    built_this_run: bool | None = None
     labels: dict[str, str]
 
 
@@ -388,14 +390,16 @@ class BuildManifest(Record):
     profiling: ProfilingInfo
     validation: JsonDict
     variants: dict[str, FileDigest]
-    steps: list[JsonDict]
+    # How the build went (null since logs/run.json holds it, model/run_logs.py: two honest
+    # builds of the same inputs differ there, and build.json is signed)
+    steps: list[JsonDict] | None = None
     dependencies: Dependencies
     profiles: dict[str, FileDigest]
     source: SourceIdentity
     portability: PortabilityInfo | None
     device_code: JsonDict | None
-    started_at: str
-    finished_at: str
+    started_at: str | None = None  # null since logs/run.json holds it
+    finished_at: str | None = None
     # Added within version 2: `cargo test` as run, or why it was not ([test] reason).
     tests: JsonDict | None = None
     run: JsonDict | None = None  # where and with what workloads and validation ran
@@ -403,9 +407,10 @@ class BuildManifest(Record):
     # release does not build the target again while its key is unchanged.
     action_key: str | None = None
     gate: GateInfo | None = None  # the speed gate's counts and decision
-    engine: EngineRecord | None = None  # where it was built
+    engine: EngineRecord | None = None  # where it was built (null since logs/run.json)
     # Steps not run because the step cache held their outputs (host/step_cache.py),
-    # step name -> where they came from; None or absent when every step ran.
+    # step name -> where they came from; None or absent when every step ran (and null
+    # since logs/run.json holds it).
     reused_steps: dict[str, ReusedStep] | None = None
     cuda_runtime: CudaRuntimeInfo | None = None  # crates that bind CUDA (cudarc)
     generated: list[GeneratedFile] | None = None  # [[archive.generate]] outputs

@@ -1,4 +1,11 @@
-"""release.json: every target of a release and how its last build went."""
+"""release.json: what a release publishes, and logs/targets.json: how its targets' last
+builds went.
+
+release.json is signed (the release's SHA256SUMS lists it), so it holds only what the
+published folders' build.json files say: two honest builders of the same inputs write the
+same bytes. Times, statuses, engines, quick-bench ratios and a run's warnings differ from
+run to run and builder to builder: they go to logs/targets.json, which no signature covers
+(nothing under a `logs/` folder is signed)."""
 
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ from orchestrator.model.records import BuildManifest, JsonDict, Record
 
 
 class TargetSummary(Record):
+    """One target's build as a run saw it: `release --json`, logs/targets.json, and the
+    runner's claim in target.json."""
+
     flavor: str
     level: str
     artifact: str
@@ -97,23 +107,94 @@ def _release_v1_to_v2(document: JsonDict) -> JsonDict:
     return {**document, "schema": "orchestrator/release", "schema_version": 2}
 
 
+class PublishedTarget(Record):
+    """One target a release publishes, as its signed build.json describes it."""
+
+    flavor: str
+    level: str = Field(description="the CPU level it was built for (rustc's target-cpu)")
+    artifact: str = Field(description="its folder in the release (and the archive's name)")
+    rust_target: str | None = Field(
+        description="target triple, e.g. x86_64-unknown-linux-gnu (null: read from a "
+        "release.json written before triples were recorded)"
+    )
+    size: int = Field(description="the main binary's size in bytes")
+    sha256: str = Field(description="the main binary's sha256")
+    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
+    oldest_distribution: str | None = Field(
+        None, description="the oldest Debian release it loaded and validated on"
+    )
+    shipped_variant: str | None = Field(
+        None, description="what the speed gate shipped: release, pgo, pgo-bolt (null: unmeasured)"
+    )
+    cycles_saved_vs_baseline: float | None = Field(
+        None, description="share of callgrind's estimated cycles saved vs cargo build --release"
+    )
+    cycles_saved_vs_release: float | None = Field(
+        None, description="the same against the release profile alone"
+    )
+    bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
+    cuda_runtime: str | None = Field(
+        None, description="the CUDA release the driver must serve where it runs (cudarc's feature)"
+    )
+    gpu_path: str | None = Field(
+        None, description="GPU flavors: build.json's gpu_path (null: no GPU flavor)"
+    )
+
+
+def _release_v2_to_v3(document: JsonDict) -> JsonDict:
+    """v3 keeps what the published build.json files say, sorted by folder: each run's
+    times, statuses, engines, speed ratios and warnings, the failed targets and
+    jobs_per_engine moved to logs/targets.json (unsigned)."""
+    kept = set(PublishedTarget.model_fields)
+    artifacts = [
+        {"rust_target": None, **{key: value for key, value in entry.items() if key in kept}}
+        for entry in document.get("artifacts", [])
+        if isinstance(entry, dict) and entry.get("status") in ("ok", "cached")
+    ]
+    return {
+        "schema": "orchestrator/release",
+        "schema_version": 3,
+        "name": document.get("name"),
+        "version": document.get("version"),
+        "artifacts": sorted(artifacts, key=lambda entry: str(entry.get("artifact"))),
+    }
+
+
 class ReleaseSummary(Record):
-    """release.json: every target of the release and how its last build went, in the
-    order they were built."""
+    """release.json: every target the release publishes, sorted by folder name; a pure
+    function of the published build.json files (release/release_json.py writes it)."""
 
     SCHEMA = "orchestrator/release"
-    VERSION = 2
-    MIGRATIONS: ClassVar[Mapping[int, Callable[[JsonDict], JsonDict]]] = {1: _release_v1_to_v2}
+    VERSION = 3
+    MIGRATIONS: ClassVar[Mapping[int, Callable[[JsonDict], JsonDict]]] = {
+        1: _release_v1_to_v2,
+        2: _release_v2_to_v3,
+    }
 
     schema_: Literal["orchestrator/release"] = Field("orchestrator/release", alias="schema")
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     name: str
     version: str
-    artifacts: list[TargetSummary]
-    # Added within version 2 (an older file reads as []); `release assemble` has no engines.
+    artifacts: list[PublishedTarget]
+
+
+class TargetRuns(Record):
+    """logs/targets.json, beside release.json and not signed: each target's last build as
+    the release that made it saw it (a target found current keeps the entry of the build
+    that made it), in build order, and the engines of the last run that built any."""
+
+    SCHEMA = "orchestrator/target-runs"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/target-runs"] = Field("orchestrator/target-runs", alias="schema")
+    schema_version: Literal[1] = 1
+    name: str
+    version: str
+    targets: list[TargetSummary]
     jobs_per_engine: list[EngineJobs] = Field(
         default_factory=list,
-        description="the engines this run built on, each with how many targets at a time and why",
+        description="the engines the last run built on, each with how many targets at a time "
+        "and why ([] for `release assemble`, which has none)",
     )
 
 
@@ -133,3 +214,25 @@ def bolt_summary(manifest: BuildManifest) -> str | None:
     if gate is not None and gate.shipped is not None and "bolt" not in gate.shipped:
         text += ", not shipped (speed gate)"
     return text
+
+
+def published_target(folder: str, manifest: BuildManifest) -> PublishedTarget:
+    """release.json's entry of the artifact folder `folder`, from its build.json alone."""
+    portability, gate, cuda = manifest.portability, manifest.gate, manifest.cuda_runtime
+    shipped = gate is not None and bool(gate.shipped)
+    return PublishedTarget(
+        flavor=manifest.artifact.flavor,
+        level=manifest.flags.target_cpu,
+        artifact=folder,
+        rust_target=manifest.artifact.target,
+        size=manifest.artifact.size,
+        sha256=manifest.artifact.sha256,
+        glibc=portability.glibc_max if portability else None,
+        oldest_distribution=portability.oldest_distribution if portability else None,
+        shipped_variant=gate.shipped if gate is not None and shipped else None,
+        cycles_saved_vs_baseline=gate.gain_vs_baseline if gate is not None and shipped else None,
+        cycles_saved_vs_release=gate.gain_vs_release if gate is not None and shipped else None,
+        bolt=bolt_summary(manifest),
+        cuda_runtime=cuda.cuda_api if cuda is not None and cuda.binding == "run time" else None,
+        gpu_path=manifest.gpu_path,
+    )

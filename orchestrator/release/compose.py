@@ -13,7 +13,10 @@ archive is a provenance subject; `verify` checks the copies against the level fo
 
 from __future__ import annotations
 
+import hashlib
+import lzma
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ from orchestrator.runtime.api import EngineApi
 from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import Member, archive_name, write_members
 from orchestrator.supply.attest import SIGNATURE_SUFFIX, Signer
+from orchestrator.supply.chain import SignedChain
 
 DISPATCH_ARCH = "x86_64"  # the dispatcher is x86_64 code: cpuid, xgetbv
 
@@ -145,6 +149,63 @@ class ComposeError(Exception):
         self.message = message
 
 
+def composed_members(
+    record: ComposeRecord,
+    release_dir: Path,
+    dispatcher: bytes,
+    docs: Sequence[tuple[str, bytes]] = (),
+) -> list[Member]:
+    """Every file of the composed folder (and of its archive), with its bytes: the
+    dispatcher, the levels' binaries, compose.json and the crate's `docs`."""
+    members = [Member(f"bin/{b}", dispatcher, executable=True) for b in record.binaries]
+    for path, source in composed_files(record, release_dir):
+        members.append(Member(path, source.read_bytes(), executable=True))
+    members.append(Member(COMPOSE_JSON, record_text(record).encode(), executable=False))
+    return members + [Member(path, data, executable=False) for path, data in docs]
+
+
+def composed_current(
+    release_dir: Path, folder: str, members: Sequence[Member], *, mtime: int, chain: SignedChain
+) -> bool:
+    """Whether the published folder and its archive hold exactly `members` (the archive with
+    every entry at `mtime`), all vouched for by the release's signed chain: then composing
+    again would write the same bytes, and nothing is written (a no-op release)."""
+    wanted = {m.path: (m.mode, sha256_bytes(m.data())) for m in members}
+    top = release_dir / folder
+    if not top.is_dir() or top.is_symlink():
+        return False
+    present = {p.relative_to(top).as_posix() for p in top.rglob("*") if not p.is_dir()}
+    archive = archive_name(folder)
+    signed = [*(f"{folder}/{path}" for path in wanted), archive, archive + SIGNATURE_SUFFIX]
+    if present != set(wanted) or not all(chain.matches(name) for name in signed):
+        return False
+    if any(chain.files[f"{folder}/{path}"] != digest for path, (_, digest) in wanted.items()):
+        return False
+    return packed_files(release_dir / archive, folder) == (wanted, {mtime})
+
+
+def packed_files(archive: Path, top: str) -> tuple[dict[str, tuple[int, str]], set[int]]:
+    """path below `top` -> (mode, sha256) of a .tar.xz's plain files, and the mtimes of all
+    its entries; nothing (and no mtime) when it is not one archive under `top`."""
+    files: dict[str, tuple[int, str]] = {}
+    mtimes: set[int] = set()
+    try:
+        with tarfile.open(archive, mode="r:xz") as tar:
+            for member in tar:
+                mtimes.add(int(member.mtime))
+                if member.name == top and member.isdir():
+                    continue
+                path = member.name.removeprefix(f"{top}/")
+                if path == member.name or (not member.isfile() and not member.isdir()):
+                    return {}, set()
+                handle = tar.extractfile(member) if member.isfile() else None
+                if handle is not None:
+                    files[path] = (member.mode, hashlib.sha256(handle.read()).hexdigest())
+    except (OSError, tarfile.TarError, lzma.LZMAError, EOFError):
+        return {}, set()
+    return files, mtimes
+
+
 def write_composed(
     release_dir: Path,
     folder: str,
@@ -160,11 +221,7 @@ def write_composed(
     staging = Path(tempfile.mkdtemp(prefix=".compose-", dir=release_dir))
     try:
         top = staging / folder
-        members = [Member(f"bin/{b}", dispatcher, executable=True) for b in record.binaries]
-        for path, source in composed_files(record, release_dir):
-            members.append(Member(path, source.read_bytes(), executable=True))
-        members.append(Member(COMPOSE_JSON, record_text(record).encode(), executable=False))
-        members += [Member(path, data, executable=False) for path, data in docs]
+        members = composed_members(record, release_dir, dispatcher, docs)
         expected = composed_digests(record) | record.docs
         for member in members:
             data = member.data()
@@ -218,8 +275,11 @@ def compose_release(
     names written, for the release index to sign. The dispatcher is the one the level
     folders `carried` (release assemble, checked), else this cache's or compiled by
     `engine` (None: no Engine here). A folder that cannot be composed is a
-    warning, never a failed release: the level targets are published either way."""
+    warning, never a failed release: the level targets are published either way. A folder
+    whose published files and archive are already what composing writes is left as it is
+    (not in the names returned)."""
     groups, stale = compose_groups(options, built)
+    chain = SignedChain.read(release_dir, signer.key.public)
     for folder in stale:
         if release_dir.is_dir() and remove_composed(release_dir, folder):
             announce(f"  removed {folder}: dispatch is off or fewer than two levels built")
@@ -254,6 +314,11 @@ def compose_release(
         info, data = found
         try:
             record = compose_record(options, group, release_dir, info)
+            members = composed_members(record, release_dir, data, group.docs)
+            if composed_current(
+                release_dir, group.folder, members, mtime=options.source_date_epoch, chain=chain
+            ):
+                continue  # the same bytes are published and signed: nothing to write
             names = write_composed(
                 release_dir,
                 group.folder,

@@ -43,6 +43,8 @@ from orchestrator.model.lockfile import (
     drift,
     read_lock,
 )
+from orchestrator.model.records import EngineRecord, RecordError, read_record
+from orchestrator.model.run_logs import BUILD_RUN, BuildRun
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs
@@ -353,7 +355,8 @@ def _reproduce_one(
         plan = private_images(plan, run.engine.session)
         run.built_images.update((plan.base_image.reference, plan.image.reference))
     here = engine_record(run.engine).described()
-    there = f"; the release built it on {entry.built_on.described()}" if entry.built_on else ""
+    built_on = entry.built_on or _built_on(run.release_dir / result.artifact)
+    there = f"; the release built it on {built_on.described()}" if built_on else ""
     run.announce(f"reproducing {result.artifact} on {here}{there}")
     reporter = Reporter(run.console, run.cache / "runs" / run.engine.session / result.artifact)
     started = time.monotonic()
@@ -382,3 +385,12 @@ def _reproduce_one(
     if not result.identical and expected.is_file():
         report = outcome.artifact.parent.parent / f"{result.artifact}.diffoscope.txt"
         result.report = diffoscope_report(expected, outcome.binary, report, run.announce)
+
+
+def _built_on(artifact: Path) -> EngineRecord | None:
+    """The engine the folder's unsigned logs/run.json names (a lock written since its
+    built_on left the signed files names none); None when it does not read."""
+    try:
+        return read_record(artifact / BUILD_RUN, BuildRun).engine
+    except RecordError:
+        return None

@@ -1,10 +1,12 @@
 """`orchestrator release`: every flavor and level of the config, one after another.
 
-A failed target does not stop the others; the summary and release.json show all of them,
-each failed one with its error's class and exit code, and the exit code says whether all
-succeeded (49 when any failed, whatever their errors). A failed quick bench is only a
+A failed target does not stop the others; the summary and logs/targets.json show all of
+them, each failed one with its error's class and exit code, and the exit code says whether
+all succeeded (49 when any failed, whatever their errors). A failed quick bench is only a
 warning on its target; a target without a speed figure says why (emulated, skipped).
-release.json lists the targets in the order they were built, each with its triple.
+release.json (signed) lists what the release publishes, from the folders' build.json; how
+each target's last build went is in logs/targets.json (release/release_json.py). A run
+that builds nothing and finds every file current writes nothing.
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestrator.config.options import Options
-from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
+from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.flavors import get_flavor
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import EngineJobs, ReleaseSummary, TargetSummary
+from orchestrator.model.records import BuildManifest
+from orchestrator.model.release_summary import EngineJobs, TargetSummary
 from orchestrator.model.reports import (
     ReleaseRunReport,
     SigningInfo,
@@ -37,21 +38,34 @@ from orchestrator.release.compose import compose_release
 from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_per_engine
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
 from orchestrator.release.prefetch import PREFETCH_LOGS, Prefetcher
+from orchestrator.release.release_json import (
+    RELEASE_JSON,
+    earlier_runs,
+    write_release_json,
+    write_target_runs,
+)
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
-from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.minisign import PublicKey, VerificationError
 
-RELEASE_JSON = "release.json"
+__all__ = [  # RELEASE_JSON is release/release_json.py's; its callers read it here too
+    "RELEASE_JSON",
+    "ReleaseIncompleteError",
+    "plan_targets",
+    "public_key_for",
+    "run_release",
+    "run_report",
+    "verify_command",
+]
 
 
 class ReleaseIncompleteError(OrchestratorError):
     exit_code = 49
     summary = (
         "`release`: at least one target failed (the others are published). Always 49, whatever "
-        "the targets' errors; `release.json` records each failed target's `error_class` and "
-        "`exit_code`"
+        "the targets' errors; the release's `logs/targets.json` records each failed target's "
+        "`error_class` and `exit_code`"
     )
     default_hint = "The summary above says which targets failed and why; their logs are kept."
 
@@ -87,8 +101,7 @@ def run_release(
     results: list[TargetResult] = []
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     marks = marks_for(console)
-    signed = _release_json_signed(release_dir, signer, announce)
-    earlier = _earlier_entries(release_dir) if signed else {}
+    earlier = earlier_runs(release_dir)  # how each target's last build went
     # One live line per target, redrawn in place, when they build side by side on a terminal
     board = TargetBoard(console) if side_by_side and not in_ci(console) else None
 
@@ -144,9 +157,41 @@ def run_release(
     if waiting:
         with board.shown() if board is not None else nullcontext():
             _build_side_by_side(waiting, pool, build, options, announce, jobs=jobs)
-    write_release_json(release_dir, options, results, carry_over=signed, jobs=jobs)
-    _compose_and_sign(options, results, planned, pool[0], signer=signer, announce=announce)
+    _finish(
+        options,
+        results,
+        planned,
+        pool[0],
+        signer=signer,
+        announce=announce,
+        earlier=earlier,
+        jobs=jobs,
+    )
     return results
+
+
+def _finish(
+    options: Options,
+    results: Sequence[TargetResult],
+    planned: Sequence[tuple[Target, BuildPlan]],
+    engine: Engine,
+    *,
+    signer: Signer,
+    announce: Callable[[str], None],
+    earlier: Mapping[str, TargetSummary],
+    jobs: Sequence[EngineJobs],
+) -> None:
+    """After the targets: logs/targets.json when anything was built (or failed),
+    release.json, the -auto folders and the index, each written only when it changes; a
+    run that wrote none of them says the release is current."""
+    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    built = any(result.status != "cached" for result in results)
+    if built:  # a run that built nothing keeps the record of the builds that made them
+        write_target_runs(release_dir, options, results, earlier=earlier, jobs=jobs)
+    changed = write_release_json(release_dir, options)
+    signed = _compose_and_sign(options, results, planned, engine, signer=signer, announce=announce)
+    if not (built or changed or signed):
+        announce(f"{release_dir.name} is current: every target cached, nothing written")
 
 
 def _compose_and_sign(
@@ -157,15 +202,16 @@ def _compose_and_sign(
     *,
     signer: Signer,
     announce: Callable[[str], None],
-) -> None:
+) -> bool:
     """Compose the -auto folders from the published levels (release/compose.py), then sign
-    the release index with them."""
+    the release index with them; whether anything was written (a current -auto folder and
+    an index that would come out the same are left as they are)."""
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     built = [(result, plan) for result, (_target, plan) in zip(results, planned, strict=False)]
     composed = compose_release(
         options, release_dir, built, engine, signer=signer, announce=announce
     )
-    _sign_index(release_dir, signer, announce, composed=composed)
+    return _sign_index(release_dir, signer, announce, composed=composed) or bool(composed)
 
 
 class _InOrder:
@@ -231,30 +277,17 @@ def _sign_index(
     announce: Callable[[str], None],
     *,
     composed: Sequence[str] = (),
-) -> None:
+) -> bool:
     """Sign the release index again: release.json and the -auto folders composed now are
     this run's own, the rest only as the last signature vouched for it; say what was left
-    out."""
+    out. Whether the index was written (not when it would come out the same)."""
     if not release_dir.is_dir():
-        return
+        return False
     vouched = (RELEASE_JSON, *composed)
     signature = update_release_index(release_dir, signer, vouched=vouched)
     for entry in signature.left_out:
         announce(f"warning: not signed again: {entry}")
-
-
-def _release_json_signed(
-    release_dir: Path, signer: Signer, announce: Callable[[str], None]
-) -> bool:
-    """Whether release.json is the one the release's signature covers. Its figures are
-    carried into the next release.json, which is signed: a file edited since must not be."""
-    signed = SignedChain.read(release_dir, signer.key.public).matches(RELEASE_JSON)
-    if (release_dir / RELEASE_JSON).is_file() and not signed:
-        announce(
-            f"warning: {RELEASE_JSON} is not the one that was signed: its entries are not "
-            "carried over"
-        )
-    return signed
+    return bool(signature.written)
 
 
 def _build_side_by_side(
@@ -301,14 +334,6 @@ def _take_farm_report(farm: FarmReport, results: Sequence[TargetResult]) -> None
             )
 
 
-def _earlier_entries(release_dir: Path) -> dict[str, TargetSummary]:
-    """release.json's entries by artifact, as the last release left them."""
-    path = release_dir / RELEASE_JSON
-    if not path.is_file():
-        return {}
-    return {entry.artifact: entry for entry in read_record(path, ReleaseSummary).artifacts}
-
-
 def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary | None) -> None:
     """A cached target's result: its published build's record, and the speed figure the
     release that built it measured."""
@@ -319,47 +344,6 @@ def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary |
         result.speedup = entry.speedup_vs_baseline
         result.speedup_note = entry.speedup_note or ""
         result.warnings = list(entry.warnings)
-
-
-def write_release_json(
-    release_dir: Path,
-    options: Options,
-    results: Sequence[TargetResult],
-    *,
-    carry_over: bool = True,
-    jobs: Sequence[EngineJobs] = (),
-) -> None:
-    """release.json: every target in build order, and how many targets each engine built
-    at a time (`jobs`). Artifacts published by earlier runs and not rebuilt now come
-    first, as they were listed (unless not `carry_over`: the file is not the one that was
-    signed); then this run's, in its order."""
-    path = release_dir / RELEASE_JSON
-    rebuilt = {result.artifact for result in results}
-    earlier: list[TargetSummary] = []
-    if path.is_file() and carry_over:
-        earlier = [
-            _with_triple(entry)
-            for entry in read_record(path, ReleaseSummary).artifacts
-            if entry.artifact not in rebuilt
-        ]
-    summary = ReleaseSummary(
-        name=options.binary,
-        version=options.version,
-        artifacts=[*earlier, *(result.summary() for result in results)],
-        jobs_per_engine=list(jobs),
-    )
-    write_record(path, summary)
-
-
-def _with_triple(entry: TargetSummary) -> TargetSummary:
-    """An entry written before release.json recorded triples gets its flavor's."""
-    if entry.rust_target is not None:
-        return entry
-    try:
-        triple = get_flavor(entry.flavor).rust_target
-    except ConfigError:  # a flavor this version no longer has: leave it unknown
-        return entry
-    return entry.model_copy(update={"rust_target": triple})
 
 
 def public_key_for(signer: Signer) -> Path | None:

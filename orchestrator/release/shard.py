@@ -53,7 +53,7 @@ from orchestrator.release.pin import (
     vault_for,
     write_release_lock,
 )
-from orchestrator.release.run import write_release_json
+from orchestrator.release.release_json import write_release_json, write_target_runs
 from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
@@ -236,8 +236,8 @@ def assemble(
     announce: Callable[[str], None],
     warn: Callable[[str], None],
 ) -> tuple[list[TargetResult], Path]:
-    """Publish every checked folder into the release, signed, then release.json and
-    release.lock; the targets' results and the lock's path."""
+    """Publish every checked folder into the release, signed, then release.json,
+    logs/targets.json and release.lock; the targets' results and the lock's path."""
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     results: list[TargetResult] = []
     locked: list[LockedTarget] = []
@@ -266,7 +266,9 @@ def assemble(
         # consoles print without markup, so brackets need nothing more).
         engine = item.record.summary.engine or "an engine it did not name"
         announce(f"published {item.record.artifact} (built on {engine})")
-    write_release_json(release_dir, options, results, carry_over=False)
+    write_release_json(release_dir, options)
+    # how the builds went, as the runners' target.json say (unsigned, like a runner's logs)
+    write_target_runs(release_dir, options, results, earlier={})
     pins: SharedPins = checked[0].record.pins
     lock = write_release_lock(options, checked[0].plan, pins, locked, release_dir)
     return results, lock

@@ -1,7 +1,7 @@
 """The JSON Schemas of every document orchestrator publishes, generated from its records.
 
 `python -m orchestrator.tools.schemas` writes schemas/<name>-<version>.schema.json for
-build.json, release.json, release.lock and each `--json` output; `--check` writes
+build.json, release.json, release.lock, the logs/ records and each `--json` output; `--check` writes
 nothing and exits 1 when a committed file is stale, missing or no longer generated
 (`make lint` runs it), so the schemas cannot drift from the code.
 """
@@ -19,7 +19,7 @@ from orchestrator.config.resources import resource_dir
 from orchestrator.model.compose_record import ComposeRecord
 from orchestrator.model.lockfile import LockDocument
 from orchestrator.model.records import BuildManifest, Record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
 from orchestrator.model.reports import (
     BenchReport,
     BuildPlanReport,
@@ -29,6 +29,7 @@ from orchestrator.model.reports import (
     ReleaseRunReport,
     VerifyReport,
 )
+from orchestrator.model.run_logs import BuildRun
 
 PUBLISHED: tuple[type[Record], ...] = (
     BuildManifest,
@@ -42,6 +43,8 @@ PUBLISHED: tuple[type[Record], ...] = (
     VerifyReport,
     BenchReport,
     ComposeRecord,
+    BuildRun,  # a folder's logs/run.json and the release's logs/targets.json: not signed
+    TargetRuns,
 )
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SUFFIX = ".schema.json"

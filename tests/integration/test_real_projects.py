@@ -298,6 +298,7 @@ def test_a_second_release_with_nothing_changed_builds_nothing(
     """The action cache: the published artifact is current, so no step runs again."""
     build_json = (workspace_release.artifact / "build.json").read_bytes()
     binary = (workspace_release.artifact / "wordfreq").read_bytes()
+    listing = (workspace_release.directory / "release.json").read_bytes()
     where = [
         "--config",
         str(workspace_release.project / "orchestrator.toml"),
@@ -316,8 +317,11 @@ def test_a_second_release_with_nothing_changed_builds_nothing(
         assert step not in again.output, step
     assert (workspace_release.artifact / "build.json").read_bytes() == build_json
     assert (workspace_release.artifact / "wordfreq").read_bytes() == binary
-    listing = json.loads((workspace_release.directory / "release.json").read_text())
-    assert [a["status"] for a in listing["artifacts"]] == ["cached"]
+    # a no-op: release.json as it was, and logs/targets.json keeps the build that made it
+    assert (workspace_release.directory / "release.json").read_bytes() == listing
+    assert "is current: every target cached, nothing written" in again.output
+    runs = json.loads((workspace_release.directory / "logs" / "targets.json").read_text())
+    assert [a["status"] for a in runs["targets"]] == ["ok"]
     assert managed_containers(docker_client) == []
     verified = orchestrator(["verify", str(workspace_release.directory)])
     assert verified.returncode == 0, verified.output

@@ -1,4 +1,5 @@
-"""`orchestrator release` over flavors and CPU levels: plans, partial failure, release.json."""
+"""`orchestrator release` over flavors and CPU levels: plans, partial failure, release.json
+and logs/targets.json."""
 
 from __future__ import annotations
 
@@ -53,8 +54,9 @@ def test_failing_level_and_flavor_do_not_hide_the_others(
     assert "refuses AVX2 builds" in run.output
     assert "refuses Arm builds" in run.output  # its tests ran under qemu, and failed
     release_dir = tmp_path / "level-sensitive-0.0.1"
-    listing = json.loads((release_dir / "release.json").read_text())
-    statuses = {a["artifact"]: a["status"] for a in listing["artifacts"]}
+    # how each went: the unsigned logs/targets.json; release.json lists what is published
+    listing = json.loads((release_dir / "logs" / "targets.json").read_text())
+    statuses = {a["artifact"]: a["status"] for a in listing["targets"]}
     assert statuses == {
         "level-sensitive-0.0.1-linux-x86_64-cpu": "ok",
         "level-sensitive-0.0.1-linux-x86_64-cpu-v3": "failed",
@@ -63,6 +65,10 @@ def test_failing_level_and_flavor_do_not_hide_the_others(
     assert (release_dir / "level-sensitive-0.0.1-linux-x86_64-cpu" / "level-sensitive").is_file()
     assert not (release_dir / "level-sensitive-0.0.1-linux-x86_64-cpu-v3").exists()
     assert not (release_dir / "level-sensitive-0.0.1-linux-aarch64-cpu").exists()
+    published = json.loads((release_dir / "release.json").read_text())
+    assert [a["artifact"] for a in published["artifacts"]] == [
+        "level-sensitive-0.0.1-linux-x86_64-cpu"
+    ]
     assert "release.json" in (release_dir / "SHA256SUMS").read_text()
     verified = orchestrator(["verify", str(release_dir)])
     assert verified.returncode == 0, verified.output

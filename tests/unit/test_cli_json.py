@@ -26,7 +26,7 @@ from orchestrator.execute.verdict import bench as bench_module
 from orchestrator.execute.verdict.bench import TIMER, BenchSetup
 from orchestrator.model.lockfile import LockDocument, dumps
 from orchestrator.model.records import BuildManifest, Record, read_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
 from orchestrator.model.reports import (
     BenchReport,
     BuildPlanReport,
@@ -36,6 +36,7 @@ from orchestrator.model.reports import (
     ReleaseRunReport,
     VerifyReport,
 )
+from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.tools import schemas
 from orchestrator.tools.schemas import DEFAULT_DIR, PUBLISHED, schema_file_name, sync
 
@@ -68,7 +69,7 @@ def test_committed_schemas_are_the_generated_ones() -> None:
     names = sorted(p.name for p in DEFAULT_DIR.glob("*.schema.json"))
     assert names == sorted(schema_file_name(model) for model in PUBLISHED)
     assert "verify-1.schema.json" in names
-    assert "release-2.schema.json" in names
+    assert "release-3.schema.json" in names
     assert "lock-1.schema.json" in names
 
 
@@ -299,10 +300,14 @@ def test_release_json(project: Path, stand_in_release: None) -> None:
     # The progress and the human summary went to stderr, the document alone to stdout.
     assert "[1/3] demo-1.2.3-linux-x86_64-cpu-v3" in result.stderr
     assert "THROWAWAY" in result.stderr
-    # release.json on disk: the same targets, in build order, with their triples.
+    # logs/targets.json on disk: the same targets, in build order, with their triples;
+    # release.json, what is published (the stand-in builds write no build.json: nothing)
+    runs = read_record(release_dir / TARGET_RUNS, TargetRuns).dump()
+    assert [a["artifact"] for a in runs["targets"]] == artifacts
+    assert all(a["rust_target"] for a in runs["targets"])
     listing = read_record(release_dir / "release.json", ReleaseSummary).dump()
     validate(listing, ReleaseSummary)
-    assert [a["artifact"] for a in listing["artifacts"]] == artifacts
+    assert listing["artifacts"] == []
 
 
 def test_release_json_with_a_failed_target_still_prints_its_document(

@@ -22,11 +22,12 @@ from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.release_summary import TargetRuns
+from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
 from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_of, jobs_per_engine, jobs_text
-from orchestrator.release.run import RELEASE_JSON, run_release, run_report
+from orchestrator.release.run import run_release, run_report
 from orchestrator.release.schedule import Job, Needs, Schedule
 from orchestrator.release.target import TargetResult, targets
 from orchestrator.runtime.api import EngineFacts, engine_facts
@@ -230,7 +231,7 @@ def test_a_small_engine_builds_one_after_another_with_all_its_cores(
     assert [cargo for _, cargo, _ in built] == [2, 2]
     assert {thread for _, _, thread in built} == {threading.main_thread().name}
     assert not any("at a time" in line for line in said)  # no farm
-    summary = read_record(two_levels.artifacts_dir / "demo-1.2.3" / RELEASE_JSON, ReleaseSummary)
+    summary = read_record(two_levels.artifacts_dir / "demo-1.2.3" / TARGET_RUNS, TargetRuns)
     [engine] = summary.jobs_per_engine
     assert (engine.engine, engine.jobs, engine.cargo_jobs, engine.cores) == ("fake", 1, 2, 2)
 
@@ -242,7 +243,7 @@ def test_a_big_engine_builds_side_by_side_sharing_its_cores(
     assert [cargo for _, cargo, _ in built] == [8, 8]
     assert all(thread.startswith("engine-fake-") for _, _, thread in built)
     assert any("at most 2 at a time on each" in line for line in said)
-    summary = read_record(two_levels.artifacts_dir / "demo-1.2.3" / RELEASE_JSON, ReleaseSummary)
+    summary = read_record(two_levels.artifacts_dir / "demo-1.2.3" / TARGET_RUNS, TargetRuns)
     assert [(e.jobs, e.cargo_jobs) for e in summary.jobs_per_engine] == [(2, 8)]
 
 

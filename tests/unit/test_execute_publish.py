@@ -24,6 +24,7 @@ from orchestrator.host.staging import staging_root
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import PATHS
 from orchestrator.model.records import BuildManifest, GateInfo, read_record
+from orchestrator.model.run_logs import BUILD_RUN, BuildRun
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file
@@ -443,13 +444,19 @@ def test_extract_and_publish_assemble_sign_and_move_the_artifact(
     assert manifest.artifact.sha256 == sha256_bytes(binary.read_bytes())
     assert manifest.artifact.optimizations == ["lto-fat", "pgo", "bolt"]
     assert set(manifest.variants) == {"baseline", "release", "pgo", "pgo-bolt"}
-    assert [s["name"] for s in manifest.steps] == ["extract"]
+    # how the build went is in the unsigned logs/run.json, not in the signed build.json
+    assert (manifest.steps, manifest.started_at, manifest.engine) == (None, None, None)
+    run = read_record(published / BUILD_RUN, BuildRun)
+    assert [s["name"] for s in run.steps] == ["extract"]
+    assert run.artifact == plan.artifact_dir and run.finished_at
     assert (published / "profiles" / "pgo.profdata").read_bytes() == b"pgo profile"
     assert sorted(p.name for p in (published / "logs").iterdir()) == [
         "01-extract.log",
         "02-publish.log",
+        "run.json",
     ]
     sums = (published / "SHA256SUMS").read_text()
+    assert "logs/" not in sums
     assert f"{sha256_bytes(binary.read_bytes())}  demo" in sums
     assert json.loads((published / SBOM_FILE).read_text())["bomFormat"] == "CycloneDX"
     assert (published.parent / "SHA256SUMS").is_file()  # the release index

@@ -125,8 +125,9 @@ def test_failed_targets_keep_error_class_and_exit_code(
     assert [r.status for r in results] == ["failed", "failed"]
     assert isinstance(results[0].exception, VaultError)
     assert results[0].error == "no blob"
-    release_json = next((tmp_path / "artifacts").glob("*/release.json"))
-    entries = {e["level"]: e for e in json.loads(release_json.read_text())["artifacts"]}
+    # how each build went: the release's unsigned logs/targets.json
+    runs = next((tmp_path / "artifacts").glob("*/logs/targets.json"))
+    entries = {e["level"]: e for e in json.loads(runs.read_text())["targets"]}
     assert entries["x86-64-v2"]["error_class"] == "VaultError"
     assert entries["x86-64-v2"]["exit_code"] == 51
     assert entries["x86-64-v3"]["error_class"] == "StepFailedError"

@@ -20,12 +20,13 @@ import orchestrator.release.run as release_run
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ImageBuildError
 from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.release_summary import TargetRuns
+from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import StepLog
 from orchestrator.release import prefetch
 from orchestrator.release.engine_jobs import jobs_of, jobs_per_engine, prefetch_of
-from orchestrator.release.run import RELEASE_JSON, run_release
+from orchestrator.release.run import run_release
 from orchestrator.release.target import TargetResult, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
@@ -197,7 +198,7 @@ def test_the_next_targets_images_are_made_while_the_first_compiles(
     assert any("making demo-1.2.3-linux-aarch64-cpu's images ahead" in line for line in said)
     log = three_targets.cache_dir / "runs" / engine.session / "prefetch"
     assert "apt: installing" in (log / "demo-1.2.3-linux-aarch64-cpu.log").read_text()
-    summary = read_record(three_targets.artifacts_dir / "demo-1.2.3" / RELEASE_JSON, ReleaseSummary)
+    summary = read_record(three_targets.artifacts_dir / "demo-1.2.3" / TARGET_RUNS, TargetRuns)
     [jobs] = summary.jobs_per_engine
     assert (jobs.jobs, jobs.prefetch) == (1, True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -21,7 +21,7 @@ from orchestrator.model.records import (
     record_text,
     write_record,
 )
-from orchestrator.model.release_summary import ReleaseSummary, TargetSummary
+from orchestrator.model.release_summary import PublishedTarget, ReleaseSummary, TargetSummary
 
 from .conftest import plan_for
 from .manifests import produced_manifest
@@ -40,19 +40,34 @@ def summary() -> ReleaseSummary:
         name="demo",
         version="1.2.3",
         artifacts=[
-            TargetSummary(
+            PublishedTarget(
                 flavor="cpu",
                 level="x86-64-v3",
                 artifact="demo-1.2.3-linux-x86_64-cpu-v3",
-                status="ok",
-                seconds=12.5,
+                rust_target="x86_64-unknown-linux-gnu",
                 size=1024,
                 sha256="ab" * 32,
-                speedup_vs_baseline=1.25,
-                error=None,
-                warnings=["slow"],
             )
         ],
+    )
+
+
+def run_entry(artifact: str, status: Literal["ok", "cached", "failed"] = "ok") -> TargetSummary:
+    """A target as release.json listed it up to schema 2: how its build went, too."""
+    failed = status == "failed"
+    return TargetSummary(
+        flavor="cpu",
+        level=f"x86-64-{artifact}",
+        artifact=f"demo-1.2.3-linux-x86_64-cpu-{artifact}",
+        status=status,
+        seconds=12.5,
+        size=0 if failed else 1024,
+        sha256=None if failed else "ab" * 32,
+        speedup_vs_baseline=1.25,
+        error="boom" if failed else None,
+        warnings=["slow"],
+        rust_target="x86_64-unknown-linux-gnu",
+        engine="default",
     )
 
 
@@ -73,13 +88,30 @@ def test_build_v1_is_migrated_to_v2(manifest: BuildManifest, tmp_path: Path) -> 
     assert read.schema_version == 2
 
 
-def test_release_v1_is_migrated_to_v2(tmp_path: Path) -> None:
-    document = summary().dump()
-    document["schema"] = "orchestrator/release@1"
-    del document["schema_version"]
+def test_release_v1_and_v2_are_migrated_to_v3_without_how_the_builds_went(
+    tmp_path: Path,
+) -> None:
+    entries = [run_entry("v3"), run_entry("v4", "failed"), run_entry("v2", "cached")]
+    document: dict[str, Any] = {
+        "schema": "orchestrator/release@1",
+        "name": "demo",
+        "version": "1.2.3",
+        "artifacts": [entry.dump() for entry in entries],
+    }
     read = read_record(dump_to(tmp_path / "release.json", document), ReleaseSummary)
-    assert read == summary()
-    assert read.artifacts[0].exit_code is None  # a default the v1 file need not carry
+    assert read.schema_version == 3
+    # the published ones, sorted by folder, as their build.json says; times, statuses,
+    # engines and speed figures are logs/targets.json's (unsigned), failures too
+    assert [entry.artifact for entry in read.artifacts] == [
+        "demo-1.2.3-linux-x86_64-cpu-v2",
+        "demo-1.2.3-linux-x86_64-cpu-v3",
+    ]
+    assert read.artifacts[1] == summary().artifacts[0]
+    document.update(schema="orchestrator/release", schema_version=2, jobs_per_engine=[])
+    del document["artifacts"][0]["rust_target"]  # written before triples were recorded
+    again = read_record(dump_to(tmp_path / "release.json", document), ReleaseSummary)
+    assert again.artifacts[1].rust_target is None
+    assert again.artifacts[0] == read.artifacts[0]
 
 
 def test_variants_v0_without_schema_is_migrated(tmp_path: Path) -> None:
@@ -192,7 +224,7 @@ def test_error_names_the_file_and_the_dotted_key(manifest: BuildManifest, tmp_pa
 
 def test_error_counts_further_mistakes_and_names_list_indexes(tmp_path: Path) -> None:
     document = summary().dump()
-    document["artifacts"][0]["status"] = "exploded"
+    document["artifacts"][0]["level"] = 3
     document["artifacts"][0]["size"] = "big"
     document["surprise"] = 1
     with pytest.raises(RecordError) as caught:

@@ -1,10 +1,12 @@
-"""What a release tells its reader: the summary's last lines, release.json's order and
-triples, why a target has no speed figure, and where keygen puts the public key."""
+"""What a release tells its reader: the summary's last lines, logs/targets.json's order
+and triples, release.json made of the published build.json files, why a target has no
+speed figure, and where keygen puts the public key."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shlex
 from dataclasses import replace
@@ -18,9 +20,10 @@ import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.records import read_record, write_record
+from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
+from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.release.release_json import write_release_json
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
 from orchestrator.release.target import no_speedup_reason, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer, resolve_signer
@@ -28,6 +31,7 @@ from orchestrator.supply.minisign import SecretKey, write_key_pair
 
 from .conftest import plan_for
 from .fakes import FakeEngine
+from .manifests import produced_manifest
 from .test_cli_commands import configure
 from .test_cli_json import _stand_in_build, stand_in_release  # noqa: F401 - a fixture
 
@@ -103,15 +107,15 @@ def _release(options: Options, flavors: list[str]) -> None:
     )
 
 
-def test_release_json_lists_targets_in_build_order_with_triples(
+def test_the_target_runs_list_targets_in_build_order_with_triples(
     options: Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(release_run, "prepare_plan", plan_for)
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     monkeypatch.setattr(release_target, "run_build", _stand_in_build)
     _release(options, ["cpu", "aarch64"])
-    path = tmp_path / "artifacts" / "demo-1.2.3" / RELEASE_JSON
-    first = read_record(path, ReleaseSummary).artifacts
+    path = tmp_path / "artifacts" / "demo-1.2.3" / TARGET_RUNS
+    first = read_record(path, TargetRuns).targets
     assert [(a.artifact, a.rust_target) for a in first] == [
         ("demo-1.2.3-linux-x86_64-cpu-v3", "x86_64-unknown-linux-gnu"),
         ("demo-1.2.3-linux-x86_64-cpu", "x86_64-unknown-linux-gnu"),
@@ -124,20 +128,45 @@ def test_release_json_lists_targets_in_build_order_with_triples(
     ]
     # An entry written before triples were recorded gets its flavor's when merged.
     document = json.loads(path.read_text())
-    del document["artifacts"][2]["rust_target"]
+    del document["targets"][2]["rust_target"]
     path.write_text(json.dumps(document))
-    # as that older release signed it: only a signed release.json is carried over
-    update_release_index(path.parent, SIGNER, vouched=(RELEASE_JSON,))
     # Rebuilding one target: the others keep their order, the rebuilt one comes last.
     _release(
         replace(options, flavor_settings={"cpu": FlavorSettings(levels=("x86-64-v3",))}), ["cpu"]
     )
-    again = read_record(path, ReleaseSummary).artifacts
+    again = read_record(path, TargetRuns).targets
     assert [(a.artifact, a.rust_target) for a in again] == [
         ("demo-1.2.3-linux-x86_64-cpu", "x86_64-unknown-linux-gnu"),
         ("demo-1.2.3-linux-aarch64-cpu", "aarch64-unknown-linux-gnu"),
         ("demo-1.2.3-linux-x86_64-cpu-v3", "x86_64-unknown-linux-gnu"),
     ]
+
+
+def test_release_json_is_what_the_published_build_json_files_say(
+    options: Options, tmp_path: Path
+) -> None:
+    """Sorted by folder and made of build.json alone: the same bytes whichever machine or
+    run wrote it, and no file written when they are the same."""
+    release = tmp_path / "artifacts" / "demo-1.2.3"
+    manifests = {}
+    for level in ("x86-64-v3", "x86-64-v2"):
+        level_options = replace(options, target_cpu=level)
+        plan = plan_for(level_options)
+        (release / plan.artifact_dir).mkdir(parents=True)
+        (tmp_path / level).mkdir()
+        manifest = produced_manifest(level_options, plan, tmp_path / level)
+        write_record(release / plan.artifact_dir / "build.json", manifest)
+        manifests[plan.artifact_dir] = manifest
+    assert write_release_json(release, options)
+    listing = read_record(release / RELEASE_JSON, ReleaseSummary)
+    assert [a.artifact for a in listing.artifacts] == sorted(manifests)
+    for entry in listing.artifacts:
+        manifest = manifests[entry.artifact]
+        assert (entry.level, entry.sha256) == (manifest.flags.target_cpu, manifest.artifact.sha256)
+        assert entry.rust_target == "x86_64-unknown-linux-gnu"
+    os.utime(release / RELEASE_JSON, ns=(1, 1))
+    assert not write_release_json(release, options)
+    assert (release / RELEASE_JSON).stat().st_mtime_ns == 1
 
 
 # -- keys ---------------------------------------------------------------------------------

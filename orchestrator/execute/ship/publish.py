@@ -54,6 +54,7 @@ from orchestrator.model.records import (
     ToolchainInfo,
     write_record,
 )
+from orchestrator.model.run_logs import BUILD_RUN, LOGS_DIR, split_run
 from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog
@@ -154,9 +155,12 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
 def publish(pipeline: Pipeline, log: StepLog) -> None:
     plan, options, state = pipeline.plan, pipeline.options, pipeline.state
     artifact, binary = _need(state.artifact), _need(state.binary)
-    manifest = _manifest(pipeline, binary)
+    # build.json is signed: how the build went goes to the unsigned logs/run.json beside
+    # the step logs, so that two honest builds of these inputs sign the same build.json
+    manifest, run = split_run(_manifest(pipeline, binary), plan.artifact_dir)
     write_record(artifact / "build.json", manifest)
-    _copy_logs(pipeline.reporter.log_dir, artifact / "logs")
+    _copy_logs(pipeline.reporter.log_dir, artifact / LOGS_DIR)
+    write_record(artifact / BUILD_RUN, run)
     if pipeline.signer is None:  # `build --target`: signed later, by `release assemble`
         handed = _need(pipeline.unsigned_out) / plan.artifact_dir
         handed.parent.mkdir(parents=True, exist_ok=True)
@@ -405,7 +409,9 @@ def update_release_index(
 
     Only what the index being replaced vouches for under this key, and `vouched` (paths
     the caller wrote itself), is signed again; the rest is in the result's `left_out`.
-    A release signed by another key is refused (supply/chain.py's ReleaseKeyError)."""
+    A release signed by another key is refused (supply/chain.py's ReleaseKeyError). An
+    index that comes out byte for byte as the release holds it is not written (signatures
+    are deterministic): the result then lists nothing written."""
     root = staging_root(release_dir.parent)  # release_dir.parent is the artifacts folder
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-index-", dir=root))
@@ -414,6 +420,8 @@ def update_release_index(
         index.mkdir()
         chain = SignedChain.read(release_dir, signer.key.public)
         signed = write_release_index(release_dir, signer, index, chain=chain, vouched=vouched)
+        if _already_there(index, release_dir):  # the same bytes: nothing is written
+            return ReleaseIndex([], signed.left_out)
         fsync_tree(index)
         commit(release_dir, index=index, backup=scratch / "previous")
         return ReleaseIndex([release_dir / path.name for path in signed.written], signed.left_out)
@@ -421,3 +429,12 @@ def update_release_index(
         shutil.rmtree(scratch, ignore_errors=True)
         with suppress(OSError):  # another build is staging too
             root.rmdir()
+
+
+def _already_there(index: Path, release_dir: Path) -> bool:
+    """Whether every file of the new `index` is in `release_dir` with the same bytes."""
+    for path in index.iterdir():
+        there = release_dir / path.name
+        if there.is_symlink() or not there.is_file() or there.read_bytes() != path.read_bytes():
+            return False
+    return True
