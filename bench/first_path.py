@@ -62,8 +62,8 @@ def _first_path(source: Path, scratch: Path) -> None:
     seconds["build --flavor cpu"] = _timed([*ORCHESTRATOR, "build", "--flavor", "cpu"], crate, env)
     release = next((crate / "artifacts").iterdir())
     seconds["verify"] = _timed([*ORCHESTRATOR, "verify", str(release)], crate, env)
-    build = json.loads(next(release.glob("*/build.json")).read_text())
-    print("\nstep times of the build (build.json):")
+    build = json.loads(next(release.glob("*/logs/run.json")).read_text())
+    print("\nstep times of the build (logs/run.json):")
     for step in build.get("steps", []):
         print(f"  {step['name']:<16} {step['seconds']:8.1f} s  {step.get('status', '')}")
     print("\ncommands:")

@@ -151,6 +151,7 @@ class Project:
         self.bench_runs: int | None = None  # [bench] runs, when a scenario sets it
         self.cpu_default_features = True
         self.artifacts = root / "artifacts"
+        self.since = 0.0  # when the last release() started (time.time())
         self.write()
 
     def write(self) -> None:
@@ -165,6 +166,7 @@ class Project:
 
     def release(self, cache: Path, env: dict[str, str] | None = None) -> float:
         started = time.monotonic()
+        self.since = time.time()  # a target built by this release has a newer logs/run.json
         orchestrator(
             [
                 "release",
@@ -196,13 +198,20 @@ class Project:
         )
 
     def count(self, scenario: str, seconds: float) -> Outcome:
-        """The cargo steps this release ran, from release.json and each build.json."""
+        """The cargo steps this release ran, from its logs/targets.json and each target's
+        logs/run.json (a run that built nothing writes neither: nothing was built)."""
         (release,) = [p for p in self.artifacts.iterdir() if (p / "release.json").is_file()]
-        entries = json.loads((release / "release.json").read_text())["artifacts"]
-        built = [e["artifact"] for e in entries if e["status"] == "ok"]
+        runs = release / "logs" / "targets.json"
+        entries = json.loads(runs.read_text())["targets"] if runs.is_file() else []
+        built = [
+            e["artifact"]
+            for e in entries
+            if e["status"] == "ok"
+            and (release / e["artifact"] / "logs" / "run.json").stat().st_mtime >= self.since
+        ]  # a cached target keeps the entry (and run.json) of the release that built it
         outcome = Outcome(scenario, seconds, built)
         for artifact in built:
-            manifest = json.loads((release / artifact / "build.json").read_text())
+            manifest = json.loads((release / artifact / "logs" / "run.json").read_text())
             for step in manifest["steps"]:
                 if step["name"] in CARGO_STEPS and step["status"] == "ok":
                     outcome.builds[step["name"]] += 1

@@ -223,7 +223,9 @@ class ProfilingInfo(Record):
     granted: str  # the grant in words, e.g. "seccomp orchestrator-perf (...)" or "none"
     lbr: bool  # perf could record branch stacks there
     sampling: bool  # perf could sample there
-    container_started: bool
+    # Whether it was started: not when the training came from a cache, so null since
+    # logs/run.json holds it (model/run_logs.py)
+    container_started: bool | None = None
     grant: ContainerGrant | None = None  # added within version 2; absent in older files
 
 

@@ -91,6 +91,11 @@ class BuildRun(Record):
         description="the PGO and BOLT profiles taken from the cache rather than trained now "
         "(pgo, bolt, bolt:<binary>)",
     )
+    profiler_started: bool = Field(
+        False,
+        description="whether the profiling container was started (not when training "
+        "came from a cache)",
+    )
 
 
 REUSED = "reused_from_cache"  # the profile store's flag, which build.json does not keep
@@ -148,6 +153,7 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
         engine=manifest.engine,
         images=images,
         profiles_reused=reused,
+        profiler_started=bool(manifest.profiling.container_started),
     )
     signed = manifest.model_copy(
         update={
@@ -159,6 +165,7 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
             "images": manifest.images.model_copy(update={"base": base, "toolchain": toolchain}),
             "pgo": pgo,
             "bolt": bolt,
+            "profiling": manifest.profiling.model_copy(update={"container_started": None}),
         }
     )
     return signed, run

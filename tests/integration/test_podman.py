@@ -126,6 +126,11 @@ def manifest(artifact: Path) -> dict[str, Any]:
     return dict(json.loads((artifact / "build.json").read_text()))
 
 
+def run_log(artifact: Path) -> dict[str, Any]:
+    """How the build went: steps, reused steps, engine (the unsigned logs/run.json)."""
+    return dict(json.loads((artifact / "logs" / "run.json").read_text()))
+
+
 def test_doctor_names_podman_and_finds_every_capability(podman: PodmanEngine) -> None:
     run = on_podman(podman, ["doctor", "--json"])
     assert run.returncode == 0, run.output
@@ -148,12 +153,12 @@ def test_doctor_names_podman_and_finds_every_capability(podman: PodmanEngine) ->
 @pytest.fixture(scope="module")
 def first_build(podman: PodmanEngine, project: Path, cache: Path) -> Path:
     run, artifact = build(podman, project, cache, "first")
-    assert not manifest(artifact).get("reused_steps"), run.output
+    assert not run_log(artifact).get("reused_steps"), run.output
     return artifact
 
 
 def test_a_build_on_podman_passes_verify(first_build: Path, podman: PodmanEngine) -> None:
-    record = manifest(first_build)
+    record = run_log(first_build)
     assert record["engine"]["version"] == "4.3.1"
     verified = orchestrator(["verify", str(first_build.parent)])
     assert verified.returncode == 0, verified.output
@@ -168,9 +173,9 @@ def test_a_second_build_on_podman_reuses_every_step(
     first_build: Path, podman: PodmanEngine, project: Path, cache: Path
 ) -> None:
     run, artifact = build(podman, project, cache, "second")
-    reused = set(manifest(artifact)["reused_steps"])
+    reused = set(run_log(artifact)["reused_steps"])
     assert reused == CACHED, run.output
-    statuses = {step["name"]: step["status"] for step in manifest(artifact)["steps"]}
+    statuses = {step["name"]: step["status"] for step in run_log(artifact)["steps"]}
     ran = {name for name, status in statuses.items() if status not in ("cached", "skipped")}
     print(f"second build on Podman: {len(reused)} steps reused; run again: {sorted(ran)}")
     assert (artifact / "level-sensitive").read_bytes() == (

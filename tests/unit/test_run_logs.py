@@ -54,6 +54,8 @@ def test_split_run_keeps_how_the_build_went_out_of_build_json(
     assert (signed.engine, signed.reused_steps) == (None, None)
     for image in (signed.images.base, signed.images.toolchain):
         assert (image.id, image.built_this_run) == (None, None)
+    assert signed.profiling.container_started is None
+    assert run.profiler_started is whole.profiling.container_started
     assert signed.pgo is not None and "reused_from_cache" not in signed.pgo.profile
     assert signed.pgo.profile["sha256"] == "89" * 32
     # the same inputs, another run: a profile from the cache, other times and image ids
@@ -67,6 +69,7 @@ def test_split_run_keeps_how_the_build_went_out_of_build_json(
             "images": whole.images.model_copy(
                 update={"toolchain": whole.images.toolchain.model_copy(update={"id": "x"})}
             ),
+            "profiling": whole.profiling.model_copy(update={"container_started": True}),
         }
     )
     signed_again, run_again = split_run(again, plan.artifact_dir)
