@@ -11,6 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.index_files import CHECKSUMS, read_checksums
 
 from .test_supply_release_files import Release, make_release
@@ -54,6 +56,21 @@ def test_a_log_is_not_signed_and_an_edited_one_fails_nothing(tmp_path: Path) -> 
     log.write_text("whatever a runner says\n")
     code, output = _verify(release)
     assert code == 0, output
+
+
+def test_a_folder_whose_older_listing_signed_its_logs_is_still_vouched_for(
+    tmp_path: Path,
+) -> None:
+    """A release made before logs left the signature: its folder SHA256SUMS lists them.
+    The chain still vouches for the folder (a release run again re-signs it, the action
+    cache keeps it), and verify still checks the logs it lists."""
+    release = make_release(tmp_path)
+    _rehash(release.artifact)  # the old listing: every file, logs too
+    update_release_index(release.root, release.signer, vouched=(release.folder,))
+    chain = SignedChain.read(release.root, release.signer.key.public)
+    assert f"{release.folder}/logs/build-release.log" in chain.files
+    assert chain.folder_problem(release.folder) is None
+    assert _verify(release)[0] == 0
 
 
 @pytest.mark.parametrize("forged", ["build.json", "profiles/pgo.profdata"])
