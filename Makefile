@@ -31,8 +31,10 @@ $(STAMP): pyproject.toml
 # what downstream users verify signatures with, so the tests check against the real one;
 # shellcheck lints the generated install.sh; podman (Debian's 4.3) and catatonit, the init
 # it starts containers with (not on PATH), are the second engine kind the tests build on.
+# Docker 26 runs from a trixie root filesystem mmdebstrap makes (tests/integration/
+# docker26_engine.py); it and the second dockerd get bridges of their own through `ip`.
 HOST_TOOLS := mmdebstrap minisign shellcheck podman
-HOST_FILES := /usr/libexec/podman/catatonit=catatonit
+HOST_FILES := /usr/libexec/podman/catatonit=catatonit /usr/bin/ip=iproute2
 host-deps:
 	@missing=""; for tool in $(HOST_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	for entry in $(HOST_FILES); do [ -e "$${entry%%=*}" ] || missing="$$missing $${entry#*=}"; done; \
