@@ -35,7 +35,9 @@ import docker
 
 SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("docker.io", "fuse-overlayfs")  # fuse-overlayfs: where overlay2 cannot run
+# fuse-overlayfs: where overlay2 cannot run (a store on overlayfs); apparmor: on a host
+# with AppArmor, dockerd loads its docker-default profile with apparmor_parser.
+PACKAGES = ("docker.io", "fuse-overlayfs", "apparmor")
 # Documentation and translations are a seventh of the tree and never read here.
 EXCLUDED = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*")
 BRIDGE = "orchd26br0"  # not orchtest*/orchestrator-test*: those are other tests'
@@ -79,7 +81,7 @@ def rootfs_tarball() -> Path:
     if tarball.is_file():
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_name(f"{tarball.name}.{os.getpid()}.partial.tar")
+    partial = tarball.with_name(f".{tarball.stem}.{os.getpid()}.tar")  # not globbed below
     options = [f"--dpkgopt=path-exclude={path}" for path in EXCLUDED]
     argv = [
         "mmdebstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", *options,
@@ -90,6 +92,9 @@ def rootfs_tarball() -> Path:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"mmdebstrap failed:\n{made.stderr[-3000:]}")
     partial.replace(tarball)
+    for older in tarball.parent.glob(f"docker-{SUITE}-*.tar"):  # another recipe's
+        if older != tarball:
+            older.unlink(missing_ok=True)
     return tarball
 
 
