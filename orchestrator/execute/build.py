@@ -12,7 +12,6 @@ needs. Build and profiling containers share one volume at /build/out.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,15 +24,13 @@ from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.optimize import bolt_others, pgo, relocations, variants
 from orchestrator.execute.ship import inventory, publish
 from orchestrator.execute.steps import crates, sysroot, toolchain
-from orchestrator.execute.steps.pipeline import Pipeline
+from orchestrator.execute.steps.pipeline import Pipeline, start_pipeline
 from orchestrator.execute.verdict import device, gate, portability, validate
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import crate_git_facts
 from orchestrator.host.inputs import pack_inputs
-from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import crate_snapshot
-from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.records import BuildManifest
@@ -133,16 +130,13 @@ def run_build(
     `profiles_from`: a profiles.tar trained elsewhere, merged in place of training here."""
     options = options.for_flavor(plan.flavor)  # what its plan was made with
     with ShieldedExitStack() as stack:
-        pipeline = Pipeline(
-            options=options,
-            plan=plan,
-            engine=engine,
-            reporter=reporter,
+        pipeline = start_pipeline(
+            stack,
+            options,
+            plan,
+            engine,
+            reporter,
             signer=signer,
-            stack=stack,
-            staging=stack.enter_context(staging_area(options.artifacts_dir, engine.session)),
-            scratch=stack.enter_context(scratch_dir(options.cache_dir, "build")),
-            started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
             retrain=retrain or profiles_from is not None,  # never a stored profile then
             profiles_from=profiles_from,

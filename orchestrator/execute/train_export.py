@@ -3,17 +3,14 @@ training bundle (execute/optimize/train_elsewhere.py writes it)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import BundleError
 from orchestrator.execute.build import run_steps
 from orchestrator.execute.optimize.train_elsewhere import export_bundle
-from orchestrator.execute.steps.pipeline import Pipeline
-from orchestrator.host.scratch import scratch_dir
+from orchestrator.execute.steps.pipeline import start_pipeline
 from orchestrator.host.signals import ShieldedExitStack
-from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.training_bundle import TrainingManifest
 from orchestrator.plan.build_plan import BuildPlan
@@ -41,16 +38,13 @@ def run_training_export(
         raise BundleError("--train-elsewhere needs PGO: this build has it off")
     upto = plan.steps[: names.index(StepName.PGO_INSTRUMENT) + 1]
     with ShieldedExitStack() as stack:
-        pipeline = Pipeline(
-            options=options,
-            plan=plan,
-            engine=engine,
-            reporter=reporter,
+        pipeline = start_pipeline(
+            stack,
+            options,
+            plan,
+            engine,
+            reporter,
             signer=signer,
-            stack=stack,
-            staging=stack.enter_context(staging_area(options.artifacts_dir, engine.session)),
-            scratch=stack.enter_context(scratch_dir(options.cache_dir, "build")),
-            started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
             keep_containers=keep_containers,
             retrain=True,
             step_cache=StepCache(options.cache_dir / "steps", read=True),

@@ -21,7 +21,8 @@ from orchestrator.errors import (
 )
 from orchestrator.execute.steps import crates, toolchain
 from orchestrator.execute.steps import pipeline as pipeline_module
-from orchestrator.execute.steps.pipeline import BIN_DIR, fetch_file, put_file, run, run_workloads
+from orchestrator.execute.steps.commands import fetch_file, put_file, run
+from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads
 from orchestrator.host.crates import crate_file
 from orchestrator.host.packing import single_file_tar
 from orchestrator.host.source import LockedCrate

@@ -20,7 +20,7 @@ from orchestrator.config.checks import memory_bytes
 from orchestrator.config.options import Options, resolve
 from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import ConfigError, ImageBuildError, ResourceLimitError, StepFailedError
-from orchestrator.execute.steps.pipeline import run
+from orchestrator.execute.steps.commands import run
 from orchestrator.host.bootstrap import PackageSet
 from orchestrator.host.vault import Vault, VaultError
 from orchestrator.model.lockfile import LockLimits, parse_lock

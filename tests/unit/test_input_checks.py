@@ -21,7 +21,7 @@ from orchestrator.config.options import resolve
 from orchestrator.config.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError, DockerUnavailableError, StepFailedError
 from orchestrator.execute.steps import toolchain
-from orchestrator.execute.steps.pipeline import cargo
+from orchestrator.execute.steps.commands import cargo
 from orchestrator.execute.steps.toolchain import TARGET_CPUS_CACHE, parse_target_cpus
 from orchestrator.flavors.gpu import (
     DEFAULT_CUDA_TARGETS,

@@ -15,14 +15,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import BoltError, OrchestratorError, StepFailedError
-from orchestrator.execute.steps.pipeline import (
-    Pipeline,
-    fetch_file,
-    put_file,
-    run,
-    run_workloads,
-    variant_binary,
-)
+from orchestrator.execute.steps.commands import fetch_file, put_file, run
+from orchestrator.execute.steps.pipeline import Pipeline, run_workloads, variant_binary
 from orchestrator.execute.steps.profiles import ProfileRecord, load_profile, store_profile
 from orchestrator.execute.steps.step_reuse import look_up, mark_reused, store
 from orchestrator.execute.verdict.validate import validate_binaries

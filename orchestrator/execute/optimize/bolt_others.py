@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.execute.optimize import bolt
-from orchestrator.execute.steps.pipeline import Pipeline, put_file, run
+from orchestrator.execute.steps.commands import put_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog

@@ -14,15 +14,8 @@ from pathlib import Path
 
 from orchestrator.errors import ProfileError, StepFailedError
 from orchestrator.execute.optimize.train_elsewhere import import_profiles
-from orchestrator.execute.steps.pipeline import (
-    Pipeline,
-    cargo,
-    fetch_file,
-    put_file,
-    run,
-    run_workloads,
-    variant_binary,
-)
+from orchestrator.execute.steps.commands import cargo, fetch_file, put_file, run
+from orchestrator.execute.steps.pipeline import Pipeline, run_workloads, variant_binary
 from orchestrator.execute.steps.profiles import ProfileRecord, load_profile, store_profile
 from orchestrator.execute.steps.step_reuse import (
     build_inputs,

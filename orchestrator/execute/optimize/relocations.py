@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline, fetch_file, run, variant_binary
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline, variant_binary
 from orchestrator.execute.steps.step_reuse import look_up, store
 from orchestrator.execute.verdict.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry, files_tar

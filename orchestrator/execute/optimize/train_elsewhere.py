@@ -20,7 +20,8 @@ from orchestrator.execute.optimize.train_profiles import (
     load_manifest,
     read_profiles,
 )
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, put_file, variant_binary
+from orchestrator.execute.steps.commands import fetch_file, put_file
+from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.host.archive import safe_extract
 from orchestrator.model.training_bundle import BundleWorkload, TrainingManifest
 from orchestrator.progress.reporter import StepLog

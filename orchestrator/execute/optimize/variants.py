@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 from orchestrator.errors import SourceError, StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, cargo, fetch_file, variant_binary
+from orchestrator.execute.steps.commands import cargo, fetch_file
+from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.execute.steps.step_reuse import (
     build_inputs,
     config_of,

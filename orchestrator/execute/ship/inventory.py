@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.metadata import cargo_metadata
-from orchestrator.execute.steps.pipeline import Pipeline, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.bootstrap import deb_identity, read_manifest
 from orchestrator.host.source import registry_crates
 from orchestrator.progress.reporter import StepLog

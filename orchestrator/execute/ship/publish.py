@@ -22,7 +22,8 @@ from orchestrator.execute.optimize.c_code import c_code_record
 from orchestrator.execute.optimize.variants import keep_variants
 from orchestrator.execute.ship.archive_files import generate_archive_files
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish, stage_archives
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file
+from orchestrator.execute.steps.commands import fetch_file
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.errors import CacheCorruptError
-from orchestrator.execute.steps.pipeline import Pipeline, put_file, run
+from orchestrator.execute.steps.commands import put_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.archive import ChunkReader, safe_extract
 from orchestrator.host.crates import missing_crates, take_in, vendor_tar, verified_crate
 from orchestrator.host.source import LockedCrate, other_sources, registry_crates

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.model.layout import PATHS
 from orchestrator.progress.reporter import StepLog
 

@@ -1,31 +1,27 @@
-"""What every build step shares: the containers, the shared volume, command running, and
-the state the steps hand to each other.
+"""What every build step shares: the containers, the shared volume, and the state the steps
+hand to each other.
 
-One `Pipeline` lives for one build. Every command a step runs goes through `run`, which
-echoes it as `+ cmd` into the step log and turns a non-zero exit into StepFailedError.
+One `Pipeline` lives for one build (`start_pipeline` makes it). Every command a step runs
+goes through execute/steps/commands.py's `run`, which echoes it as `+ cmd` into the step
+log and turns a non-zero exit into StepFailedError.
 """
 
 from __future__ import annotations
 
-import re
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainReport
-from orchestrator.errors import (
-    ConfigError,
-    ProfileError,
-    ResourceLimitError,
-    SourceError,
-    StepFailedError,
-)
+from orchestrator.errors import ProfileError, StepFailedError
+from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.profiles import ProfileRecord
-from orchestrator.host.archive import ChunkReader, safe_extract
-from orchestrator.host.packing import single_file_tar
+from orchestrator.host.scratch import scratch_dir
+from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured
@@ -41,7 +37,7 @@ from orchestrator.model.records import (
     ReusedStep,
 )
 from orchestrator.model.relocations import StaticRelocations
-from orchestrator.plan.build_plan import BuildPlan, CargoCommand
+from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter, StepLog
@@ -58,163 +54,6 @@ BIN_DIR = f"{PATHS.out}/bin"
 def variant_binary(variant: str, binary: str) -> str:
     """Where a variant's binary is kept for the later steps: /build/out/bin/<variant>/<name>."""
     return f"{BIN_DIR}/{variant}/{binary}"
-
-
-def run(
-    box: Container,
-    argv: Sequence[str],
-    log: StepLog,
-    step: str,
-    *,
-    environment: Mapping[str, str] | None = None,
-    keep_output: bool = False,
-    workdir: str | None = None,
-) -> str:
-    """Run a command, logging it as `+ cmd`; raise StepFailedError on a non-zero exit."""
-    code, output = _logged_exec(
-        box, argv, log, step, environment=environment, keep_output=keep_output, workdir=workdir
-    )
-    if code != 0:
-        raise _exited(step, argv, code)
-    return output
-
-
-def shown_environment(environment: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment as a command's log line shows it: RUSTFLAGS readable, not encoded."""
-    shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}
-    if environment and "CARGO_ENCODED_RUSTFLAGS" in environment:
-        shown["RUSTFLAGS"] = " ".join(environment["CARGO_ENCODED_RUSTFLAGS"].split("\x1f"))
-    return shown
-
-
-def _logged_exec(
-    box: Container,
-    argv: Sequence[str],
-    log: StepLog,
-    step: str,
-    *,
-    environment: Mapping[str, str] | None,
-    keep_output: bool,
-    workdir: str | None,
-) -> tuple[int, str]:
-    log.command(argv, shown_environment(environment))
-    lines: list[str] = []
-
-    def sink(line: str) -> None:
-        if keep_output:
-            lines.append(line)
-        log.line(line)
-
-    code = box.exec(argv, environment=environment, on_output=sink, workdir=workdir)
-    if code != 0:
-        hits = box.limit_hits()  # a fork bomb or runaway build script: say so, by name
-        if hits:
-            raise limit_error(step, argv, hits, box.limits)
-    return code, "\n".join(lines)
-
-
-def limit_error(
-    step: str, argv: Sequence[str], hits: Sequence[str], limits: Limits
-) -> ResourceLimitError:
-    """A failed command whose container ran into its pids or memory limit meanwhile."""
-    what = {
-        "pids": f"its process limit (limits.pids = {limits.pids})",
-        "memory": f"its memory limit (limits.memory = {limits.memory >> 20} MiB)",
-    }
-    named = " and ".join(what[h] for h in hits)
-    settings = " / ".join(f"limits.{h}" for h in hits)
-    variables = ", ".join(f"ORCHESTRATOR_LIMITS_{h.upper()}" for h in hits)
-    return ResourceLimitError(
-        f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` failed after "
-        f"its container ran into {named}: a build script, test or workload started more "
-        "than that allows (a fork bomb stops in its container, not on the host)",
-        hint=f"If the build really needs more, raise {settings} in orchestrator.toml or "
-        f"{variables}; otherwise look at what the crate's build scripts and tests start.",
-    )
-
-
-def _exited(step: str, argv: Sequence[str], code: int) -> StepFailedError:
-    return StepFailedError(
-        f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` exited with {code}",
-        hint="The output above (and the step log) says why; nothing was published.",
-    )
-
-
-# rustc's warning for a -Ctarget-cpu it does not know, after which it builds for a
-# generic CPU: a binary named for a CPU it was not built for.
-_UNKNOWN_CPU = re.compile(r"'([^']*)' is not a recognized processor for this target")
-
-
-# What a write into the read-only source mount fails with (EROFS), in Rust's io::Error
-# Debug and Display forms and in C's strerror.
-_READ_ONLY = re.compile(r"ReadOnlyFilesystem|Read-only file system|os error 30")
-# cargo's line for a build script that failed: "... custom build command for `pkg v1.0 (path)`"
-_BUILD_SCRIPT = re.compile(r"failed to run custom build command for `([^`]*)`")
-
-
-def source_write_error(step: str, output: str) -> SourceError | None:
-    """The error to raise when a failed cargo run failed writing into the sources."""
-    if not _READ_ONLY.search(output):
-        return None
-    script = _BUILD_SCRIPT.search(output)
-    who = f"the build script of `{script.group(1)}`" if script else "a build script or test"
-    evidence = next(line.strip() for line in output.splitlines() if _READ_ONLY.search(line))
-    return SourceError(
-        f"step {step}: {who} tried to write into the crate's sources ({PATHS.src}), which "
-        f"are read-only in the build container ({evidence[:200]})",
-        hint="Build scripts may write only into OUT_DIR: write generated files to "
-        'Path::new(&env::var("OUT_DIR")?) and include!(concat!(env!("OUT_DIR"), "/...")) '
-        "them (`cargo package` refuses a build script that changes the sources too); "
-        "tests may write into std::env::temp_dir().",
-    )
-
-
-def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str:
-    """Run a cargo command; rustc ignoring the target-cpu is an error, not a warning, and a
-    write into the read-only sources is said as such."""
-    # At the crate's root, so cargo reads the crate's .cargo/config.toml ([env], [alias]...).
-    code, output = _logged_exec(
-        box,
-        command.argv,
-        log,
-        step,
-        environment=command.environment,
-        keep_output=True,
-        workdir=PATHS.src,
-    )
-    if code != 0:
-        raise source_write_error(step, output) or _exited(step, command.argv, code)
-    refused = next((line for line in output.splitlines() if _READ_ONLY.search(line)), None)
-    if refused is not None:  # a build script that went on without its write: say so
-        log.warn(
-            f"a build script could not write into the read-only sources ({PATHS.src}) and "
-            f"went on: {refused.strip()[:200]}"
-        )
-    unknown = _UNKNOWN_CPU.search(output)
-    if unknown is not None:
-        raise ConfigError(
-            f"step {step}: rustc does not know target-cpu {unknown.group(1)!r} "
-            f"({unknown.group(0)}, ignoring processor): the binary would be built for a "
-            "generic CPU",
-            hint="Pick a CPU from `rustc --print target-cpus` in the toolchain image.",
-        )
-    return output
-
-
-def fetch_file(box: Container, path: str, dest_dir: Path) -> Path:
-    """Copy one file out of a container through the archive API (checked like any tar)."""
-    written = safe_extract(ChunkReader(box.get_archive(path)), dest_dir)
-    name = PurePosixPath(path).name
-    if [p.as_posix() for p in written] != [name]:
-        raise StepFailedError(f"expected only {name} in the archive of {path}, got {written}")
-    return dest_dir / name
-
-
-def put_file(box: Container, path: str, data: bytes) -> None:
-    parent = str(PurePosixPath(path).parent)
-    if box.exec(["mkdir", "-p", parent], on_output=lambda _: None) != 0:
-        raise StepFailedError(f"cannot create {parent} in the container")
-    box.put_archive(parent, single_file_tar(path, data))
 
 
 @dataclass
@@ -480,3 +319,39 @@ def run_workloads(
         )
         ran.append(index)
     return ran
+
+
+def start_pipeline(
+    stack: ExitStack,
+    options: Options,
+    plan: BuildPlan,
+    engine: Engine,
+    reporter: Reporter,
+    *,
+    signer: Signer | None,
+    step_cache: StepCache | None,
+    keep_containers: bool = False,
+    retrain: bool = False,
+    profiles_from: Path | None = None,
+    unsigned_out: Path | None = None,
+    cargo_jobs: int | None = None,
+) -> Pipeline:
+    """The Pipeline of one build, started now: its staging folder and scratch space close
+    with `stack`, as its containers and volumes do."""
+    return Pipeline(
+        options=options,
+        plan=plan,
+        engine=engine,
+        reporter=reporter,
+        signer=signer,
+        stack=stack,
+        staging=stack.enter_context(staging_area(options.artifacts_dir, engine.session)),
+        scratch=stack.enter_context(scratch_dir(options.cache_dir, "build")),
+        started=dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
+        keep_containers=keep_containers,
+        retrain=retrain,
+        profiles_from=profiles_from,
+        unsigned_out=unsigned_out,
+        cargo_jobs=cargo_jobs,
+        step_cache=step_cache,
+    )

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline, fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline
 from orchestrator.host.step_cache import StepEntry, files_tar
 from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.step_keys import config_member

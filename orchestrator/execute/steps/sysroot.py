@@ -10,7 +10,8 @@ lives in the build container only, and the loaded libraries on users' systems ar
 from __future__ import annotations
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.packing import single_file_tar
 from orchestrator.model.elf import ElfReadError, hide_versions_above
 from orchestrator.plan.portable import GLIBC_LIBRARIES, SysrootPlan

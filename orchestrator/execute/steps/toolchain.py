@@ -10,7 +10,8 @@ from orchestrator.config.options import Options
 from orchestrator.config.suggest import suggest
 from orchestrator.config.toolchains import check_coherence
 from orchestrator.errors import ConfigError, StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, run
+from orchestrator.execute.steps.commands import run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.flavors import get_flavor
 from orchestrator.host.cachedir import write_cache_json
 from orchestrator.plan.build_plan import BuildPlan

@@ -8,7 +8,8 @@ import re
 from pathlib import PurePosixPath
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.verdict.cuda_runtime import check_cuda_binding
 from orchestrator.execute.verdict.gpu_path import record_gpu_path
 from orchestrator.flavors import DeviceCode

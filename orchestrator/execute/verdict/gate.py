@@ -8,7 +8,8 @@ variant it picks is validated against the baseline before it replaces the shippe
 from __future__ import annotations
 
 from orchestrator.errors import SpeedGateError, StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, run, variant_binary
+from orchestrator.execute.steps.commands import run
+from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.execute.steps.step_reuse import look_up, store
 from orchestrator.execute.verdict.gate_binaries import judge_bolted, pin_bolted
 from orchestrator.execute.verdict.gate_counts import CountRun, parallel_runs, run_counts

@@ -18,7 +18,7 @@ from queue import SimpleQueue
 from typing import Protocol
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.pipeline import limit_error, shown_environment
+from orchestrator.execute.steps.commands import limit_error, shown_environment
 from orchestrator.plan.gate import callgrind_argv
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import Limits, OutputSink

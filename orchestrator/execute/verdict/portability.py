@@ -12,7 +12,8 @@ then validate.command at the crate's root, whose output must equal the baseline'
 from __future__ import annotations
 
 from orchestrator.errors import PortabilityError, StepFailedError
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.verdict.validate import capture
 from orchestrator.model.elf import ElfReadError, loader_needs, version_tuple
 from orchestrator.model.layout import PATHS

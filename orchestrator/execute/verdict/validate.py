@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from orchestrator.config.kinds import Run
 from orchestrator.errors import ValidationError
-from orchestrator.execute.steps.pipeline import Pipeline, fetch_file, run, variant_binary
+from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured, compare_captured, render_diff
 from orchestrator.plan.steps import StepName
