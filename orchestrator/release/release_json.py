@@ -9,13 +9,14 @@ same bytes, and a run that changes nothing leaves the file as it was (its mtime 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.record_io import Record, RecordError, read_record, record_text, write_record
+from orchestrator.model.records import BuildManifest
 from orchestrator.model.release_summary import (
     EngineJobs,
     ReleaseSummary,
@@ -25,7 +26,6 @@ from orchestrator.model.release_summary import (
 )
 from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.release.target import TargetResult
-from orchestrator.supply.attest import release_artifacts
 
 RELEASE_JSON = "release.json"
 _LEGACY_BYTES = 16 << 20  # a release.json of before v3 read for its run entries, at most
@@ -44,9 +44,21 @@ def write_if_changed(path: Path, record: Record) -> bool:
     return True
 
 
-def release_summary(release_dir: Path, options: Options) -> ReleaseSummary:
-    """release.json's record: every artifact folder of the release, as its build.json says."""
-    found = release_artifacts(release_dir) if release_dir.is_dir() else []
+def release_summary(
+    release_dir: Path, options: Options, warn: Callable[[str], object] = lambda _text: None
+) -> ReleaseSummary:
+    """release.json's record: every artifact folder of the release, as its build.json says;
+    a folder whose build.json does not read is left out, with a warning (the index leaves
+    it out of the signature too, unless the last signature vouched for it)."""
+    found = []
+    folders = sorted(p for p in release_dir.iterdir() if p.is_dir()) if release_dir.is_dir() else []
+    for folder in folders:
+        if not (folder / "build.json").is_file():
+            continue  # not an artifact folder: an -auto one, logs/
+        try:
+            found.append((folder.name, read_record(folder / "build.json", BuildManifest)))
+        except RecordError as error:
+            warn(f"{folder.name} is left out of {RELEASE_JSON}: {error.message}")
     return ReleaseSummary(
         name=options.binary,
         version=options.version,
@@ -54,9 +66,12 @@ def release_summary(release_dir: Path, options: Options) -> ReleaseSummary:
     )
 
 
-def write_release_json(release_dir: Path, options: Options) -> bool:
+def write_release_json(
+    release_dir: Path, options: Options, warn: Callable[[str], object] = lambda _text: None
+) -> bool:
     """Write release.json from the published folders; whether it changed."""
-    return write_if_changed(release_dir / RELEASE_JSON, release_summary(release_dir, options))
+    record = release_summary(release_dir, options, warn)
+    return write_if_changed(release_dir / RELEASE_JSON, record)
 
 
 def earlier_runs(release_dir: Path) -> dict[str, TargetSummary]:

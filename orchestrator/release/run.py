@@ -188,7 +188,7 @@ def _finish(
     built = any(result.status != "cached" for result in results)
     if built:  # a run that built nothing keeps the record of the builds that made them
         write_target_runs(release_dir, options, results, earlier=earlier, jobs=jobs)
-    changed = write_release_json(release_dir, options)
+    changed = write_release_json(release_dir, options, lambda text: announce(f"warning: {text}"))
     signed = _compose_and_sign(options, results, planned, engine, signer=signer, announce=announce)
     if not (built or changed or signed):
         announce(f"{release_dir.name} is current: every target cached, nothing written")

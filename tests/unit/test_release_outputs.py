@@ -167,6 +167,12 @@ def test_release_json_is_what_the_published_build_json_files_say(
     os.utime(release / RELEASE_JSON, ns=(1, 1))
     assert not write_release_json(release, options)
     assert (release / RELEASE_JSON).stat().st_mtime_ns == 1
+    # a folder whose build.json does not read is left out, and said so
+    (release / "demo-1.2.3-linux-x86_64-cpu-v4").mkdir()
+    (release / "demo-1.2.3-linux-x86_64-cpu-v4" / "build.json").write_text("{}")
+    said: list[str] = []
+    assert not write_release_json(release, options, said.append)
+    assert len(said) == 1 and said[0].startswith("demo-1.2.3-linux-x86_64-cpu-v4 is left out")
 
 
 # -- keys ---------------------------------------------------------------------------------
