@@ -44,6 +44,29 @@ def missing_functions(build_output: str) -> list[str]:
     return sorted(set(_MISSING_RE.findall(build_output)))
 
 
+def is_missing_profile_line(line: str) -> bool:
+    """rustc's warning for one function the profile has no data for: a PGO build prints
+    thousands (every function of the test harness, code no workload reached)."""
+    return _MISSING_RE.search(line) is not None
+
+
+def missing_profile_note(count: int) -> str:
+    """The one line a log keeps of `count` such warnings."""
+    return (  # worded so that it is no such warning itself
+        f"({count:,} of rustc's 'no profile data available' warnings left out of this log, "
+        "one per function the PGO profile never reached, the test harness's among them; "
+        "build-optimized counts its own against pgo.max_missing_ratio)"
+    )
+
+
+def summarised_output(output: str) -> str:
+    """`output` with its missing-profile warnings replaced by one line with their count."""
+    lines = output.splitlines()
+    kept = [line for line in lines if not is_missing_profile_line(line)]
+    count = len(lines) - len(kept)
+    return "\n".join([*kept, missing_profile_note(count)] if count else kept)
+
+
 @dataclass(frozen=True)
 class Coverage:
     profiled_functions: int

@@ -27,7 +27,7 @@ from orchestrator.host.source import crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
-from orchestrator.model.pgo_report import Coverage, missing_functions
+from orchestrator.model.pgo_report import Coverage, missing_functions, summarised_output
 from orchestrator.model.records import FileDigest, write_record
 from orchestrator.plan.git_shim import SHIM_PATH
 from orchestrator.plan.step_keys import (
@@ -161,7 +161,7 @@ def test(pipeline: Pipeline, log: StepLog) -> None:
         StepName.TEST,
         key,
         container_files={},
-        texts={TEST_LOG: output},
+        texts={TEST_LOG: summarised_output(output)},
         inputs=inputs,
     )
 

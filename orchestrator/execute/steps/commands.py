@@ -14,6 +14,7 @@ from orchestrator.errors import ConfigError, ResourceLimitError, SourceError, St
 from orchestrator.host.archive import ChunkReader, safe_extract
 from orchestrator.host.packing import single_file_tar
 from orchestrator.model.layout import PATHS
+from orchestrator.model.pgo_report import is_missing_profile_line, missing_profile_note
 from orchestrator.plan.build_plan import CargoCommand
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Container, Limits
@@ -58,13 +59,20 @@ def _logged_exec(
 ) -> tuple[int, str]:
     log.command(argv, shown_environment(environment))
     lines: list[str] = []
+    missing_profile = 0
 
     def sink(line: str) -> None:
+        nonlocal missing_profile
         if keep_output:
             lines.append(line)
-        log.line(line)
+        if is_missing_profile_line(line):  # thousands in a PGO build: counted, not logged
+            missing_profile += 1
+        else:
+            log.line(line)
 
     code = box.exec(argv, environment=environment, on_output=sink, workdir=workdir)
+    if missing_profile:
+        log.line(missing_profile_note(missing_profile))
     if code != 0:
         hits = box.limit_hits()  # a fork bomb or runaway build script: say so, by name
         if hits:

@@ -16,7 +16,7 @@ from orchestrator.execute.verdict.gate_counts import CountRun, parallel_runs, ru
 from orchestrator.execute.verdict.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry
 from orchestrator.model.callgrind import Counts, parse_totals
-from orchestrator.model.gate import BASELINE, decide, gain
+from orchestrator.model.gate import BASELINE, cycles_change, decide, gain
 from orchestrator.model.gate_table import splits, table_lines, workload_rows
 from orchestrator.model.lockfile import LockDriftError
 from orchestrator.model.records import GateInfo
@@ -217,9 +217,11 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
     elif choices[shipped_now] != pipeline.shipped():  # a binary's BOLT did not pay
         _switch(pipeline, choices[shipped_now], shipped_now, log)
     saved = state.gate.gain_vs_baseline or 0.0
-    log.detail = f"ships {decision.shipped}: {saved:.1%} fewer estimated cycles than cargo build"
-    if split:  # a mean over workloads hides a loss: the step line says which variant has one
-        log.detail += "; " + ", ".join(variant.text() for variant in split)
+    log.detail = f"ships {decision.shipped}: {cycles_change(1.0 - saved)} than cargo build"
+    # A mean over workloads hides a loss: the step line says so where it is what ships.
+    shipped_split = [variant.text() for variant in split if variant.variant == decision.shipped]
+    if shipped_split:
+        log.detail += "; " + shipped_split[0]
     if reused and len(reused) == len(measured) * len(gate.workloads):
         # Every count came from the step cache: the decision itself is made again.
         log.mark_cached(f"every count as before; {log.detail}")
