@@ -205,6 +205,21 @@ class ValidationError(OrchestratorError):
     )
 
 
+class GpuPathError(ValidationError):
+    """A GPU flavor's GPU run, on the machine a training bundle ran on, failed or printed
+    something else than its CPU reference (`build --profiles`)."""
+
+    exit_code = 76
+    summary = (
+        "`build --profiles`: the GPU path failed on the training machine (a nonzero exit, "
+        "e.g. a kernel that does not compile) or differs from the CPU reference"
+    )
+    default_hint = (
+        "Fix the GPU path (the run's stderr is above), or compare only the lines that "
+        "matter with [flavors.<name>.validate] select, or numbers with validate.tolerance."
+    )
+
+
 class BoltError(OrchestratorError):
     """BOLT failed, or its binary failed validation, and bolt.policy is "require"."""
 

@@ -85,6 +85,7 @@ class FlavorSettings:
     test_every_level: bool = flavor_default_of("test_every_level")  # off: first level's flags
     dispatch: bool = flavor_default_of("dispatch")  # on: compose <artifact>-auto from levels
     gpu: str = flavor_default_of("gpu")  # auto | require | off (cuda, rocm)
+    gpu_args: tuple[str, ...] = flavor_default_of("gpu_args")  # the GPU run's extra arguments
     # Its [flavors.<name>.<section>] tables, applied by `Options.for_flavor`.
     overrides: Overrides = ()  # (top-level key, value)
     args_append: Appends = ()  # (section, arguments)

@@ -416,6 +416,14 @@ FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
         "runs the best level the CPU has (ORCHESTRATOR_LEVEL=v2|v3|v4 forces one)",
     ),
     FlavorKey(
+        "gpu_args",
+        "list[str]",
+        (),
+        "cuda, rocm: arguments that put a validation run on the GPU (e.g. --backend cuda), "
+        "appended to each; a training bundle (--train-elsewhere) runs every validation run "
+        "with and without them on the machine's GPU, and --profiles compares the two",
+    ),
+    FlavorKey(
         "gpu",
         "str",
         "auto",

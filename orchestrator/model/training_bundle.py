@@ -49,6 +49,19 @@ class BundleWorkload(BaseModel):
     args: tuple[str, ...]
 
 
+class BundleGpuCheck(BaseModel):
+    """One validation run checked on the training machine's GPU: `binary` run with
+    `cpu_args` (the CPU reference) and with `gpu_args` (the flavor's `gpu_args` appended),
+    both outputs brought back in profiles.tar as gpu/c<index>.* and gpu/g<index>.*."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0)  # its place in the flavor's validation runs
+    binary: str
+    cpu_args: tuple[str, ...]
+    gpu_args: tuple[str, ...]
+
+
 class TrainingManifest(BaseModel):
     schema_: Literal["orchestrator/training-bundle-1"] = Field(
         "orchestrator/training-bundle-1", alias="schema"
@@ -65,6 +78,10 @@ class TrainingManifest(BaseModel):
     stdin: str = ""  # a bundle path fed to every run's stdin ("" none)
     environment: dict[str, str] = Field(default_factory=dict)
     train_sh_sha256: str
+    # GPU flavors with `gpu` not "off": the vendor train.sh looks for (nvidia-smi -L lists
+    # a GPU; /dev/kfd for amd) and the validation runs it checks on it. "" and (): none.
+    gpu_vendor: Literal["", "nvidia", "amd"] = ""
+    gpu_checks: tuple[BundleGpuCheck, ...] = ()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

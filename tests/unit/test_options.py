@@ -142,9 +142,9 @@ SECTIONS = (
         (
             '[package]\ncrate = "crate"\n[flavors.cpu]\nfeature = ["simd"]\n',
             "unknown key 'flavors.cpu.feature'; did you mean 'flavors.cpu.features'? "
-            "a flavor takes: default_features, dispatch, features, gpu, gpu_targets, kernels, "
-            "levels, test_every_level; and the tables [flavors.cpu.<section>] for train, validate, "
-            "bench, gate, test",
+            "a flavor takes: default_features, dispatch, features, gpu, gpu_args, gpu_targets, "
+            "kernels, levels, test_every_level; and the tables [flavors.cpu.<section>] for train, "
+            "validate, bench, gate, test",
         ),
         (  # nothing close: no guess, only the list
             '[package]\ncrate = "crate"\ncolour = "red"\n',

@@ -18,7 +18,12 @@ from orchestrator.config.run_files import path_arguments
 from orchestrator.errors import BundleError
 from orchestrator.execute.optimize.train_script import render_train_sh
 from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.model.training_bundle import BundleFile, BundleWorkload, TrainingManifest
+from orchestrator.model.training_bundle import (
+    BundleFile,
+    BundleGpuCheck,
+    BundleWorkload,
+    TrainingManifest,
+)
 from orchestrator.supply.attest import Signer
 
 MANIFEST = "manifest.json"
@@ -84,6 +89,8 @@ def write_bundle(
     workdir: str = "src",
     stdin: str = "",  # a bundle path
     environment: Mapping[str, str] | None = None,
+    gpu_vendor: str = "",  # nvidia | amd: a GPU flavor's bundle checks its GPU path
+    gpu_checks: Sequence[BundleGpuCheck] = (),
 ) -> TrainingManifest:
     """Write the bundle into `dest` (which must not exist yet) and return its manifest."""
     if dest.exists() or dest.is_symlink():
@@ -91,7 +98,10 @@ def write_bundle(
             f"{dest} exists: a training bundle is written into a new folder",
             hint="Name a folder that does not exist yet, or remove the old bundle.",
         )
-    missing = [w.binary for w in workloads if w.binary.removeprefix("bin/") not in binaries]
+    if bool(gpu_vendor) != bool(gpu_checks) or gpu_vendor not in ("", "nvidia", "amd"):
+        raise BundleError(f"internal: GPU checks {len(gpu_checks)} for vendor {gpu_vendor!r}")
+    runs: list[BundleWorkload | BundleGpuCheck] = [*workloads, *gpu_checks]
+    missing = [w.binary for w in runs if w.binary.removeprefix("bin/") not in binaries]
     if missing:
         raise BundleError(f"workloads run {', '.join(sorted(set(missing)))}, not in the bundle")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -101,10 +111,13 @@ def write_bundle(
         wanted: dict[str, Path] = {}
         for workload in workloads:
             wanted.update(workload_files(workload.args, crate_dir, inputs))
+        for check in gpu_checks:
+            wanted.update(workload_files(check.cpu_args + check.gpu_args, crate_dir, inputs))
         if stdin.startswith(("src/", "inputs/")):
             wanted.setdefault(stdin, crate_dir / stdin.removeprefix("src/"))
         _check_count(len(wanted))
         data = tuple(_bundle_file(partial, path, wanted[path]) for path in sorted(wanted))
+        (partial / workdir).mkdir(parents=True, exist_ok=True)  # the runs start there
         script = render_train_sh(
             arch=arch,
             title=" ".join(identity.values()),
@@ -113,6 +126,8 @@ def write_bundle(
             workdir=workdir,
             stdin=stdin,
             environment=environment or {},
+            gpu_vendor=gpu_vendor,
+            gpu_checks=gpu_checks,
         )
         (partial / TRAIN_SH).write_text(script)
         (partial / TRAIN_SH).chmod(0o755)
@@ -129,6 +144,8 @@ def write_bundle(
             stdin=stdin,
             environment=dict(environment or {}),
             train_sh_sha256=sha256_bytes(script.encode()),
+            gpu_vendor=gpu_vendor,
+            gpu_checks=tuple(gpu_checks),
         )
         text = manifest.model_dump_json(by_alias=True, indent=2) + "\n"
         (partial / MANIFEST).write_text(text)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.errors import BundleError, ProfileError
 from orchestrator.execute.optimize.train_bundle import MANIFEST, write_bundle
+from orchestrator.execute.optimize.train_gpu import judge_gpu_checks
 from orchestrator.execute.optimize.train_profiles import (
     TrainedElsewhere,
     load_manifest,
@@ -23,7 +25,7 @@ from orchestrator.execute.optimize.train_profiles import (
 from orchestrator.execute.steps.commands import fetch_file, put_file
 from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.host.archive import safe_extract
-from orchestrator.model.training_bundle import BundleWorkload, TrainingManifest
+from orchestrator.model.training_bundle import BundleGpuCheck, BundleWorkload, TrainingManifest
 from orchestrator.progress.reporter import StepLog
 from orchestrator.supply.attest import Signer
 
@@ -37,6 +39,28 @@ def _bundle_path(container_path: str) -> str:
 
 def kept_manifest(cache_dir: Path, profile_key: str) -> Path:
     return cache_dir / "profiles" / "bundles" / f"{profile_key}.json"
+
+
+def gpu_checks(pipeline: Pipeline, binaries: Iterable[str]) -> tuple[str, list[BundleGpuCheck]]:
+    """A GPU flavor's checks for the bundle: each validation run with its arguments (the
+    CPU reference) and with the flavor's gpu_args appended; ("", []) for none (no GPU
+    flavor, `gpu = "off"`, or no gpu_args to put a run on the GPU)."""
+    plan = pipeline.plan
+    settings = pipeline.options.settings_for(plan.flavor)
+    if plan.device_code is None or settings.gpu == "off" or not settings.gpu_args:
+        return "", []
+    shipped = set(binaries)
+    checks = [
+        BundleGpuCheck(
+            index=index,
+            binary=f"bin/{name}",
+            cpu_args=tuple(run.args),
+            gpu_args=(*run.args, *settings.gpu_args),
+        )
+        for index, run in enumerate(plan.validation_runs)
+        if (name := run.binary_or(plan.binary)) in shipped
+    ]
+    return ("nvidia" if plan.device_code.kind == "cuda" else "amd") if checks else "", checks
 
 
 def export_bundle(pipeline: Pipeline, dest: Path) -> TrainingManifest:
@@ -54,6 +78,7 @@ def export_bundle(pipeline: Pipeline, dest: Path) -> TrainingManifest:
         for index, w in enumerate(plan.workloads)
         if (name := w.binary_or(plan.binary)) in binaries
     ]
+    vendor, checks = gpu_checks(pipeline, binaries)
     inputs: dict[str, Path] = {}
     for item in plan.run.inputs:  # each archive unpacks to inputs/<name>
         safe_extract(io.BytesIO(item.archive), pipeline.scratch / "bundle-inputs")
@@ -75,6 +100,8 @@ def export_bundle(pipeline: Pipeline, dest: Path) -> TrainingManifest:
         workdir=_bundle_path(plan.run.workdir),
         stdin=_bundle_path(plan.run.stdin) if plan.run.stdin else "",
         environment=plan.run.environment,
+        gpu_vendor=vendor,
+        gpu_checks=checks,
     )
     kept = kept_manifest(pipeline.options.cache_dir, plan.pgo.profile_key)
     kept.parent.mkdir(parents=True, exist_ok=True)
@@ -106,6 +133,15 @@ def import_profiles(pipeline: Pipeline, tar_path: Path, log: StepLog) -> Trained
     trained = read_profiles(tar_path, manifest, digest, pipeline.scratch / "trained")
     for path in trained.raw_files:
         put_file(pipeline.box, f"{pgo.raw_dir}/{path.parent.name}_{path.name}", path.read_bytes())
+    if pipeline.plan.device_code is not None:  # before anything is signed
+        pipeline.state.gpu_path = judge_gpu_checks(
+            manifest,
+            trained,
+            tolerance=pipeline.plan.validate_tolerance,
+            select=pipeline.plan.validate_select,
+            where=tar_path.name,
+        )
+        log.line(f"gpu path: {pipeline.state.gpu_path}")
     pipeline.state.profile_source = f"trained elsewhere: {trained.summary()}, bundle {digest}"
     log.detail = f"{len(trained.raw_files)} .profraw from {tar_path.name} ({trained.summary()})"
     return trained

@@ -4,7 +4,9 @@ orchestrator and no more than a bare PATH's uname, sha256sum, grep, tar and core
 It refuses another architecture, checks every file against the sha256 of manifest.json
 (written into the script, which the manifest hashes in turn), runs each workload with
 LLVM_PROFILE_FILE in raw/w<index>/, names a workload that fails or leaves no profile, and
-writes profiles.tar (raw/w<index>/*.profraw and machine.txt) through a rename.
+writes profiles.tar (raw/w<index>/*.profraw and machine.txt) through a rename. A GPU
+flavor's bundle also runs its validation runs with the CPU reference arguments and with
+the GPU arguments where the machine has a GPU, into gpu/ (execute/optimize/train_gpu.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,23 @@ import re
 from collections.abc import Mapping, Sequence
 
 from orchestrator.errors import ConfigError
-from orchestrator.model.training_bundle import BundleFile, BundleWorkload
+from orchestrator.model.training_bundle import BundleFile, BundleGpuCheck, BundleWorkload
 
 # /build/src and /build/inputs in an argument become the bundle's src/ and inputs/.
 _CONTAINER_ROOT = re.compile(r"/build/(src|inputs)(?=/|$)")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PROFILES_TAR = "profiles.tar"
 MACHINE_TXT = "machine.txt"
+GPU_DIR = "gpu"
+GPU_SUMS = "SHA256SUMS"
+NO_GPU = "not exercised: no GPU on this machine"
+# How train.sh decides the machine has a GPU of the bundle's vendor.
+_GPU_PROBE = {
+    "nvidia": "command -v nvidia-smi > /dev/null 2>&1 && "
+    "nvidia-smi -L 2> /dev/null | grep -q '^GPU '",
+    "amd": "[ -e /dev/kfd ]",
+}
+_AMD_FACT = 'echo "gpu: an AMD GPU (/dev/kfd), driver not queried"'
 
 
 def quote(text: str) -> str:
@@ -50,6 +62,8 @@ def render_train_sh(
     workdir: str,
     stdin: str,
     environment: Mapping[str, str],
+    gpu_vendor: str = "",
+    gpu_checks: Sequence[BundleGpuCheck] = (),
 ) -> str:
     """The script's text; `title` says which build it trains, for whoever reads it."""
     for name in environment:
@@ -62,6 +76,10 @@ def render_train_sh(
         f"train {w.index} {quote(w.binary)} " + " ".join(bundle_word(arg) for arg in w.args) + "\n"
         for w in workloads
     )
+    gpu = _gpu_section(workdir, gpu_vendor, gpu_checks)
+    amd_fact = f"  [ -e /dev/kfd ] && {_AMD_FACT}\n" if gpu_checks and gpu_vendor == "amd" else ""
+    gpu_fact = '  echo "gpu_check: $gpu_check"\n' if gpu_checks else ""
+    gpu_member = f" {GPU_DIR}" if gpu_checks else ""
     return f"""#!/bin/sh
 # Written by orchestrator (build --train-elsewhere): {title.replace(chr(10), " ")}
 # Run it as `sh train.sh` in a copy of this folder on a {arch} Linux machine; it writes
@@ -107,6 +125,7 @@ train() {{
   exit 5
 }}
 {runs}
+{gpu}
 {{
   echo "arch: $machine"
   bundle=$(sha256sum manifest.json)
@@ -117,8 +136,45 @@ train() {{
     gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true)
     echo "gpu: $(echo "$gpu" | head -n1)"
   fi
-}} > "$work/raw/{MACHINE_TXT}"
-(cd "$work/raw" && tar -cf "$work/{PROFILES_TAR}" {MACHINE_TXT} w*)
+{amd_fact}{gpu_fact}}} > "$work/raw/{MACHINE_TXT}"
+(cd "$work/raw" && tar -cf "$work/{PROFILES_TAR}" {MACHINE_TXT} w*{gpu_member})
 mv "$work/{PROFILES_TAR}" "$root/{PROFILES_TAR}"
 echo "train.sh: wrote $root/{PROFILES_TAR}"
+"""
+
+
+def _gpu_section(workdir: str, vendor: str, checks: Sequence[BundleGpuCheck]) -> str:
+    """The GPU validation: each check's CPU reference run and GPU run, stdout, stderr and
+    exit status into gpu/[cg]<index>.{out,err,exit}, with their sha256 in gpu/SHA256SUMS.
+    A failing run is recorded, not fatal: `build --profiles` judges it. Their profiles go
+    to a folder of their own, never into the training profiles."""
+    if not checks:
+        return ""
+    runs = "".join(
+        f"  check {side} {c.index} {quote(c.binary)} "
+        + " ".join(bundle_word(arg) for arg in args)
+        + "\n"
+        for c in checks
+        for side, args in (("c", c.cpu_args), ("g", c.gpu_args))
+    )
+    return f"""mkdir "$work/raw/{GPU_DIR}" "$work/gpuprof"
+check() {{
+  side=$1
+  index=$2
+  binary=$3
+  shift 3
+  status=0
+  (cd "$root"/{quote(workdir)} && LLVM_PROFILE_FILE="$work/gpuprof/%m_%p.profraw" \\
+    exec "$root/$binary" "$@" < /dev/null) > "$work/raw/{GPU_DIR}/$side$index.out" \\
+    2> "$work/raw/{GPU_DIR}/$side$index.err" || status=$?
+  echo "$status" > "$work/raw/{GPU_DIR}/$side$index.exit"
+  echo "train.sh: gpu check $side$index ($binary $*) exited with $status" >&2
+}}
+if {_GPU_PROBE[vendor]}; then
+  gpu_check=ran
+{runs}  (cd "$work/raw/{GPU_DIR}" && sha256sum -- *.out *.err *.exit > {GPU_SUMS})
+else
+  gpu_check={quote(NO_GPU)}
+  echo "train.sh: {NO_GPU}; the GPU path is not checked" >&2
+fi
 """

@@ -43,6 +43,9 @@ def record_gpu_path(pipeline: Pipeline, log: StepLog) -> str | None:
     """The driver check in the GPU container, and what build.json says of the GPU path."""
     if pipeline.plan.device_code is None:
         return None
+    if pipeline.state.gpu_path is not None:  # `--profiles`: the training machine's word
+        log.line(f"gpu path: {pipeline.state.gpu_path}")
+        return pipeline.state.gpu_path
     use = pipeline.gpu
     if use.passthrough is None:
         pipeline.state.gpu_path = f"not exercised: {use.why}"
