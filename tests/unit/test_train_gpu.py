@@ -11,22 +11,31 @@ import platform
 import shutil
 import subprocess
 import tarfile
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from orchestrator.config.options import FlavorSettings
 from orchestrator.errors import BundleError, GpuPathError, ValidationError
 from orchestrator.execute.optimize.train_bundle import MANIFEST, TRAIN_SH, write_bundle
+from orchestrator.execute.optimize.train_elsewhere import gpu_checks
 from orchestrator.execute.optimize.train_gpu import first_difference, judge_gpu_checks
 from orchestrator.execute.optimize.train_profiles import (
     TrainedElsewhere,
     load_manifest,
     read_profiles,
 )
+from orchestrator.execute.optimize.train_script import render_train_sh
+from orchestrator.execute.verdict.gpu_path import record_gpu_path
 from orchestrator.model.outputs import Captured, compare_captured
 from orchestrator.model.training_bundle import BundleGpuCheck, BundleWorkload, TrainingManifest
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
+
+from .execute_rig import Rig, answers, make_options, make_rig
+from .fakes import FakeEngine
 
 ARCH = platform.machine()
 DASH = shutil.which("dash")
@@ -240,3 +249,60 @@ def test_gpu_outputs_of_no_check_are_refused(tmp_path: Path) -> None:
     trained = read_profiles(bundle / "profiles.tar", manifest, digest, tmp_path / "raw")
     with pytest.raises(BundleError, match=r"gpu/c9.out in profiles.tar is not what"):
         _judge(manifest, trained)
+
+
+def _rig(project: Path, stack: ExitStack, tmp_path: Path, **flavor: object) -> Rig:
+    tmp_path.mkdir(exist_ok=True)
+    options = make_options(project)
+    settings = {**options.flavor_settings, "cuda": FlavorSettings(**flavor)}  # type: ignore[arg-type]
+    options = replace(options, flavor_settings=settings, validate_command=("generate", "-n", "3"))
+    engine = FakeEngine(responder=answers(("nvidia-smi", 0, ["NVIDIA H100 80GB HBM3, 580.65.06"])))
+    return make_rig(options, stack, tmp_path, flavor="cuda", engine=engine)
+
+
+def test_the_bundle_checks_each_validation_run_with_the_flavor_gpu_args(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _rig(project, stack, tmp_path / "on", gpu_args=("--backend", "cuda"))
+    vendor, checks = gpu_checks(rig.pipeline, [rig.pipeline.plan.binary])
+    assert vendor == "nvidia"
+    assert [(c.binary, c.cpu_args, c.gpu_args) for c in checks] == [
+        (
+            f"bin/{rig.pipeline.plan.binary}",
+            ("generate", "-n", "3"),
+            ("generate", "-n", "3", "--backend", "cuda"),
+        )
+    ]
+    off = _rig(project, stack, tmp_path / "off", gpu="off", gpu_args=("--backend", "cuda"))
+    assert gpu_checks(off.pipeline, [off.pipeline.plan.binary]) == ("", [])
+    bare = _rig(project, stack, tmp_path / "bare")
+    assert gpu_checks(bare.pipeline, [bare.pipeline.plan.binary]) == ("", [])
+
+
+def test_the_training_machine_word_on_the_gpu_path_is_kept(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    rig = _rig(project, stack, tmp_path)
+    rig.pipeline.state.gpu_path = (
+        "exercised on NVIDIA H100, driver 580 (through the training bundle)"
+    )
+    assert record_gpu_path(rig.pipeline, rig.log) == rig.pipeline.state.gpu_path
+    assert rig.box.execs == []  # no driver check in the build container overwrote it
+
+
+def test_a_rocm_bundle_looks_for_dev_kfd() -> None:
+    check = BundleGpuCheck(index=0, binary="bin/x", cpu_args=("a",), gpu_args=("a", "--gpu"))
+    text = render_train_sh(
+        arch="x86_64",
+        title="x",
+        files=(),
+        workloads=(),
+        workdir="src",
+        stdin="",
+        environment={},
+        gpu_vendor="amd",
+        gpu_checks=[check],
+    )
+    assert "if [ -e /dev/kfd ]; then" in text and "nvidia-smi -L" not in text
+    assert "check g 0 'bin/x' 'a' '--gpu'" in text
+    assert "tar -cf" in text and "machine.txt w* gpu)" in text
