@@ -70,6 +70,9 @@ args = ["100"]
 """
 # What the [archive] section adds to each archive, beside the binary and the docs.
 EXTRAS = ("doc/mixed-language.1", "notes/rounds.txt")
+# The crate's documents every archive carries, the -auto one included: NOTICE because
+# COPYING names it.
+DOCS = ("COPYING", "LICENSE", "NOTICE", "README.md", "UNLICENSE")
 V3_FLAGS = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
 
 
@@ -92,6 +95,10 @@ def published(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempP
     (project / "orchestrator.toml").write_text(CONFIG)
     (project / "README.md").write_text("# mixed-language\n")
     (project / "LICENSE").write_text("MIT\n")
+    # As ripgrep's: COPYING names the Unlicense; a notice it names comes along too.
+    (project / "COPYING").write_text("Dual-licensed under the Unlicense and MIT; see NOTICE.\n")
+    (project / "UNLICENSE").write_text("This is free and unencumbered software\n")
+    (project / "NOTICE").write_text("mixed-language notice\n")
     (project / "doc").mkdir()
     (project / "doc" / "mixed-language.1").write_text(".TH MIXED-LANGUAGE 1\n")
     artifacts = project.parent / "artifacts"
@@ -191,7 +198,7 @@ def test_the_release_has_deterministic_archives_listed_and_verified(published: P
             names = sorted(tar.getnames())
             rounds = tar.extractfile(f"{folder}/notes/rounds.txt")
             assert rounds is not None and rounds.read().startswith(b"rounds: 100\nchecksum: ")
-        files = [f"{folder}/{n}" for n in (BINARY, "LICENSE", "README.md", *EXTRAS)]
+        files = [f"{folder}/{n}" for n in (BINARY, *DOCS, *EXTRAS)]
         folders = [folder, f"{folder}/doc", f"{folder}/notes"]
         assert names == sorted([*folders, *files])
         zipped = published / f"{folder}.zip"
@@ -233,6 +240,24 @@ def test_install_sh_installs_the_best_archive_that_runs(
     assert f"level={best} " in output
     for folder, level in ((PORTABLE, "x86-64-v2"), (V3, "x86-64-v3")):
         libexec = f"/root/.local/libexec/{BINARY}/{BINARY}-{level}"
+        assert f"{_sha256(published / folder / BINARY)}  {libexec}" in output
+    with tarfile.open(published / f"{AUTO}.tar.xz", "r:xz") as tar:
+        names = {name.removeprefix(f"{AUTO}/") for name in tar.getnames()}
+    assert names >= {*DOCS, f"bin/{BINARY}", "compose.json"}
+    # --prefix is the root: its bin/ and libexec/, nothing beside it (/opt also holds the
+    # xz shim's mount)
+    script = (
+        "sh /release/install.sh --from /release --prefix /opt/mixed && "
+        f"/opt/mixed/bin/{BINARY} 3000 && ls /opt/mixed && "
+        "test ! -e /opt/bin && test ! -e /opt/libexec && "
+        f"sha256sum /opt/mixed/libexec/{BINARY}/*"
+    )
+    code, output = _in_container(docker_client, image, published, script, xz=xz_shim)
+    assert code == 0, output
+    assert "rounds: 3000" in output
+    assert "\nbin\nlibexec\n" in output
+    for folder, level in ((PORTABLE, "x86-64-v2"), (V3, "x86-64-v3")):
+        libexec = f"/opt/mixed/libexec/{BINARY}/{BINARY}-{level}"
         assert f"{_sha256(published / folder / BINARY)}  {libexec}" in output
     # told that the CPU lacks AVX2: the portable archive
     code, output = _in_container(
