@@ -65,9 +65,9 @@ exec dockerd --config-file /etc/orchd26.json --data-root /var/lib/orchd26 \\
 
 
 def tests_cache_dir() -> Path:
-    """Where the tests keep what they make once per machine (ORCHESTRATOR_TEST_CACHE, else
+    """Where the tests keep what they make once per machine (ORCHTEST_CACHE, else
     ~/.cache/orchestrator-tests): never the tool's own cache, which `clean` empties."""
-    configured = os.environ.get("ORCHESTRATOR_TEST_CACHE")
+    configured = os.environ.get("ORCHTEST_CACHE")
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrator-tests"

@@ -213,6 +213,10 @@ def test_cdi_on_podman_goes_through_its_own_api_with_the_same_rights() -> None:
     calls.answers["containers.get"] = lambda ident: SimpleNamespace(
         id=ident, start=lambda: started.append(ident), remove=lambda force: None
     )
+    # The first container given limits is asked what its cgroup holds (the engine record).
+    calls.answers["api.exec_create"] = {"Id": "e1"}
+    calls.answers["api.exec_start"] = lambda *_args, **_kwargs: iter([b""])
+    calls.answers["api.exec_inspect"] = {"ExitCode": 0}
     spec = ContainerSpec(
         "img", gpu=CDI_NVIDIA, limits=Limits(pids=64, memory=1 << 30), volumes={"v": "/out"}
     )
