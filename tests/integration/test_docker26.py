@@ -11,8 +11,6 @@ crates but no step, so every step runs on Docker 26.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,76 +18,35 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
-from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
+from tests.integration.conftest import Run, orchestrator
 from tests.integration.docker26_engine import Docker26Engine, docker26_engine
+from tests.integration.engine_kinds import (
+    ARTIFACT,
+    NAME,
+    config,
+    engine_project,
+    inputs_only_cache,
+    plan_images,
+    release_on_host,
+)
 
 pytestmark = pytest.mark.integration
-
-FIXTURE = REPO / "tests" / "fixtures" / "level-sensitive"
-NAME = "level-sensitive-0.0.1"
-ARTIFACT = f"{NAME}-linux-x86_64-cpu"
-# One flavor, one level; what is not about the engine is off (as in test_podman.py, so
-# the host's release of it is shared through the step cache).
-CONFIG = """
-[package]
-crate = "."
-
-[build]
-source_date_epoch = 1700000000
-flavors = ["cpu"]
-
-[flavors.cpu]
-levels = ["x86-64-v2"]
-
-[pgo]
-enabled = false
-
-[bolt]
-enabled = false
-
-[gate]
-policy = "off"
-
-[test]
-enabled = false
-reason = "the engine-kind tests are about the engine, not the crate's tests"
-
-[release]
-distro_check = "off"
-"""
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = tmp_path_factory.mktemp("docker26") / "level-sensitive"
-    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
-    (project / "orchestrator.toml").write_text(CONFIG)
-    return project
-
-
-def config(project: Path) -> list[str]:
-    return ["--config", str(project / "orchestrator.toml")]
+    return engine_project(tmp_path_factory, "docker26")
 
 
 @pytest.fixture(scope="module")
 def docker_release(project: Path, docker_client: docker.DockerClient) -> Path:
-    """The release on the host's Docker Engine (its images are made here if missing)."""
-    artifacts = project.parent / "on-docker"
-    options = ["--artifacts-dir", str(artifacts), "--bench-runs", "0", "--allow-dirty"]
-    run = orchestrator(["release", *config(project), *options])
-    assert run.returncode == 0, run.output
-    assert managed_containers(docker_client) == []
-    return artifacts / NAME
+    return release_on_host(project, docker_client)
 
 
 @pytest.fixture(scope="module")
 def engine(project: Path, docker_release: Path) -> Iterator[Docker26Engine]:
     """A fresh Docker 26 holding the plan's images, as the host engine made them."""
-    plan = orchestrator(["build", *config(project), "--dry-run", "--json"])
-    assert plan.returncode == 0, plan.output
-    document = json.loads(plan.output[plan.output.index("{") :])
-    images = [document["base_image"]["reference"], document["image"]["reference"]]
+    images = plan_images(project)
     with docker26_engine() as started:
         started.load(images)
         yield started
@@ -101,15 +58,7 @@ def on_docker26(engine: Docker26Engine, args: list[str]) -> Run:
 
 @pytest.fixture(scope="module")
 def cache(project: Path) -> Path:
-    """A cache of its own: the host cache's rootfs, .debs and crates, hard-linked; no
-    step, so the build on Docker 26 runs every one."""
-    main = resolve_cache_dir(os.environ, None)
-    where = project.parent / "docker26-cache"
-    where.mkdir()
-    for part in ("rootfs", "packages", "crates"):
-        if (main / part).is_dir():
-            shutil.copytree(main / part, where / part, copy_function=os.link)
-    return where
+    return inputs_only_cache(project, "docker26")
 
 
 def engine_record(artifact: Path) -> dict[str, Any]:

@@ -12,86 +12,45 @@ step, so every step runs on Podman; the second build then takes all of them from
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
-from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
+from tests.integration.conftest import Run, orchestrator
+from tests.integration.engine_kinds import (
+    ARTIFACT,
+    NAME,
+    config,
+    engine_project,
+    inputs_only_cache,
+    plan_images,
+    release_on_host,
+    run_log,
+)
 from tests.integration.podman_engine import PodmanEngine, podman_engine
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = REPO / "tests" / "fixtures" / "level-sensitive"
-NAME = "level-sensitive-0.0.1"
-ARTIFACT = f"{NAME}-linux-x86_64-cpu"
-# One flavor, one level; what is not about the engine is off.
-CONFIG = """
-[package]
-crate = "."
-
-[build]
-source_date_epoch = 1700000000
-flavors = ["cpu"]
-
-[flavors.cpu]
-levels = ["x86-64-v2"]
-
-[pgo]
-enabled = false
-
-[bolt]
-enabled = false
-
-[gate]
-policy = "off"
-
-[test]
-enabled = false
-reason = "the Podman tests are about the engine, not the crate's tests"
-
-[release]
-distro_check = "off"
-"""
-# The steps a build of CONFIG takes from the step cache when nothing changed.
+# The steps a build of the shared config takes from the step cache when nothing changed.
 CACHED = {"build-baseline", "build-release"}
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = tmp_path_factory.mktemp("podman") / "level-sensitive"
-    shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("target"))
-    (project / "orchestrator.toml").write_text(CONFIG)
-    return project
-
-
-def config(project: Path) -> list[str]:
-    return ["--config", str(project / "orchestrator.toml")]
+    return engine_project(tmp_path_factory, "podman")
 
 
 @pytest.fixture(scope="module")
 def docker_release(project: Path, docker_client: docker.DockerClient) -> Path:
-    """The release on the host's Docker Engine (its images are made here if missing)."""
-    artifacts = project.parent / "on-docker"
-    options = ["--artifacts-dir", str(artifacts), "--bench-runs", "0", "--allow-dirty"]
-    run = orchestrator(["release", *config(project), *options])
-    assert run.returncode == 0, run.output
-    assert managed_containers(docker_client) == []
-    return artifacts / NAME
+    return release_on_host(project, docker_client)
 
 
 @pytest.fixture(scope="module")
 def podman(project: Path, docker_release: Path) -> Iterator[PodmanEngine]:
     """A fresh Podman holding the plan's images, as the host engine made them."""
-    plan = orchestrator(["build", *config(project), "--dry-run", "--json"])
-    assert plan.returncode == 0, plan.output
-    document = json.loads(plan.output[plan.output.index("{") :])
-    images = [document["base_image"]["reference"], document["image"]["reference"]]
+    images = plan_images(project)
     with podman_engine() as engine:
         engine.load(images)
         yield engine
@@ -103,15 +62,7 @@ def on_podman(podman: PodmanEngine, args: list[str]) -> Run:
 
 @pytest.fixture(scope="module")
 def cache(project: Path) -> Path:
-    """A cache of Podman's own: the host cache's rootfs, .debs and crates, hard-linked;
-    no step, so the first build on Podman runs every one."""
-    main = resolve_cache_dir(os.environ, None)
-    where = project.parent / "podman-cache"
-    where.mkdir()
-    for part in ("rootfs", "packages", "crates"):
-        if (main / part).is_dir():
-            shutil.copytree(main / part, where / part, copy_function=os.link)
-    return where
+    return inputs_only_cache(project, "podman")
 
 
 def build(podman: PodmanEngine, project: Path, cache: Path, out: str) -> tuple[Run, Path]:
@@ -120,15 +71,6 @@ def build(podman: PodmanEngine, project: Path, cache: Path, out: str) -> tuple[R
     run = on_podman(podman, ["build", *config(project), *options])
     assert run.returncode == 0, run.output
     return run, artifacts / NAME / ARTIFACT
-
-
-def manifest(artifact: Path) -> dict[str, Any]:
-    return dict(json.loads((artifact / "build.json").read_text()))
-
-
-def run_log(artifact: Path) -> dict[str, Any]:
-    """How the build went: steps, reused steps, engine (the unsigned logs/run.json)."""
-    return dict(json.loads((artifact / "logs" / "run.json").read_text()))
 
 
 def test_doctor_names_podman_and_finds_every_capability(podman: PodmanEngine) -> None:
@@ -191,6 +133,5 @@ def test_the_docker_release_reproduces_on_podman_bit_for_bit(
     run = on_podman(podman, ["reproduce", str(docker_release), *options])
     assert run.returncode == 0, run.output
     assert "bit-identical" in run.output
-    lock = json.loads((docker_release / "release.lock").read_text())
-    (target,) = lock["targets"]
-    assert target["built_on"]["version"] != "4.3.1"  # Docker built it; Podman rebuilt it
+    # Docker built it (logs/run.json; the signed lock names no engine); Podman rebuilt it.
+    assert run_log(docker_release / ARTIFACT)["engine"]["version"] != "4.3.1"

@@ -92,8 +92,8 @@ def test_two_cpu_levels_build_the_baseline_once(
         v3_log.read_text()
     )
     assert manifests[V2]["variants"]["baseline"] == manifests[V3]["variants"]["baseline"]
-    assert manifests[V2].get("reused_steps") is None
-    reused = manifests[V3]["reused_steps"]["build-baseline"]
+    assert _run_log(release / V2).get("reused_steps") is None
+    reused = _run_log(release / V3)["reused_steps"]["build-baseline"]
     assert reused["made_by"] == V2
     assert reused["files"][NAME]["sha256"] == manifests[V2]["variants"]["baseline"]["sha256"]
     # The levels differ where they should: only the baseline was shared.
@@ -207,7 +207,7 @@ distro_check = "off"
 [bench]
 runs = {runs}
 """
-# What each cached step leaves in build.json's reused_steps when its inputs are unchanged.
+# What each cached step leaves in logs/run.json's reused_steps when its inputs are unchanged.
 CACHED_STEPS = {
     "build-baseline",
     "build-release",
@@ -253,12 +253,13 @@ class StepRelease:
         return run.output, out / f"{STEP_NAME}-0.0.1" / STEP_ARTIFACT
 
 
-def _manifest(artifact: Path) -> dict[str, Any]:
-    return dict(json.loads((artifact / "build.json").read_text()))
+def _run_log(artifact: Path) -> dict[str, Any]:
+    """How the build went (steps, reused steps): the unsigned logs/run.json."""
+    return dict(json.loads((artifact / "logs" / "run.json").read_text()))
 
 
 def _statuses(artifact: Path) -> dict[str, str]:
-    return {step["name"]: step["status"] for step in _manifest(artifact)["steps"]}
+    return {step["name"]: step["status"] for step in _run_log(artifact)["steps"]}
 
 
 def _cargo_builds(artifact: Path, step: str) -> int:
@@ -274,7 +275,7 @@ def _cargo_builds(artifact: Path, step: str) -> int:
 
 def _assert_all_reused(artifact: Path, output: str) -> None:
     """Every cached step came from the step cache, built by the first release."""
-    reused = _manifest(artifact)["reused_steps"]
+    reused = _run_log(artifact)["reused_steps"]
     assert set(reused) == CACHED_STEPS | PGO_STEPS, output
     assert all(entry["made_by"] == STEP_ARTIFACT for entry in reused.values())
     assert all(_cargo_builds(artifact, step) == 0 for step in CARGO_BUILD_STEPS)
@@ -291,7 +292,7 @@ def test_every_build_step_is_reused_verified_and_rebuilt_only_for_what_changed(
     _, first = rig.release()
     # Keyed by binaries' content, not sources: an earlier run's identical binaries (a
     # comment changes no code) may have left these; every step keyed by the sources runs.
-    assert set(_manifest(first).get("reused_steps") or {}) <= BY_CONTENT
+    assert set(_run_log(first).get("reused_steps") or {}) <= BY_CONTENT
     assert all(_cargo_builds(first, step) == 1 for step in CARGO_BUILD_STEPS)
     shipped = (first / STEP_NAME).read_bytes()
     (log,) = (first / "logs").glob("*-build-release.log")
@@ -317,7 +318,7 @@ def test_every_build_step_is_reused_verified_and_rebuilt_only_for_what_changed(
     assert (again / STEP_NAME).read_bytes() == shipped
 
     # (d) A tampered cached binary: rebuilt, with a warning on the console.
-    assert release_entry.name == _manifest(again)["reused_steps"]["build-release"]["key"]
+    assert release_entry.name == _run_log(again)["reused_steps"]["build-release"]["key"]
     with (release_entry / STEP_NAME).open("r+b") as binary:
         binary.seek(100)
         binary.write(b"tampered")
@@ -326,14 +327,14 @@ def test_every_build_step_is_reused_verified_and_rebuilt_only_for_what_changed(
     assert "ignoring the cached build-release outputs" in output
     assert "does not match its recorded sha256" in output
     assert _cargo_builds(tampered, "build-release") == 1
-    assert "build-release" not in _manifest(tampered)["reused_steps"]
+    assert "build-release" not in _run_log(tampered)["reused_steps"]
     assert _cargo_builds(tampered, "build-optimized") == 0
     assert (tampered / STEP_NAME).read_bytes() == shipped
 
     # (c) One source file touched: every build runs, no image or crate step does.
     rig.touch()
     output, touched = rig.release()
-    assert set(_manifest(touched).get("reused_steps") or {}) <= BY_CONTENT, output
+    assert set(_run_log(touched).get("reused_steps") or {}) <= BY_CONTENT, output
     assert all(_cargo_builds(touched, step) == 1 for step in CARGO_BUILD_STEPS)
     statuses = _statuses(touched)
     assert statuses["test"] == "ok"
@@ -342,7 +343,7 @@ def test_every_build_step_is_reused_verified_and_rebuilt_only_for_what_changed(
 
     # --force: every step runs, none from the step cache: the same bytes as the reuse.
     output, forced = rig.release("--force", into=tmp_path / "forced")
-    assert _manifest(forced).get("reused_steps") is None
+    assert _run_log(forced).get("reused_steps") is None
     assert _cargo_builds(forced, "build-optimized") == 1
     assert (forced / STEP_NAME).read_bytes() == (touched / STEP_NAME).read_bytes()
     assert managed_containers(docker_client) == []
@@ -385,12 +386,12 @@ def test_changing_one_flavors_features_runs_only_that_flavors_builds(tmp_path: P
     output, cpu = rig.release()
     arm = release / ARM_ARTIFACT
     # The cpu target is built again (its config lies among the sources) from the cache.
-    cpu_reused = _manifest(cpu)["reused_steps"]
+    cpu_reused = _run_log(cpu)["reused_steps"]
     assert "build-baseline" in cpu_reused, output
     builds = [step for step in _statuses(cpu) if step.startswith("build-")]
     assert all(_cargo_builds(cpu, step) == 0 for step in builds)
     assert set(builds) <= set(cpu_reused)
     # The aarch64 target's features changed: each of its builds ran.
-    assert _manifest(arm).get("reused_steps") is None
+    assert _run_log(arm).get("reused_steps") is None
     arm_builds = [step for step in _statuses(arm) if step.startswith("build-")]
     assert arm_builds and all(_cargo_builds(arm, step) == 1 for step in arm_builds)
