@@ -6,6 +6,7 @@ configure.
 
 from __future__ import annotations
 
+import re
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ def image_lock(engine: Engine) -> Check:
 
 
 def container_checks(engine: Engine, image: str) -> list[Check]:
-    """init, our seccomp profile, a read-only volume, the pids and memory limits, GPUs."""
+    """init, our seccomp profile, a read-only volume, the pids and memory limits, a
+    network, GPUs."""
     kind = engine.kind()
     code, output = engine.probe(image, ["true"])
     checks = [
@@ -152,6 +154,7 @@ def container_checks(engine: Engine, image: str) -> list[Check]:
         )
     )
     checks += _volume_and_limits(engine, image, kind)
+    checks.append(_network(engine, image, kind))
     # What the GPU flavors' containers would get (flavors.<cuda|rocm>.gpu); none is no fault.
     return [*checks, Check("GPUs", "info", engine_gpus(engine, image))]
 
@@ -192,6 +195,24 @@ def _volume_and_limits(engine: Engine, image: str, kind: EngineKind) -> list[Che
         )
     )
     return [volumes, _limits(cgroups.parse(lines, chosen), kind)]
+
+
+def _network(engine: Engine, image: str, kind: EngineKind) -> Check:
+    """A container with a network, as fetch-crates starts one for crates not yet cached."""
+    try:
+        with engine.container(ContainerSpec(image, network=True, purpose="probe")):
+            pass
+    except OrchestratorError as exc:
+        fix = kind.start_hint(exc.message) or "see the engine's log"
+        # slirp4netns's reason comes first; its warnings follow ("\\n" as Podman sends it)
+        first_line = re.split(r"\\n|\n", exc.message.strip())[0]
+        detail = f"{first_line[-160:]} -> {fix}"
+        return Check(
+            "container network",
+            "warn",
+            f"{detail}; until then only crates already in the cache can be used",
+        )
+    return Check("container network", "ok", "containers reach a network (fetch-crates)")
 
 
 def _limits(reading: cgroups.Reading, kind: EngineKind) -> Check:

@@ -84,6 +84,7 @@ _BASE_CHECKS = (
     "seccomp profile",
     "read-only volumes",
     "pids and memory limits",
+    "container network",
     "GPUs",
     "privileged containers",
 )

@@ -15,12 +15,15 @@ with the same effect (seen on Podman 4.3.1 through its compat API, API version 1
   removals never force.
 - `stats()` reports no pids limit.
 - Architecture is Go's name (`amd64`), where Docker says `x86_64`.
+- Rootless, a container with a network fails to start where /dev/net/tun is root's
+  alone (slirp4netns opens it): the start hint says so.
 
 Everything here is pure: the Engine (engine.py) asks `EngineKind` what to do.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +35,15 @@ PODMAN_COMPONENT = "Podman Engine"  # /version's Components[].Name on Podman's s
 _PODMAN_PREFIXES = ("docker.io/library/", "docker.io/", "localhost/")
 # Go's architecture names (Podman) to the kernel's (Docker, and our flavors).
 _ARCHITECTURES = {"amd64": "x86_64", "arm64": "aarch64"}
+# A rootless Podman's container network is slirp4netns, which opens /dev/net/tun; where
+# that is root's alone it fails, and Podman 4.3 then leaves a stale rootless netns file
+# behind, so every later try fails on "mount runtime directory for rootless netns".
+_ROOTLESS_NETWORK_FAILURES = re.compile(r"/dev/net/tun|slirp4netns|rootless netns")
+ROOTLESS_NETWORK_HINT = (
+    "a rootless Podman's network (slirp4netns) needs /dev/net/tun usable by its user: "
+    "chmod 0666 /dev/net/tun (its usual mode), then remove any stale "
+    "$XDG_RUNTIME_DIR/netns/rootless-netns-* file"
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,8 @@ class EngineKind:
         """What to do when a container cannot start for `reason` ("" if nothing known)."""
         if self.podman and "catatonit" in reason:
             return "Podman runs each container's init with catatonit: apt-get install catatonit."
+        if self.podman and self.rootless and _ROOTLESS_NETWORK_FAILURES.search(reason):
+            return ROOTLESS_NETWORK_HINT  # first: slirp4netns's output names seccomp
         if self.podman and "seccomp" in reason:
             return "Podman reads a seccomp profile from a file: run orchestrator on its host."
         return ""

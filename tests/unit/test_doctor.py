@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.errors import DockerUnavailableError
+from orchestrator.errors import ContainerError, DockerUnavailableError
+from orchestrator.runtime.api import ContainerSpec
 from orchestrator.runtime.doctor import Check, run_checks
 from orchestrator.runtime.engine import Privileges
 from orchestrator.runtime.perf import LBR_PROBE
-from tests.unit.fakes import FakeEngine, Prober
+from tests.unit.fakes import FakeContainer, FakeEngine, Prober
 from tests.unit.test_cgroups import grep_output
-from tests.unit.test_engine_kinds import FEDORA_INFO, PODMAN_VERSION
+from tests.unit.test_engine_kinds import FEDORA_INFO, PODMAN_INFO, PODMAN_VERSION, SLIRP_TUN
 
 GB = 1_000_000_000
 
@@ -66,6 +68,7 @@ def test_docker_unreachable_still_runs_every_check(
         "seccomp profile",
         "read-only volumes",
         "pids and memory limits",
+        "container network",
         "GPUs",
         "privileged containers",
         "perf in a container",
@@ -78,7 +81,7 @@ def test_docker_unreachable_still_runs_every_check(
     assert found["mmdebstrap"].status == "ok"
     assert found["disk (cache)"].status == "ok"
     skipped = [c.name for c in checks if c.status == "skip"]
-    assert skipped == ["disk (docker)", *[c.name for c in checks][-10:]]
+    assert skipped == ["disk (docker)", *[c.name for c in checks][-11:]]
     assert {found[name].detail for name in skipped} == {"skipped: Docker unreachable"}
 
 
@@ -173,10 +176,16 @@ def test_no_perf_at_all_warns_of_instrumentation(monkeypatch: pytest.MonkeyPatch
 
 
 def podman_doctor(
-    monkeypatch: pytest.MonkeyPatch, *, info: Mapping[str, object], cgroup: str, prober: Prober
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    info: Mapping[str, object],
+    cgroup: str,
+    prober: Prober,
+    network_refused: str | None = None,
 ) -> dict[str, Check]:
     """doctor on a fake Podman holding a base image, whose containers' cgroup files are
-    the fixture folder `cgroup` (tests/unit/cgroups/)."""
+    the fixture folder `cgroup` (tests/unit/cgroups/); with `network_refused`, a container
+    with a network does not start, for that reason."""
 
     def responder(argv: Sequence[str]) -> tuple[int, list[str]]:
         if argv[0] == "grep":
@@ -185,6 +194,18 @@ def podman_doctor(
 
     fake = FakeEngine(version=PODMAN_VERSION, info=info, responder=responder, prober=prober)
     fake.add_image("orchestrator/base:trixie-" + "0" * 16)
+    if network_refused is not None:
+        plain = fake.container
+
+        @contextmanager
+        def container(spec: ContainerSpec, *, keep: bool = False) -> Iterator[FakeContainer]:
+            if spec.network:
+                where = f"a {spec.purpose} container from {spec.image} on {fake.kind().title}"
+                raise ContainerError(f"cannot start {where}: {network_refused}")
+            with plain(spec, keep=keep) as box:
+                yield box
+
+        monkeypatch.setattr(fake, "container", container)
     use_engine(monkeypatch, fake)
     use_path(monkeypatch, "mmdebstrap")
     return by_name(run_checks(None))
@@ -243,3 +264,33 @@ def test_rootless_podman_on_cgroup_v1_is_told_limits_need_v2(
     limits = checks["pids and memory limits"]
     assert limits.status == "warn"
     assert limits.detail.endswith("cannot set limits under cgroup v1: boot with cgroup v2")
+
+
+def test_rootless_podman_without_a_usable_tun_device_warns_that_crates_cannot_be_fetched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Measured here: rootless Podman 4.3 with /dev/net/tun root's alone (mode 0600)."""
+    info = {**FEDORA_INFO, "CgroupVersion": "1", "SecurityOptions": [], "Rootless": True}
+    checks = podman_doctor(
+        monkeypatch,
+        info=info,
+        cgroup="v2-hits",
+        prober=lambda _i, _a, _p: (0, ""),
+        network_refused=SLIRP_TUN,
+    )
+    network = checks["container network"]
+    assert network.status == "warn"
+    assert "Permission denied -> a rootless Podman's network (slirp4netns)" in network.detail
+    assert "WARNING" not in network.detail  # slirp4netns's reason, not its warnings
+    assert "chmod 0666 /dev/net/tun" in network.detail
+    assert network.detail.endswith("only crates already in the cache can be used")
+    assert checks["init"].status == "ok"  # containers without a network start
+
+
+def test_a_container_network_that_works_is_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = podman_doctor(
+        monkeypatch, info=PODMAN_INFO, cgroup="v2-hits", prober=lambda _i, _a, _p: (0, "")
+    )
+    assert checks["container network"] == Check(
+        "container network", "ok", "containers reach a network (fetch-crates)"
+    )

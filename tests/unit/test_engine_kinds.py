@@ -339,3 +339,29 @@ def test_podman_without_catatonit_says_what_to_install() -> None:
         pass
     assert "on Podman 4.3.1 (rootful)" in caught.value.message
     assert "apt-get install catatonit" in caught.value.hint
+
+
+# Both as rootless Podman 4.3.1's service answered here, /dev/net/tun being root's alone
+# (mode 0600): the first container with a network, then every later one (a stale netns).
+SLIRP_TUN = (
+    '/usr/bin/slirp4netns failed: "open(\\"/dev/net/tun\\"): Permission denied\\n'
+    'WARNING: Support for seccomp is experimental\\nchild failed(1)\\n"'
+)
+STALE_NETNS = "failed to mount runtime directory for rootless netns: no such file or directory"
+
+
+@pytest.mark.parametrize("reason", [SLIRP_TUN, STALE_NETNS])
+def test_rootless_podman_without_a_usable_tun_device_says_how_to_allow_it(reason: str) -> None:
+    calls = Calls(PODMAN_VERSION, {**PODMAN_INFO, "Rootless": True})
+    calls.answers["containers.run"] = api_error(500, reason)
+    with (
+        pytest.raises(ContainerError) as caught,
+        Engine(client(calls)).container(ContainerSpec("img", network=True, purpose="fetch")),
+    ):
+        pass
+    assert "fetch container from img on Podman 4.3.1 (rootless)" in caught.value.message
+    assert "chmod 0666 /dev/net/tun" in caught.value.hint
+    assert "netns/rootless-netns-*" in caught.value.hint
+    # A rootful Podman's network needs no slirp4netns; Docker never says this.
+    assert "/dev/net/tun" not in PODMAN_KIND.start_hint(reason)
+    assert DOCKER_KIND.start_hint(reason) == ""
