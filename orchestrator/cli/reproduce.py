@@ -184,7 +184,7 @@ def reproduce(
     from orchestrator.runtime.contexts import resolve_contexts
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer
-    from orchestrator.supply.verify import authenticate_lock
+    from orchestrator.supply.lock_trust import authenticate_lock
 
     endpoint = resolve_contexts([engine])[0] if engine else None
     release = release.resolve()

@@ -15,8 +15,8 @@ import pytest
 from orchestrator.config.options import resolve
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.attest import CHECKSUMS, PUBLIC_KEY, SIGNATURE_SUFFIX
+from orchestrator.supply.lock_trust import UnsignedLockError, authenticate_lock
 from orchestrator.supply.minisign import SecretKey, VerificationError, write_key_pair
-from orchestrator.supply.verify import UnsignedLockError, authenticate_lock
 
 from .conftest import plan_for
 from .test_cli_bad_input import cli, docker_down, refused  # noqa: F401 (a fixture)
