@@ -310,6 +310,7 @@ def test_a_tag_through_github_actions_publishes_the_one_shot_release(
     assert managed_containers(docker_client) == []
 
 
+@pytest.mark.extended
 def test_a_tag_through_gitlab_ci_publishes_the_one_shot_release(
     project: Project, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:

@@ -113,6 +113,7 @@ def test_aarch64_cross_build_runs_under_qemu(
     assert managed_containers(docker_client) == []
 
 
+@pytest.mark.extended
 def test_cuda_binary_embeds_every_requested_sm(
     artifacts: Path, docker_client: docker.DockerClient
 ) -> None:
@@ -144,6 +145,7 @@ def test_cuda_binary_embeds_every_requested_sm(
     assert code == 0 and "checksum:" in output  # auto: the CPU path
 
 
+@pytest.mark.extended
 def test_rocm_binary_embeds_every_requested_gfx_target(
     artifacts: Path, docker_client: docker.DockerClient
 ) -> None:
@@ -182,6 +184,7 @@ def test_unsupported_gpu_target_fails_before_building(tmp_path: Path) -> None:
     assert not (tmp_path / "a" / RELEASE).exists()
 
 
+@pytest.mark.extended
 def test_cuda_kernels_compiled_at_run_time_pass_the_device_check(
     tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
@@ -225,6 +228,7 @@ def test_cuda_kernels_compiled_at_run_time_pass_the_device_check(
     assert managed_containers(docker_client) == []
 
 
+@pytest.mark.extended
 def test_a_crate_that_loads_cuda_at_run_time_gets_a_cuda_artifact(
     tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:

@@ -265,6 +265,7 @@ def test_callgrind_counts_of_every_variant_repeat_on_a_second_run(release: Relea
     assert "callgrind counts" in (report_dir / "bench.md").read_text()
 
 
+@pytest.mark.extended
 def test_mixed_language_crate_builds_with_pgo_and_bolt(
     release: Release, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:

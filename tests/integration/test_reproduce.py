@@ -106,6 +106,7 @@ def test_an_edited_lock_is_refused_before_anything_is_built(
     assert len(docker_client.containers.list(all=True)) == before
 
 
+@pytest.mark.extended
 def test_reproduce_offline_in_fresh_images_is_bit_identical(
     cross_release: CrossRelease, docker_client: docker.DockerClient, tmp_path: Path
 ) -> None:
@@ -179,6 +180,7 @@ def test_tampered_vault_file_is_refused(cross_release: CrossRelease, tmp_path: P
     assert "reproducing" not in run.output  # refused before any build started
 
 
+@pytest.mark.extended
 def test_changed_source_byte_is_reported_with_diffoscope(
     cross_release: CrossRelease, tmp_path: Path
 ) -> None:

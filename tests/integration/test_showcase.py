@@ -16,7 +16,7 @@ from orchestrator.model.callgrind import Counts
 from orchestrator.model.gate import decide
 from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.extended]
 
 CONFIG = REPO / "examples" / "minilang" / "orchestrator.toml"
 RELEASE = "minilang-0.1.0"
