@@ -17,11 +17,36 @@ from pydantic import Field
 from orchestrator.model.records import BuildManifest, JsonDict, Record
 
 
-class TargetSummary(Record):
+class TargetFacts(Record):
+    """What a run's entry (TargetSummary) and release.json's (PublishedTarget) both say of
+    one target, declared once: its flavor and what its build.json says of the shipped
+    binary. Each record's JSON is written with sorted keys, so these fields coming first in
+    the model changes no byte of it."""
+
+    flavor: str
+    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
+    oldest_distribution: str | None = Field(
+        None, description="the oldest Debian release it loaded and validated on"
+    )
+    shipped_variant: str | None = Field(
+        None, description="what the speed gate shipped: release, pgo, pgo-bolt (null: unmeasured)"
+    )
+    cycles_saved_vs_baseline: float | None = Field(
+        None, description="share of callgrind's estimated cycles saved vs cargo build --release"
+    )
+    cycles_saved_vs_release: float | None = Field(
+        None, description="the same against the release profile alone"
+    )
+    bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
+    cuda_runtime: str | None = Field(
+        None, description="the CUDA release the driver must serve where it runs (cudarc's feature)"
+    )
+
+
+class TargetSummary(TargetFacts):
     """One target's build as a run saw it: `release --json`, logs/targets.json, and the
     runner's claim in target.json."""
 
-    flavor: str
     level: str
     artifact: str
     status: Literal["planned", "ok", "cached", "failed"] = Field(
@@ -42,23 +67,6 @@ class TargetSummary(Record):
     )
     speedup_note: str | None = Field(
         None, description="why speedup_vs_baseline is null (emulated, skipped, failed)"
-    )
-    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
-    oldest_distribution: str | None = Field(
-        None, description="the oldest Debian release it loaded and validated on"
-    )
-    shipped_variant: str | None = Field(
-        None, description="what the speed gate shipped: release, pgo, pgo-bolt (null: unmeasured)"
-    )
-    cycles_saved_vs_baseline: float | None = Field(
-        None, description="share of callgrind's estimated cycles saved vs cargo build --release"
-    )
-    cycles_saved_vs_release: float | None = Field(
-        None, description="the same against the release profile alone"
-    )
-    bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
-    cuda_runtime: str | None = Field(
-        None, description="the CUDA release the driver must serve where it runs (cudarc's feature)"
     )
     engine: str | None = Field(
         None, description="the Docker context of the engine that built it (null: cached)"
@@ -107,10 +115,9 @@ def _release_v1_to_v2(document: JsonDict) -> JsonDict:
     return {**document, "schema": "orchestrator/release", "schema_version": 2}
 
 
-class PublishedTarget(Record):
+class PublishedTarget(TargetFacts):
     """One target a release publishes, as its signed build.json describes it."""
 
-    flavor: str
     level: str = Field(description="the CPU level it was built for (rustc's target-cpu)")
     artifact: str = Field(description="its folder in the release (and the archive's name)")
     rust_target: str | None = Field(
@@ -119,23 +126,6 @@ class PublishedTarget(Record):
     )
     size: int = Field(description="the main binary's size in bytes")
     sha256: str = Field(description="the main binary's sha256")
-    glibc: str | None = Field(None, description="the newest glibc symbol version it needs")
-    oldest_distribution: str | None = Field(
-        None, description="the oldest Debian release it loaded and validated on"
-    )
-    shipped_variant: str | None = Field(
-        None, description="what the speed gate shipped: release, pgo, pgo-bolt (null: unmeasured)"
-    )
-    cycles_saved_vs_baseline: float | None = Field(
-        None, description="share of callgrind's estimated cycles saved vs cargo build --release"
-    )
-    cycles_saved_vs_release: float | None = Field(
-        None, description="the same against the release profile alone"
-    )
-    bolt: str | None = Field(None, description="BOLT's mode and profile coverage, or why not")
-    cuda_runtime: str | None = Field(
-        None, description="the CUDA release the driver must serve where it runs (cudarc's feature)"
-    )
     gpu_path: str | None = Field(
         None, description="GPU flavors: build.json's gpu_path (null: no GPU flavor)"
     )

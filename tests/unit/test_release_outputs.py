@@ -20,8 +20,15 @@ import orchestrator.release.run as release_run
 import orchestrator.release.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.model.record_io import record_text
 from orchestrator.model.records import read_record, write_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
+from orchestrator.model.release_summary import (
+    PublishedTarget,
+    ReleaseSummary,
+    TargetFacts,
+    TargetRuns,
+    TargetSummary,
+)
 from orchestrator.model.run_logs import TARGET_RUNS
 from orchestrator.release.release_json import write_release_json
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
@@ -173,6 +180,66 @@ def test_release_json_is_what_the_published_build_json_files_say(
     said: list[str] = []
     assert not write_release_json(release, options, said.append)
     assert len(said) == 1 and said[0].startswith("demo-1.2.3-linux-x86_64-cpu-v4 is left out")
+
+
+# release.json is signed: an old release rebuilt must give it byte for byte, whatever order
+# the models declare their fields in (TargetFacts puts the shared ones first).
+RELEASE_JSON_BYTES = """{
+  "artifacts": [
+    {
+      "artifact": "demo-1.2.3-linux-x86_64-cuda-v3",
+      "bolt": "instrument, 42/619 functions profiled, not shipped (speed gate)",
+      "cuda_runtime": "12.4",
+      "cycles_saved_vs_baseline": 0.25,
+      "cycles_saved_vs_release": 0.125,
+      "flavor": "cuda",
+      "glibc": "GLIBC_2.17",
+      "gpu_path": "not exercised: no GPU on this machine",
+      "level": "x86-64-v3",
+      "oldest_distribution": "bullseye",
+      "rust_target": "x86_64-unknown-linux-gnu",
+      "sha256": "abababababababababababababababababababababababababababababababab",
+      "shipped_variant": "pgo",
+      "size": 1024
+    }
+  ],
+  "name": "demo",
+  "schema": "orchestrator/release",
+  "schema_version": 3,
+  "version": "1.2.3"
+}
+"""
+
+
+def test_release_json_and_target_runs_entries_keep_their_bytes() -> None:
+    facts = {
+        "flavor": "cuda",
+        "level": "x86-64-v3",
+        "artifact": "demo-1.2.3-linux-x86_64-cuda-v3",
+        "rust_target": "x86_64-unknown-linux-gnu",
+        "size": 1024,
+        "sha256": "ab" * 32,
+        "glibc": "GLIBC_2.17",
+        "oldest_distribution": "bullseye",
+        "shipped_variant": "pgo",
+        "cycles_saved_vs_baseline": 0.25,
+        "cycles_saved_vs_release": 0.125,
+        "bolt": "instrument, 42/619 functions profiled, not shipped (speed gate)",
+        "cuda_runtime": "12.4",
+        "gpu_path": "not exercised: no GPU on this machine",
+    }
+    published = PublishedTarget.model_validate(facts)
+    listing = ReleaseSummary(name="demo", version="1.2.3", artifacts=[published])
+    assert record_text(listing) == RELEASE_JSON_BYTES
+    # A run's entry says the same of the shared fields, and logs/targets.json (like
+    # release.json) lists each entry's keys sorted, not in declaration order.
+    run = {"status": "ok", "seconds": 1.5, "speedup_vs_baseline": None, "error": None}
+    entry = TargetSummary.model_validate({**facts, **run, "warnings": []})
+    assert {key: entry.dump()[key] for key in TargetFacts.model_fields} == {
+        key: published.dump()[key] for key in TargetFacts.model_fields
+    }
+    written = json.loads(record_text(TargetRuns(name="demo", version="1.2.3", targets=[entry])))
+    assert list(written["targets"][0]) == sorted(TargetSummary.model_fields)
 
 
 # -- keys ---------------------------------------------------------------------------------
