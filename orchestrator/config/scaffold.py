@@ -187,8 +187,9 @@ def _train_lines(found: Detected) -> list[str]:
     if proposal.workloads:
         lines += [
             "# Found by `orchestrator init`: each names only files of this tree and does more",
-            "# than --help/--version; none asks for sleep, dates, randomness or the network as",
-            "# far as its words tell. Same output twice? Not checked (nothing was built): the",
+            "# than --help/--version; none asks for sleep, dates, randomness or the network,",
+            "# is interactive, needs a GPU or samples without a seed, as far as its words",
+            "# tell. Same output twice? Not checked (nothing was built): the",
             "# build's validation compares the runs of [validate] between its binaries.",
         ]
         runs = [(c.args, f"from {c.source}", c.note) for c in proposal.workloads]

@@ -1,14 +1,17 @@
 """Workloads for a first orchestrator.toml, found by reading the crate (nothing is built).
 
-Where runs come from, in this order: command lines in the README and docs (code blocks),
-in shell scripts under examples/, benches/ and scripts/, the integration tests' assert_cmd
+Where runs come from, in this order: command lines in the README, the guides beside it
+(GUIDE.md, FAQ.md) and docs (code blocks, and inline code in prose and tables), in shell
+scripts under examples/, benches/ and scripts/, the integration tests' assert_cmd
 invocations (`Command::cargo_bin("x").args([...])`), and the binary's subcommands read from
 its clap derive attributes, filled with data files of the tree. Each is then vetted: every
 file it names must exist (a README's file the tree lacks is swapped for one of the same
 kind that the tree holds, and said so), it must do more than `--help`/`--version`, and it
 must not be non-deterministic or reach outside as far as its words tell (sleep, date,
-random, a server, a URL, running other programs). What is left over is kept, with the
-reason, for the file's comments.
+random, a server, a URL, running other programs), nor be interactive, need a GPU the
+flavor lacks or sample without a seed (config/workload_hazards.py). A search without a
+path (`rg PATTERN`) searches the crate's tree, where runs start. What is left over is
+kept, with the reason, for the file's comments.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.config.clap_source import Command, read_commands
 from orchestrator.config.run_files import DATA_EXTENSIONS, looks_like_path, path_arguments
+from orchestrator.config.workload_hazards import read_cli_facts, workload_hazards
 from orchestrator.config.workload_sources import (
     Tree,
     code_lines,
+    code_spans,
     commands_in,
     downloads,
     file_extension,
@@ -215,9 +220,14 @@ def _rust_sources(folder: Path) -> list[Path]:
     return sorted(p for p in (folder / "src").rglob("*.rs") if p.is_file())[:500]
 
 
+# Markdown files beside the README that are not guides: no command lines to read there.
+_NOT_GUIDES = ("changelog", "changes", "history", "contributing", "code_of_conduct",
+               "license", "licence", "security", "release", "authors", "news")  # fmt: skip
+
+
 def _documents(root: Path, package_dir: Path) -> list[Path]:
-    """The README of the root and of the package, and the docs, examples, benches and
-    scripts that may show command lines."""
+    """The README of the root and of the package with the guides beside it (GUIDE.md,
+    FAQ.md), and the docs, examples, benches and scripts that may show command lines."""
     documents: list[Path] = []
     for folder in dict.fromkeys((root, package_dir)):
         readme = next(
@@ -225,6 +235,11 @@ def _documents(root: Path, package_dir: Path) -> list[Path]:
             None,
         )
         documents += [readme] if readme else []
+        documents += sorted(
+            p
+            for p in folder.glob("*.md")
+            if p.is_file() and p != readme and not p.stem.lower().startswith(_NOT_GUIDES)
+        )[:20]
         for sub in ("docs", "doc", "examples", "benches", "scripts"):
             if (folder / sub).is_dir():
                 documents += sorted(
@@ -252,6 +267,13 @@ def _from_documents(found: _Found, root: Path, package_dir: Path, binary: str) -
                     found.rejected.append(Rejected(Candidate(args, shown), problem))
                 else:
                     found.candidates.append(Candidate(args, shown))
+        if document.suffix.lower() == ".md":  # `rg -tpy foo` in prose and tables
+            for span in code_spans(document):
+                found.candidates += [
+                    Candidate(args, shown)
+                    for args, problem in commands_in(span, binary)
+                    if args and not problem
+                ]
     for folder in dict.fromkeys((root, package_dir)):
         for test in sorted((folder / "tests").glob("**/*.rs"))[:200]:
             shown = test.relative_to(root).as_posix()
@@ -279,8 +301,11 @@ def find_workloads(
     package_dir: Path,
     binary: str,
     main_file: Path | None = None,
+    flavor: str = "cpu",
 ) -> Proposal:
-    """Workloads for `binary` of the package at `package_dir`, runs at `root`."""
+    """Workloads for `binary` of the package at `package_dir`, runs at `root`, for
+    `flavor`'s runs: one that is interactive, needs a GPU the flavor lacks or samples
+    without a seed is rejected (config/workload_hazards.py)."""
     tree = walk(root)
     member = package_dir.relative_to(root).as_posix() if package_dir != root else ""
     folders = [member] if member else []
@@ -288,7 +313,9 @@ def find_workloads(
     found = _Found()
     _from_documents(found, root, package_dir, binary)
     shape = _from_clap(found, tree, root, package_dir, main_file)
+    cli = read_cli_facts(_rust_sources(package_dir))
     accepted: list[Candidate] = []
+    hazardous: list[Rejected] = []  # listed first: the file's comments keep only a dozen
     seen: set[tuple[str, ...]] = set()
     for candidate in found.candidates:
         if candidate.args in seen:
@@ -297,9 +324,11 @@ def find_workloads(
         verdict = _vet(candidate, tree, found.downloads, folders)
         if isinstance(verdict, Rejected):
             found.rejected.append(verdict)
+        elif hazards := workload_hazards(verdict.args, flavor, cli):
+            hazardous.append(Rejected(candidate, "; ".join(hazards)))
         elif verdict.args not in {c.args for c in accepted}:
             accepted.append(verdict)
-    return Proposal(_best(accepted, tree), tuple(found.rejected), shape)
+    return Proposal(_best(accepted, tree), (*hazardous, *found.rejected), shape)
 
 
 def _best(accepted: list[Candidate], tree: Tree, most: int = 3) -> tuple[Candidate, ...]:

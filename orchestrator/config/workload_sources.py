@@ -117,6 +117,28 @@ def code_lines(path: Path) -> Iterator[str]:
         pending = ""
 
 
+_SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
+
+
+def code_spans(path: Path) -> Iterator[str]:
+    """Inline code of a markdown document's prose and tables (`rg -tpy foo`), a span
+    broken over two lines of a paragraph joined."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    in_code = False
+    paragraph: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if _FENCE.match(line):
+            in_code = not in_code
+        elif not in_code and line.strip():
+            paragraph.append(line.strip())
+            continue
+        yield from (span.strip() for span in _SPAN.findall(" ".join(paragraph)))
+        paragraph = []
+
+
 def _tokens(line: str) -> list[str] | None:
     text = line.strip()
     for prompt in ("$ ", "% ", "> ", "\u276f "):  # shell prompts

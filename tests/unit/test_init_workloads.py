@@ -312,3 +312,73 @@ def test_a_slash_pattern_is_a_path_only_under_a_folder_of_the_crate() -> None:
     crate = FIXTURES / "init-download"
     args = ["foo/bar", "tests/nope", "tests/data/cities.csv", "x/y.csv", "w.csv", "tests"]
     assert missing_files(args, crate) == ["tests/nope", "x/y.csv", "w.csv"]
+
+
+def test_a_search_tools_examples_in_prose_tables_and_guides_become_workloads(
+    tmp_path: Path,
+) -> None:
+    """ripgrep's shape: the README shows its runs only as inline code (a table, prose, a
+    span broken over two lines), the guide beside it in code blocks; a search without a
+    path searches the crate's tree, and a bare -i (ignore case) is no hazard."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.rs").write_text("fn main() {}\n")
+    (tmp_path / "README.md").write_text(
+        "search recursively searches the current directory for a regex.\n\n"
+        "| Tool | Command | Time |\n| --- | --- | --- |\n"
+        "| search | `search -n -w '[A-Z]+_SUSPEND'` | 0.08s |\n"
+        "| grep | `grep -r -n -w '[A-Z]+_SUSPEND'` | 0.67s |\n\n"
+        "Disable filtering with `search -uuu`. For example, `search -tpy foo` limits\n"
+        "the search to Python files and `search -Tjs\n  foo` excludes JavaScript.\n"
+    )
+    (tmp_path / "GUIDE.md").write_text(
+        "```\n$ search fast README.md\n75: faster than both\n```\n\n"
+        "```\n$ search -i 'fn main'\nsrc/main.rs\n1:fn main() {}\n```\n"
+    )
+    (tmp_path / "CHANGELOG.md").write_text("```\n$ search old-flag README.md\n```\n")
+    proposal = find_workloads(tmp_path, tmp_path, "search")
+    runs = [c.args for c in proposal.workloads]
+    assert runs == [("fast", "README.md"), ("-n", "-w", "[A-Z]+_SUSPEND"), ("-tpy", "foo")]
+    found = {c.args: c.source for c in proposal.workloads}
+    assert found[("fast", "README.md")] == "GUIDE.md"
+    scanned = [c.args for c in proposal.workloads] + [r.candidate.args for r in proposal.rejected]
+    assert ("-uuu",) in scanned  # rejected: options only
+    assert ("old-flag", "README.md") not in scanned  # a changelog is no guide
+    more = find_workloads(tmp_path, tmp_path, "search")
+    assert more == proposal
+
+
+def test_interactive_gpu_and_sampling_examples_are_rejected_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """An inference engine's README (issue 42, point 8): --chat, a cuda backend for the
+    cpu flavor and sampling without a seed are left out, a greedy run is kept."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "src" / "main.rs").write_text(
+        "#[derive(Parser)]\nstruct Cli {\n    /// Read prompts from stdin.\n"
+        "    #[arg(short, long)]\n    interactive: bool,\n"
+        "    #[arg(long)]\n    temperature: Option<f32>,\n}\n"
+    )
+    (tmp_path / "README.md").write_text(
+        "```sh\n"
+        "llm --chat --model models/tiny.bin\n"
+        "llm -i --model models/tiny.bin\n"
+        "llm generate --model models/tiny.bin --backend cuda --temperature 0\n"
+        "llm generate --model models/tiny.bin --prompt hello\n"
+        "llm generate --model models/tiny.bin --prompt hello --temperature 0\n"
+        "```\n"
+    )
+    proposal = find_workloads(tmp_path, tmp_path, "llm")
+    assert [c.args for c in proposal.workloads] == [
+        ("generate", "--model", "models/tiny.bin", "--prompt", "hello", "--temperature", "0")
+    ]
+    reasons = [r.reason for r in proposal.rejected]
+    assert reasons[0].startswith("--chat starts an interactive session")
+    assert reasons[1].startswith("-i reads stdin (its help: 'Read prompts from stdin.")
+    assert reasons[2] == "--backend cuda needs a GPU, and the cpu flavor's runs have none"
+    assert reasons[3].startswith("sampling without a seed or --temperature 0")
+    assert len(reasons) == 4
+    cuda = find_workloads(tmp_path, tmp_path, "llm", flavor="cuda")
+    backend = ("--backend", "cuda", "--temperature", "0")
+    assert ("generate", "--model", "models/tiny.bin", *backend) in [c.args for c in cuda.workloads]
