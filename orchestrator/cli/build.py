@@ -25,7 +25,7 @@ from orchestrator.cli.app import (
 )
 from orchestrator.cli.output import emit_json, json_option
 from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
-from orchestrator.config.run_files import run_problems
+from orchestrator.config.run_files import run_hazards, run_problems
 from orchestrator.errors import (
     ConfigError,
 )
@@ -209,6 +209,8 @@ def build(
         err_console.print(styled("warning:", "yellow bold", f" cannot be locked: {blocker}"))
     for problem in run_problems(options):  # init's placeholders, files nobody provides
         err_console.print(styled("warning:", "yellow bold", f" {problem}"))
+    for hazard in run_hazards(options, [flavor]):  # interactive, a GPU it lacks, sampling
+        err_console.print(styled("warning:", "yellow bold", f" {hazard}"))
     if dry_run:
         emit_json(BuildPlanReport.model_validate(plan_summary(plan)))
         return

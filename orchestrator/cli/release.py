@@ -33,7 +33,7 @@ from orchestrator.cli.release_common import (
     refuse_dirty,
 )
 from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
-from orchestrator.config.run_files import check_runs
+from orchestrator.config.run_files import check_runs, run_hazards
 from orchestrator.errors import (
     ConfigError,
     OrchestratorError,
@@ -190,6 +190,8 @@ def release(
             styled("warning:", "yellow bold", f" a release would fail: {text}")
         ),
     )
+    for hazard in run_hazards(options, names):  # interactive, a GPU it lacks, sampling
+        err_console.print(styled("warning:", "yellow bold", f" {hazard}"))
     if dry_run:
         changed = [] if allow_dirty else dirty_files(options)
         if changed:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from orchestrator.config.workload_hazards import read_cli_facts, workload_hazards
+from orchestrator.config.workload_sources import walk
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -131,6 +133,30 @@ def run_problems(options: Options) -> list[str]:
                 "among [train] inputs"
             )
     return problems
+
+
+def run_hazards(options: Options, flavors: Sequence[str]) -> list[str]:
+    """One line per configured run that is interactive, needs a GPU a flavor lacks or
+    samples without a seed (config/workload_hazards.py), with the flavors it concerns;
+    each flavor's [flavors.<name>.*] tables applied. Warnings: such a run may still work."""
+    tree = walk(options.crate_dir)
+    sources = [
+        options.crate_dir / name
+        for name in sorted(tree.files)
+        if name.endswith(".rs") and "src" in PurePosixPath(name).parts[:-1]
+    ][:500]
+    cli = read_cli_facts(sources)
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for flavor in flavors:
+        for key, run in _runs(options.for_flavor(flavor)):
+            args = run if isinstance(run, tuple) else run.args
+            hazards = workload_hazards(args, flavor, cli)
+            if hazards and not any(is_placeholder(arg) for arg in args):
+                found.setdefault((key, " ".join(args), "; ".join(hazards)), []).append(flavor)
+    return [
+        f"{key} ({shown}) for {', '.join(names)}: {reasons}"
+        for (key, shown, reasons), names in found.items()
+    ]
 
 
 RUN_PROBLEMS_HINT = (

@@ -6,8 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.config.workload_hazards import CliFacts, read_cli_facts, workload_hazards
+
+from .test_cli_bad_input import docker_down  # noqa: F401 (a fixture)
+
+runner = CliRunner()
 
 # A clap derive like an inference engine's: -i reads prompts from stdin.
 ENGINE_MAIN = """
@@ -123,3 +129,50 @@ def test_an_inference_word_of_a_binary_that_cannot_sample_is_no_hazard() -> None
 def test_every_hazard_of_one_run_is_listed() -> None:
     found = workload_hazards(["--chat", "--backend", "cuda", "--temperature", "1"], "cpu")
     assert len(found) == 3, found
+
+
+DRY_RUN_CONFIG = """[package]
+crate = "crate"
+[build]
+flavors = ["cpu", "cuda"]
+[train]
+workloads = [["--chat", "data.txt"], ["count", "data.txt"]]
+[validate]
+command = ["generate", "--prompt", "hi"]
+[bench]
+command = ["--backend", "cuda", "data.txt"]
+{cpu_bench}
+"""
+
+
+@pytest.mark.usefixtures("docker_down")
+def test_dry_runs_warn_about_each_hazardous_run(project: Path) -> None:
+    crate = project / "crate"
+    (crate / "data.txt").write_text("words\n")
+    path = project / "orchestrator.toml"
+    path.write_text(DRY_RUN_CONFIG.format(cpu_bench=""))
+    planned = runner.invoke(app, ["build", "--dry-run", "--config", str(path)])
+    assert planned.exit_code == 0, planned.output
+    warnings = [line for line in planned.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: train.workloads[0] (--chat data.txt) for cpu: --chat starts an interactive "
+        "session: a run has no input to give it",
+        "warning: validate.command (generate --prompt hi) for cpu: sampling without a seed or "
+        "--temperature 0: its output differs from run to run, so validation cannot compare it",
+        "warning: bench.command (--backend cuda data.txt) for cpu: --backend cuda needs a GPU, "
+        "and the cpu flavor's runs have none",
+    ]
+    cuda = runner.invoke(app, ["build", "--dry-run", "--flavor", "cuda", "--config", str(path)])
+    assert cuda.exit_code == 0, cuda.output
+    assert "bench.command" not in cuda.stderr  # the cuda flavor's runs may use cuda
+    assert "train.workloads[0] (--chat data.txt) for cuda: --chat" in cuda.stderr
+    # a [flavors.cpu.bench] table that runs on the CPU: no warning about it for cpu
+    path.write_text(
+        DRY_RUN_CONFIG.format(cpu_bench='[flavors.cpu.bench]\ncommand = ["--backend", "cpu"]')
+    )
+    release = runner.invoke(app, ["release", "--dry-run", "--config", str(path)])
+    assert release.exit_code == 0, release.output
+    assert "train.workloads[0] (--chat data.txt) for cpu, cuda: --chat" in release.stderr
+    assert "validate.command (generate --prompt hi) for cpu, cuda: sampling" in release.stderr
+    assert "bench.command" not in release.stderr
+    assert "Traceback" not in release.output
