@@ -76,6 +76,14 @@ FOREIGN_FLAGS = {
     "--tokens": "tinyllm",
     "--backend": "tinyllm",
     "--model": "a workload's argument",
+    # a workload's arguments that init and the dry runs flag (config/workload_hazards.py)
+    "--chat": "a workload's argument",
+    "--interactive": "a workload's argument",
+    "--repl": "a workload's argument",
+    "--gpu": "a workload's argument",
+    "--temperature": "a workload's argument",
+    "--top-p": "a workload's argument",
+    "--top-k": "a workload's argument",
     # the generated install.sh
     "--from": "install.sh",
     "--prefix": "install.sh",
