@@ -155,6 +155,18 @@ class StepFailedError(OrchestratorError):
     exit_code = 40
     summary = "a build step failed (`cargo build`, `cargo test`, ...)"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        step: str = "",
+        failed_tests: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step  # the plan's step whose command failed ("": not told)
+        self.failed_tests = failed_tests  # `cargo test`: the tests its output named
+
 
 class UnsafeArchiveError(OrchestratorError):
     exit_code = 41

@@ -3,6 +3,7 @@ optimized builds (with PGO coverage), `cargo test`, and the variants kept for be
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
@@ -117,8 +118,52 @@ def test_another_cargo_failure_stays_a_step_failure(
 ) -> None:
     engine = FakeEngine(responder=answers(("cargo", 101, ["error[E0425]: cannot find value"])))
     rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
-    with pytest.raises(StepFailedError, match="exited with 101"):
+    with pytest.raises(StepFailedError, match="exited with 101") as raised:
         variants.build_release(rig.pipeline, rig.log)
+    assert raised.value.step == "build-release"
+    assert "--skip" not in raised.value.hint  # only the test step's hint names it
+
+
+def test_a_failed_test_hints_at_the_flavors_test_args_that_skip_it(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    failed = [
+        "test model::tests::sampler_is_greedy ... FAILED",
+        "",
+        "failures:",
+        "    model::tests::sampler_is_greedy",
+        "",
+        "test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out",
+    ]
+    options = make_options(project, test_args=("--workspace",))
+    rig = make_rig(
+        options, stack, tmp_path, engine=FakeEngine(responder=answers(("cargo", 101, failed)))
+    )
+    flavor = rig.pipeline.plan.flavor
+    with pytest.raises(StepFailedError, match="step test: `cargo test` exited with 101") as raised:
+        variants.test(rig.pipeline, rig.log)
+    error = raised.value
+    assert (error.step, error.failed_tests) == ("test", ("model::tests::sampler_is_greedy",))
+    assert f"set [flavors.{flavor}.test] args in orchestrator.toml" in error.hint
+    table = tomllib.loads(error.hint.split("\n", 1)[1])
+    assert table["flavors"][flavor]["test"]["args"] == [
+        "--workspace",  # the args it ran with, kept
+        "--",
+        "--skip",
+        "model::tests::sampler_is_greedy",
+    ]
+
+
+def test_a_test_build_that_fails_to_compile_still_names_the_setting(
+    project: Path, stack: ExitStack, tmp_path: Path
+) -> None:
+    engine = FakeEngine(responder=answers(("cargo", 101, ["error[E0425]: cannot find value"])))
+    rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
+    with pytest.raises(StepFailedError) as raised:
+        variants.test(rig.pipeline, rig.log)
+    assert raised.value.failed_tests == ()
+    flavor = rig.pipeline.plan.flavor
+    assert f'[flavors.{flavor}.test] args = ["--", "--skip", "<test name>"]' in raised.value.hint
 
 
 def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from orchestrator.host.git_facts import shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
+from orchestrator.model.failed_tests import skip_hint
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import Coverage, missing_functions, summarised_output
@@ -154,7 +155,12 @@ def test(pipeline: Pipeline, log: StepLog) -> None:
     if entry is not None:
         mark_reused(pipeline, log, StepName.TEST, entry)
         return
-    output = cargo(pipeline.box, plan.test, log, StepName.TEST)
+    try:
+        output = cargo(pipeline.box, plan.test, log, StepName.TEST)
+    except StepFailedError as error:  # the hint names the setting that skips a test
+        args = pipeline.options.for_flavor(plan.flavor).test_args
+        error.hint = skip_hint(plan.flavor, args, error.failed_tests)
+        raise
     store(
         pipeline,
         log,

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from orchestrator.errors import ConfigError, ResourceLimitError, SourceError, StepFailedError
 from orchestrator.host.archive import ChunkReader, safe_extract
 from orchestrator.host.packing import single_file_tar
+from orchestrator.model.failed_tests import failing_tests
 from orchestrator.model.layout import PATHS
 from orchestrator.model.pgo_report import is_missing_profile_line, missing_profile_note
 from orchestrator.plan.build_plan import CargoCommand
@@ -100,10 +101,14 @@ def limit_error(
     )
 
 
-def _exited(step: str, argv: Sequence[str], code: int) -> StepFailedError:
+def _exited(
+    step: str, argv: Sequence[str], code: int, failed_tests: tuple[str, ...] = ()
+) -> StepFailedError:
     return StepFailedError(
         f"step {step}: `{' '.join(PurePosixPath(a).name for a in argv[:2])}` exited with {code}",
         hint="The output above (and the step log) says why; nothing was published.",
+        step=step,
+        failed_tests=failed_tests,
     )
 
 
@@ -150,7 +155,9 @@ def cargo(box: Container, command: CargoCommand, log: StepLog, step: str) -> str
         workdir=PATHS.src,
     )
     if code != 0:
-        raise source_write_error(step, output) or _exited(step, command.argv, code)
+        # `cargo test`: the failed tests it named, for the hint that skips them
+        failed = failing_tests(output) if list(command.argv[1:2]) == ["test"] else ()
+        raise source_write_error(step, output) or _exited(step, command.argv, code, failed)
     refused = next((line for line in output.splitlines() if _READ_ONLY.search(line)), None)
     if refused is not None:  # a build script that went on without its write: say so
         log.warn(
