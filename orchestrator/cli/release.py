@@ -161,7 +161,7 @@ def release(
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import changed_note
-    from orchestrator.release.run import ReleaseIncompleteError, run_report
+    from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint, run_report
     from orchestrator.release.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -254,7 +254,8 @@ def release(
     failed = report.failed
     if failed:
         raise ReleaseIncompleteError(
-            f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed)
+            f"{len(failed)} of {len(results)} targets failed: " + ", ".join(failed),
+            hint=incomplete_hint(results),  # a failed `cargo test`: the args that skip it
         )
     if unpinned is not None:  # published, but not pinned: the lock's own error and code
         raise unpinned

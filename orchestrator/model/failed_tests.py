@@ -93,25 +93,42 @@ def skip_table(flavor: str, args: Sequence[str], names: Sequence[str]) -> str:
     return f"[flavors.{key}.test]\nargs = [{listed}]"
 
 
-def skip_hint(flavor: str, args: Sequence[str], names: Sequence[str]) -> str:
-    """The hint of a failed `cargo test` for `flavor`, whose test.args are `args`:
-    with the failed tests it named, the table that skips them (at most MAX_SKIPPED);
-    without, where the setting is."""
+def skip_advice(flavor: str, args: Sequence[str], names: Sequence[str]) -> str:
+    """What to set to release `flavor` without the failed tests `names` (the table that
+    skips at most MAX_SKIPPED of them), or, with no names, which setting skips a test."""
     setting = f"[flavors.{flavor}.test] args"
     if not names:
         example = skip_table(flavor, args, ["<test name>"]).replace("\n", " ")
         return (
-            "The output above (and the step log) says why; nothing was published. If a "
-            f"test of the crate's own fails, {setting} in orchestrator.toml skips it: "
+            f"If a test of the crate's own fails, {setting} in orchestrator.toml skips it: "
             f"{example}."
         )
     shown = names[:MAX_SKIPPED]
-    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
-    which = "it" if len(names) == 1 else "them"
+    which = "it" if len(names) == 1 else "them" if len(names) == len(shown) else "these"
     table = "\n".join("    " + line for line in skip_table(flavor, args, shown).splitlines())
     return (
-        f"The crate's own tests failed: {', '.join(shown)}{more}; the output above (and "
-        "the step log) says why, and nothing was published. To release without "
-        f"{which}, set {setting} in orchestrator.toml (it replaces test.args for this "
-        f"flavor):\n{table}"
+        f"To release without {which}, set {setting} in orchestrator.toml (it replaces "
+        f"test.args for this flavor):\n{table}"
+    )
+
+
+def named(names: Sequence[str]) -> str:
+    """`a, b, c, d, e and 2 more`: the failed tests a hint lists."""
+    shown = names[:MAX_SKIPPED]
+    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+    return ", ".join(shown) + more
+
+
+def skip_hint(flavor: str, args: Sequence[str], names: Sequence[str]) -> str:
+    """The hint of a failed `cargo test` for `flavor`, whose test.args are `args`:
+    with the failed tests it named, the table that skips them (at most MAX_SKIPPED);
+    without, where the setting is."""
+    if not names:
+        return (
+            "The output above (and the step log) says why; nothing was published. "
+            + skip_advice(flavor, args, names)
+        )
+    return (
+        f"The crate's own tests failed: {named(names)}; the output above (and the step "
+        f"log) says why, and nothing was published. {skip_advice(flavor, args, names)}"
     )

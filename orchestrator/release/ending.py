@@ -1,16 +1,22 @@
 """How a release ends, said from what happened, never assumed: the targets it published
 (found on disk, so that a stop anywhere is told right), whether release.lock was written
-and, when not, why."""
+and, when not, why; for targets whose `cargo test` failed, the setting that skips a test."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.errors import BuildInterruptedError
+from orchestrator.errors import BuildInterruptedError, StepFailedError
+from orchestrator.model.failed_tests import named, skip_advice
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.lockfile import LOCK_FILE
 from orchestrator.model.reports import ReleaseRunReport
+from orchestrator.plan.steps import StepName
+
+if TYPE_CHECKING:
+    from orchestrator.release.target import TargetResult
 
 SHOWN = 5  # file names listed before "and N more"
 
@@ -110,3 +116,24 @@ def lock_line(report: ReleaseRunReport, why: str | None = None) -> str | None:
         f"lock:    release.lock not written: no target was published or current "
         f"({failed} of {total} failed)"
     )
+
+
+def failed_tests_advice(results: Sequence[TargetResult]) -> list[str]:
+    """A line for each flavor whose `cargo test` failed in some target: which targets,
+    the tests their output named, and the `[flavors.<name>.test] args` that skip them
+    (one table per flavor, with every test any of its levels named: the levels share it)."""
+    failed: dict[str, tuple[list[str], list[str], tuple[str, ...]]] = {}
+    for result in results:
+        error = result.exception
+        if not (isinstance(error, StepFailedError) and error.step == StepName.TEST):
+            continue
+        flavor = result.target.flavor
+        args = result.target.options.for_flavor(flavor).test_args
+        artifacts, names, _args = failed.setdefault(flavor, ([], [], args))
+        artifacts.append(result.artifact)
+        names.extend(name for name in error.failed_tests if name not in names)
+    lines = []
+    for flavor, (artifacts, names, args) in failed.items():
+        what = f"the crate's own tests failed: {named(names)}" if names else "`cargo test` failed"
+        lines.append(f"{', '.join(artifacts)}: {what}. {skip_advice(flavor, args, names)}")
+    return lines

@@ -35,6 +35,7 @@ from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import Marks, in_ci, marks_for
 from orchestrator.release.action_cache import CacheLookup, look_up
 from orchestrator.release.compose import compose_release
+from orchestrator.release.ending import failed_tests_advice
 from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_per_engine
 from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
 from orchestrator.release.prefetch import PREFETCH_LOGS, Prefetcher
@@ -52,6 +53,7 @@ from orchestrator.supply.minisign import PublicKey, VerificationError
 __all__ = [  # RELEASE_JSON is release/release_json.py's; its callers read it here too
     "RELEASE_JSON",
     "ReleaseIncompleteError",
+    "incomplete_hint",
     "plan_targets",
     "public_key_for",
     "run_release",
@@ -68,6 +70,12 @@ class ReleaseIncompleteError(OrchestratorError):
         "`error_class` and `exit_code`"
     )
     default_hint = "The summary above says which targets failed and why; their logs are kept."
+
+
+def incomplete_hint(results: Sequence[TargetResult]) -> str:
+    """ReleaseIncompleteError's hint: its default, and for each flavor whose `cargo test`
+    failed, the `[flavors.<name>.test] args` that skip the failed tests."""
+    return "\n".join([ReleaseIncompleteError.default_hint, *failed_tests_advice(results)])
 
 
 def plan_targets(chosen: Sequence[Target]) -> list[tuple[Target, BuildPlan]]:

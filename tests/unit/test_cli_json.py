@@ -37,6 +37,7 @@ from orchestrator.model.reports import (
     VerifyReport,
 )
 from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.plan.steps import StepName
 from orchestrator.tools import schemas
 from orchestrator.tools.schemas import DEFAULT_DIR, PUBLISHED, schema_file_name, sync
 
@@ -317,7 +318,11 @@ def test_release_json_with_a_failed_target_still_prints_its_document(
 
     def build_or_fail(options: Any, plan: Any, *args: Any, **kwargs: Any) -> BuildOutcome:
         if plan.flavor == "aarch64":
-            raise StepFailedError("cargo test failed under qemu")
+            raise StepFailedError(
+                "step test: `cargo test` exited with 101",
+                step=StepName.TEST,
+                failed_tests=("engine::tests::loads_a_model",),
+            )
         return _stand_in_build(options, plan, *args, **kwargs)
 
     monkeypatch.setattr(release_target, "run_build", build_or_fail)
@@ -335,6 +340,16 @@ def test_release_json_with_a_failed_target_still_prints_its_document(
     )
     assert failed["speedup_note"] is None
     assert "1 of 2 targets failed" in result.stderr
+    # the closing hint spells the flavor's table that skips the test its output named
+    assert (
+        "demo-1.2.3-linux-aarch64-cpu: the crate's own tests failed: "
+        "engine::tests::loads_a_model. To release without it, set "
+        "[flavors.aarch64.test] args in orchestrator.toml" in result.stderr
+    )
+    assert (
+        '    [flavors.aarch64.test]\n    args = ["--", "--skip", "engine::tests::loads_a_model"]'
+        in result.stderr
+    )
 
 
 # -- bench -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tarfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,16 +36,18 @@ from orchestrator.model.lockfile import (
     parse_lock,
     read_lock,
 )
+from orchestrator.plan.steps import StepName
 from orchestrator.release import pin
 from orchestrator.release.ending import changed_note, interrupted, published_marks
 from orchestrator.release.locked_sources import config_folders, lay_out_sources
+from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint
 from orchestrator.release.sources_at_start import (
     SourcesAtStart,
     changed_files,
     changed_since_start,
     sources_at_start,
 )
-from orchestrator.release.target import targets
+from orchestrator.release.target import Target, TargetResult, targets
 
 from .conftest import plan_for
 from .test_cli_commands import configure
@@ -354,3 +357,42 @@ def test_reproduce_that_finds_no_repository_says_source(
     raw["source"]["git_commit"] = "f" * 40
     with pytest.raises(SourceError, match="ffffffffffff is in no git repository"):
         lay_out_sources(parse_lock(raw, "release.lock"), tmp_path / "o2", None, places=[_top])
+
+
+def test_a_release_whose_tests_failed_hints_one_table_per_flavor(project: Path) -> None:
+    """Levels of one flavor share its test.args: one table skips what any of them named."""
+    config = configure(project, '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\n')
+    options = resolve(config, env={"SOURCE_DATE_EPOCH": "1700000000"})
+
+    def failed(flavor: str, level: str, error: StepFailedError | None) -> TargetResult:
+        result = TargetResult(Target(flavor, level, options.for_flavor(flavor)), flavor + level)
+        if error is not None:
+            result.status, result.exception = "failed", error
+        return result
+
+    def test_failure(*names: str) -> StepFailedError:
+        return StepFailedError("step test", step=StepName.TEST, failed_tests=names)
+
+    results = [
+        failed("cpu", "x86-64-v2", test_failure("a::b")),
+        failed("cpu", "x86-64-v3", test_failure("c::d", "a::b")),
+        failed("cpu", "x86-64-v4", StepFailedError("step build-release", step="build-release")),
+        failed("aarch64", "generic", test_failure()),  # no names read: the setting, named
+        failed("cpu", "x86-64", None),
+    ]
+    lines = incomplete_hint(results).splitlines()
+    assert lines[0] == ReleaseIncompleteError.default_hint
+    assert lines[1] == (
+        "cpux86-64-v2, cpux86-64-v3: the crate's own tests failed: a::b, c::d. To release "
+        "without them, set [flavors.cpu.test] args in orchestrator.toml (it replaces "
+        "test.args for this flavor):"
+    )
+    table = tomllib.loads("\n".join(lines[2:4]))
+    assert table["flavors"]["cpu"]["test"]["args"] == ["--", "--skip", "a::b", "--skip", "c::d"]
+    assert lines[4] == (
+        "aarch64generic: `cargo test` failed. If a test of the crate's own fails, "
+        "[flavors.aarch64.test] args in orchestrator.toml skips it: "
+        '[flavors.aarch64.test] args = ["--", "--skip", "<test name>"].'
+    )
+    assert len(lines) == 5  # the failed build step is not a test's to skip
+    assert incomplete_hint(results[2:3]) == ReleaseIncompleteError.default_hint
