@@ -111,8 +111,9 @@ def refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
 
 def dirty_files(options: Options) -> list[str]:
     """What makes the crate's tree dirty for a release (empty: clean, or not in git)."""
-    from orchestrator.host.source import crate_identity, uncommitted_changes
+    from orchestrator.host.source import CrateView, crate_identity, uncommitted_changes
 
-    if not crate_identity(options).get("dirty"):
+    crate = CrateView.from_options(options)
+    if not crate_identity(crate).get("dirty"):
         return []
-    return uncommitted_changes(options) or ["(git status says so)"]
+    return uncommitted_changes(crate) or ["(git status says so)"]

@@ -30,7 +30,7 @@ from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import crate_git_facts
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.signals import ShieldedExitStack
-from orchestrator.host.source import crate_snapshot
+from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.git_facts import GitFacts
 from orchestrator.model.records import BuildManifest
@@ -80,6 +80,7 @@ def prepare_plan(
     (reproduce passes the lock's instead)."""
     flavor = get_flavor(flavor_name)
     toolchain_spec = load_toolchain(options.toolchain)
+    crate = CrateView.from_options(options)
     plan = make_plan(
         options,
         flavor,
@@ -88,9 +89,9 @@ def prepare_plan(
         dockerfile=render_dockerfile(flavor, toolchain_spec),
         packages=image_packages(flavor, toolchain_spec),
         source=replace(
-            crate_snapshot(options), git=crate_git_facts(options) if git == "checkout" else git
+            crate_snapshot(crate), git=crate_git_facts(crate) if git == "checkout" else git
         ),
-        inputs=pack_inputs(options),
+        inputs=pack_inputs(options.train_inputs),
         distros=load_distros(),
     )
     # Where the toolchain's CPU list is recorded, a misspelt CPU fails here, dry run included.

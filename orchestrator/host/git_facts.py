@@ -12,8 +12,7 @@ import subprocess
 import tarfile
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.options import Options
-from orchestrator.host.source import crate_identity
+from orchestrator.host.source import CrateView, crate_identity
 from orchestrator.host.system import git
 from orchestrator.model.git_facts import PLACEHOLDERS, DescribeTag, GitFacts
 from orchestrator.plan.git_shim import SHIM_PATH, render_shim
@@ -135,10 +134,10 @@ def asks_git(crate_dir: Path) -> str | None:
     return None
 
 
-def crate_git_facts(options: Options) -> GitFacts | None:
+def crate_git_facts(crate: CrateView) -> GitFacts | None:
     """The facts of the crate's checkout, dirty as `crate_identity` says (the config file
     and orchestrator's own folders do not count); None where no build script asks git
     (see asks_git) or outside a repository."""
-    if asks_git(options.crate_dir) is None:
+    if asks_git(crate.crate_dir) is None:
         return None
-    return read_git_facts(options.crate_dir, dirty=crate_identity(options).get("dirty") is True)
+    return read_git_facts(crate.crate_dir, dirty=crate_identity(crate).get("dirty") is True)

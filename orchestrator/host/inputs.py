@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.config.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.archive import ArchiveLimits, safe_extract
 from orchestrator.host.packing import normalise_member, pack_tree
@@ -52,9 +51,10 @@ def _single_file(path: Path, name: str) -> bytes:
     return buffer.getvalue()
 
 
-def pack_inputs(options: Options) -> tuple[TrainInput, ...]:
-    """Every configured input, in the config's order (names are unique: config/checks.py)."""
-    return tuple(pack_input(path, path.name) for path in options.train_inputs)
+def pack_inputs(train_inputs: Sequence[Path]) -> tuple[TrainInput, ...]:
+    """Every configured input (Options.train_inputs), in the config's order (names are
+    unique: config/checks.py)."""
+    return tuple(pack_input(path, path.name) for path in train_inputs)
 
 
 def unpack_locked_inputs(

@@ -46,41 +46,66 @@ def excluded_by(
     return skip
 
 
-def own_folders(options: Options) -> list[PurePosixPath]:
+@dataclass(frozen=True)
+class CrateView:
+    """What the crate's snapshot and identity read of the settings: the crate, the config
+    that names it, orchestrator's own folders that may lie inside it, and how its sources
+    are packed. Built once from Options where a caller has them."""
+
+    crate_dir: Path
+    config_path: Path
+    artifacts_dir: Path
+    cache_dir: Path
+    source_date_epoch: int
+    source_exclude: tuple[str, ...]
+
+    @classmethod
+    def from_options(cls, options: Options) -> CrateView:
+        return cls(
+            crate_dir=options.crate_dir,
+            config_path=options.config_path,
+            artifacts_dir=options.artifacts_dir,
+            cache_dir=options.cache_dir,
+            source_date_epoch=options.source_date_epoch,
+            source_exclude=options.source_exclude,
+        )
+
+
+def own_folders(crate: CrateView) -> list[PurePosixPath]:
     """orchestrator's own folders inside the crate, relative to it: a config at the crate's
     root puts artifacts/ (and its staging folder, written while the build runs) there.
     They are not the crate's sources."""
-    own = (options.artifacts_dir, staging_root(options.artifacts_dir), options.cache_dir)
+    own = (crate.artifacts_dir, staging_root(crate.artifacts_dir), crate.cache_dir)
     return [
-        PurePosixPath(folder.relative_to(options.crate_dir).as_posix())
+        PurePosixPath(folder.relative_to(crate.crate_dir).as_posix())
         for folder in own
-        if folder.is_relative_to(options.crate_dir) and folder != options.crate_dir
+        if folder.is_relative_to(crate.crate_dir) and folder != crate.crate_dir
     ]
 
 
-def crate_snapshot(options: Options) -> SourceSnapshot:
+def crate_snapshot(crate: CrateView) -> SourceSnapshot:
     """The crate's sources as a build sees them, without orchestrator's own folders."""
     return snapshot(
-        options.crate_dir,
-        options.source_date_epoch,
-        options.source_exclude,
-        folders=own_folders(options),
+        crate.crate_dir,
+        crate.source_date_epoch,
+        crate.source_exclude,
+        folders=own_folders(crate),
     )
 
 
-def crate_identity(options: Options) -> dict[str, object]:
+def crate_identity(crate: CrateView) -> dict[str, object]:
     """The crate's git commit and whether it has local changes; the last release's own
     artifacts in the crate (not ignored by git) do not make it dirty, nor does the config
     file: the lock carries its text, and `reproduce` puts it back among the sources."""
-    config = repository_path(options.config_path)
+    config = repository_path(crate.config_path)
     recorded = [config] if config else []
-    return source_identity(options.crate_dir, own_folders(options), recorded=recorded)
+    return source_identity(crate.crate_dir, own_folders(crate), recorded=recorded)
 
 
-def uncommitted_changes(options: Options) -> list[str]:
+def uncommitted_changes(crate: CrateView) -> list[str]:
     """The files that make the crate dirty (crate_identity), from the repository's root."""
-    config = repository_path(options.config_path)
-    changed = changed_paths(options.crate_dir, own_folders(options)) or []
+    config = repository_path(crate.config_path)
+    changed = changed_paths(crate.crate_dir, own_folders(crate)) or []
     return sorted(path for path in changed if path != config)
 
 

@@ -21,7 +21,7 @@ from orchestrator.host.bootstrap import (
     recipe_file,
     rootfs_recipe,
 )
-from orchestrator.host.source import crate_identity, registry_crates
+from orchestrator.host.source import CrateView, crate_identity, registry_crates
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.bolt_binaries import binary_of_profile
@@ -265,7 +265,7 @@ def write_release_lock(
     """release.lock from the targets' entries and what they share, for the sources of the
     checkout `options` reads (the same for every target), as they were `at_start` of the
     release when given."""
-    identity = at_start.identity if at_start else crate_identity(options)
+    identity = at_start.identity if at_start else crate_identity(CrateView.from_options(options))
     if not options.crate_dir.is_relative_to(options.project_dir):
         raise LockfileError(
             f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.options import Options
-from orchestrator.host.source import crate_identity, crate_snapshot
+from orchestrator.host.source import CrateView, crate_identity, crate_snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.build_plan import BuildPlan
 
@@ -39,7 +39,7 @@ def sources_at_start(options: Options, plan: BuildPlan) -> SourcesAtStart:
     return SourcesAtStart(
         archive=plan.source.archive,
         archive_sha256=plan.source.archive_sha256,
-        identity=crate_identity(options),
+        identity=crate_identity(CrateView.from_options(options)),
         cargo_lock=(options.crate_dir / "Cargo.lock").read_text(),
         config_text=options.config_path.read_text(),
         config_sha256=sha256_file(options.config_path),
@@ -50,7 +50,7 @@ def changed_since_start(options: Options, start: SourcesAtStart) -> list[str]:
     """The crate's files (relative to it) that differ now from the planned snapshot; the
     config file too, when it changed. Empty: nothing changed."""
     changed: list[str] = []
-    now = crate_snapshot(options)
+    now = crate_snapshot(CrateView.from_options(options))
     if now.archive_sha256 != start.archive_sha256:
         changed = changed_files(start.archive, now.archive)
     config = options.config_path

@@ -67,7 +67,7 @@ def plan_for(
         dockerfile=render_dockerfile(flavor, toolchain),
         packages=image_packages(flavor, toolchain),
         source=FAKE_SOURCE,
-        inputs=pack_inputs(options),
+        inputs=pack_inputs(options.train_inputs),
         distros=load_distros(),
     )
 

@@ -18,7 +18,7 @@ from orchestrator.errors import ConfigError, ValidationError
 from orchestrator.execute.ship import publish
 from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads
 from orchestrator.execute.verdict import validate
-from orchestrator.host.source import crate_snapshot
+from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.staging import staging_root
 from orchestrator.model.records import BuildManifest, RecordError, read_record
 from orchestrator.release.reproduce import Reproduced
@@ -230,11 +230,11 @@ def test_artifacts_and_staging_inside_the_crate_are_not_sources(project: Path) -
     (crate / "orchestrator.toml").write_text('[package]\ncrate = "."\n')
     options = resolve(crate / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
     assert options.artifacts_dir == crate / "artifacts"
-    before = crate_snapshot(options).archive_sha256
+    before = crate_snapshot(CrateView.from_options(options)).archive_sha256
     (crate / "artifacts" / "demo-1.2.3").mkdir(parents=True)
     (crate / "artifacts" / "demo-1.2.3" / "SHA256SUMS").write_text("x\n")
     staging_root(options.artifacts_dir).mkdir()
     (staging_root(options.artifacts_dir) / "half").write_text("y\n")
-    assert crate_snapshot(options).archive_sha256 == before
+    assert crate_snapshot(CrateView.from_options(options)).archive_sha256 == before
     (crate / "src" / "lib.rs").write_text("// a real source change\n")
-    assert crate_snapshot(options).archive_sha256 != before
+    assert crate_snapshot(CrateView.from_options(options)).archive_sha256 != before

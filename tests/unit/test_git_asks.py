@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.host.git_facts import asks_git, crate_git_facts
+from orchestrator.host.source import CrateView
 
 from .execute_rig import make_options
 
@@ -56,9 +57,9 @@ def test_facts_are_read_only_for_a_crate_that_asks(project: Path) -> None:
         )
     options = make_options(project)
     assert asks_git(crate) is None
-    assert crate_git_facts(options) is None
+    assert crate_git_facts(CrateView.from_options(options)) is None
     (crate / "build.rs").write_text('fn main() { let _ = std::process::Command::new("git"); }\n')
-    facts = crate_git_facts(options)
+    facts = crate_git_facts(CrateView.from_options(options))
     assert facts is not None
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=crate, check=True, capture_output=True, text=True

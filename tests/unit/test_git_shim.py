@@ -312,7 +312,7 @@ def _plan(project: Path, facts: GitFacts | None) -> BuildPlan:
         dockerfile=render_dockerfile(flavor, toolchain),
         packages=image_packages(flavor, toolchain),
         source=replace(FAKE_SOURCE, git=facts),
-        inputs=pack_inputs(options),
+        inputs=pack_inputs(options.train_inputs),
         distros=load_distros(),
     )
 

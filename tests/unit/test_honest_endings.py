@@ -26,7 +26,7 @@ from orchestrator.cli.app import INTERRUPTED
 from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
-from orchestrator.host.source import crate_snapshot
+from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.model.lockfile import (
     LOCK_FILE,
     LockDocument,
@@ -189,7 +189,8 @@ def test_a_crate_changed_during_the_release_is_named_and_the_lock_pins_the_start
 ) -> None:
     config = _config(project)
     options = resolve(config, env={})
-    before = crate_snapshot(options).archive_sha256
+    crate = CrateView.from_options(options)
+    before = crate_snapshot(crate).archive_sha256
     given: dict[str, Any] = {}
 
     def build_and_edit(options: Any, plan: Any, *args: Any, **kwargs: Any) -> BuildOutcome:
@@ -215,7 +216,7 @@ def test_a_crate_changed_during_the_release_is_named_and_the_lock_pins_the_start
     # The lock is written from the plans the targets were built from, and the sources of
     # the start: not the edited checkout.
     at_start: SourcesAtStart = given["at_start"]
-    assert at_start.archive_sha256 == before != crate_snapshot(options).archive_sha256
+    assert at_start.archive_sha256 == before != crate_snapshot(crate).archive_sha256
     assert [plan.artifact_dir for _, plan in given["planned"]] == [V2, V3]
     assert {plan.source.archive_sha256 for _, plan in given["planned"]} == {before}
 
@@ -233,7 +234,8 @@ def test_record_release_pins_the_plans_and_sources_of_the_start(
     (release_dir / plan.artifact_dir).mkdir(parents=True)
     (release_dir / plan.artifact_dir / "build.json").write_text("{}")
     start = sources_at_start(options, plan)
-    snapshot = crate_snapshot(options)  # plan_for's sources are a stand-in: the real ones
+    # plan_for's sources are a stand-in: the real ones
+    snapshot = crate_snapshot(CrateView.from_options(options))
     start = SourcesAtStart(
         archive=snapshot.archive,
         archive_sha256=snapshot.archive_sha256,

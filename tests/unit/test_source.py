@@ -11,6 +11,7 @@ from orchestrator.cli.release_common import refuse_dirty
 from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import (
+    CrateView,
     crate_identity,
     other_sources,
     own_folders,
@@ -129,15 +130,16 @@ def test_the_last_releases_own_folders_inside_the_crate_do_not_make_it_dirty(
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "crate"], check=True)
     options = resolve(config, env={}, cwd=crate)
+    view = CrateView.from_options(options)
     assert options.artifacts_dir == crate / "artifacts"
     published = options.artifacts_dir / "demo-1.2.3" / "demo-1.2.3-linux-x86_64-cpu"
     published.mkdir(parents=True)
     (published / "build.json").write_text("{}")
-    assert own_folders(options)[0] == PurePosixPath("artifacts")
-    assert crate_identity(options)["dirty"] is False
+    assert own_folders(view)[0] == PurePosixPath("artifacts")
+    assert crate_identity(view)["dirty"] is False
     assert source_identity(crate)["dirty"] is True  # what git alone says
     (crate / "src" / "main.rs").write_text("fn main() { println!(); }\n")
-    assert crate_identity(options)["dirty"] is True
+    assert crate_identity(view)["dirty"] is True
 
 
 def test_an_uncommitted_config_alone_leaves_the_tree_clean_and_the_error_names_files(
@@ -154,12 +156,13 @@ def test_an_uncommitted_config_alone_leaves_the_tree_clean_and_the_error_names_f
     config = crate / "orchestrator.toml"
     config.write_text('[package]\ncrate = "."\n[train]\nworkloads = [["--help"]]\n')
     options = resolve(config, env={}, cwd=crate)
-    assert crate_identity(options)["dirty"] is False
-    assert uncommitted_changes(options) == []
+    view = CrateView.from_options(options)
+    assert crate_identity(view)["dirty"] is False
+    assert uncommitted_changes(view) == []
     (crate / "src" / "extra.rs").write_text("// new\n")
     (crate / "src" / "main.rs").write_text("fn main() { println!(); }\n")
-    assert crate_identity(options)["dirty"] is True
-    assert sorted(uncommitted_changes(options)) == ["src/extra.rs", "src/main.rs"]
+    assert crate_identity(view)["dirty"] is True
+    assert sorted(uncommitted_changes(view)) == ["src/extra.rs", "src/main.rs"]
     with pytest.raises(SourceError, match=r"uncommitted changes \(src/extra.rs, src/main.rs\)"):
         refuse_dirty(options, allow_dirty=False)
     refuse_dirty(options, allow_dirty=True)

@@ -248,7 +248,7 @@ def test_reproduce_unpacks_locked_inputs_that_pack_to_the_locked_digests(
     unpacked = unpack_locked_inputs(archives, elsewhere, tmp_path / "work" / "inputs")
     assert [p.name for p in unpacked] == ["corpus", "words.txt"]
     assert all(p.is_relative_to(tmp_path / "work" / "inputs") for p in unpacked)
-    repacked = pack_inputs(replace(options, train_inputs=unpacked))
+    repacked = pack_inputs(unpacked)
     assert [i["sha256"] for i in raw["source"]["inputs"]] == [i.sha256 for i in repacked]
     with pytest.raises(SourceError, match="pins no such input"):
         unpack_locked_inputs(archives, (Path("/x/missing"),), tmp_path / "other")

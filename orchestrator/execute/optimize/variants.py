@@ -23,7 +23,7 @@ from orchestrator.execute.steps.step_reuse import (
 )
 from orchestrator.host.git_facts import shim_archive
 from orchestrator.host.inputs import pack_inputs
-from orchestrator.host.source import crate_snapshot
+from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.failed_tests import skip_hint
 from orchestrator.model.hashing import sha256_file
@@ -51,13 +51,13 @@ def build_baseline(pipeline: Pipeline, log: StepLog) -> None:
     if vendor is None:
         raise StepFailedError("internal: the baseline build runs after fetch-crates")
     # Re-snapshot: a source edited since planning must not slip in unrecorded.
-    current = crate_snapshot(options)
+    current = crate_snapshot(CrateView.from_options(options))
     if current.archive_sha256 != plan.source.archive_sha256:
         raise SourceError(
             "the crate's sources changed while the build was starting",
             hint="Run the build again.",
         )
-    if [i.sha256 for i in pack_inputs(options)] != [i.sha256 for i in plan.run.inputs]:
+    if [i.sha256 for i in pack_inputs(options.train_inputs)] != [i.sha256 for i in plan.run.inputs]:
         raise SourceError(
             "the training inputs ([train] inputs) changed while the build was starting",
             hint="Run the build again.",

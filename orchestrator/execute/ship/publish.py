@@ -25,7 +25,7 @@ from orchestrator.execute.ship.archive_stage import ArtifactToPublish, stage_arc
 from orchestrator.execute.steps.commands import fetch_file
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
-from orchestrator.host.source import crate_identity
+from orchestrator.host.source import CrateView, crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
 from orchestrator.model.bolt_binaries import other_profile_name
 from orchestrator.model.callgrind import FORMULA
@@ -361,7 +361,9 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             for name, record in _profiles(pipeline)
             if record is not None
         },
-        source=SourceIdentity.model_validate({**crate_identity(options), "git": plan.source.git}),
+        source=SourceIdentity.model_validate(
+            {**crate_identity(CrateView.from_options(options)), "git": plan.source.git}
+        ),
         portability=PortabilityInfo.model_validate(
             {
                 **state.portability.as_dict(),

@@ -22,7 +22,7 @@ from orchestrator.config.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs
-from orchestrator.host.source import crate_snapshot
+from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
 from orchestrator.model.records import BuildManifest, read_record
@@ -220,8 +220,8 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         kept.image,
         sizes,
         release / "bench" / artifact.name,
-        sources=crate_snapshot(options).archive,
-        inputs=tuple(item.archive for item in pack_inputs(options)),
+        sources=crate_snapshot(CrateView.from_options(options)).archive,
+        inputs=tuple(item.archive for item in pack_inputs(options.train_inputs)),
         environment=run_plan(options).environment,
     )
 
