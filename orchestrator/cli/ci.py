@@ -95,6 +95,7 @@ def ci(
     from orchestrator.supply.github_workflow import render_github
     from orchestrator.supply.gitlab_ci import render_gitlab
     from orchestrator.supply.workflows import (
+        CiSettings,
         ci_spec,
         default_output,
         repository_root,
@@ -106,7 +107,9 @@ def ci(
     levels: dict[str, list[str]] = {}
     for target in targets(options, list(options.flavors)):
         levels.setdefault(target.flavor, []).append(target.level)
-    spec = ci_spec(options, levels, root=root, install=install, public_key=public_key)
+    spec = ci_spec(
+        CiSettings.from_options(options), levels, root=root, install=install, public_key=public_key
+    )
     path = output if output is not None else default_output(provider.value, root)
     state = write_workflow(
         path,

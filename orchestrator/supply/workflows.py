@@ -133,31 +133,55 @@ def _relative(path: Path, root: Path, what: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class CiSettings:
+    """What the CI file reads of the settings: the config and the crate whose files CI
+    caches, the toolchain, and ci.install, ci.runners and ci.verify."""
+
+    config_path: Path
+    crate_dir: Path
+    toolchain: str
+    ci_install: str
+    ci_runners: tuple[str, ...]
+    ci_verify: str
+
+    @classmethod
+    def from_options(cls, options: Options) -> CiSettings:
+        return cls(
+            config_path=options.config_path,
+            crate_dir=options.crate_dir,
+            toolchain=options.toolchain,
+            ci_install=options.ci_install,
+            ci_runners=options.ci_runners,
+            ci_verify=options.ci_verify,
+        )
+
+
 def ci_spec(
-    options: Options,
+    settings: CiSettings,
     levels: Mapping[str, Sequence[str]],
     *,
     root: Path,
     install: str | None = None,
     public_key: Path | None = None,
 ) -> CiSpec:
-    """The inputs of the CI file for the project `options` resolves, in the repository at
+    """The inputs of the CI file for the project `settings` come from, in the repository at
     `root`; `levels` are the targets of the release, by flavor; `install` (--install)
     replaces ci.install."""
     requirement = install_requirement(
-        options.ci_install if install is None else install,
+        settings.ci_install if install is None else install,
         "ci.install" if install is None else "--install",
     )
-    crate = options.crate_dir
+    crate = settings.crate_dir
     files = [
-        _relative(options.config_path, root, "the config"),
+        _relative(settings.config_path, root, "the config"),
         *(
             _relative(crate / name, root, "the crate file")
             for name in ("Cargo.toml", "Cargo.lock", "rust-toolchain.toml", "rust-toolchain")
             if (crate / name).is_file()
         ),
     ]
-    pinned = root / "toolchains" / f"{options.toolchain}.toml"  # a checkout of orchestrator
+    pinned = root / "toolchains" / f"{settings.toolchain}.toml"  # a checkout of orchestrator
     if pinned.is_file():
         files.append(_relative(pinned, root, "the toolchain"))
     key = None
@@ -173,7 +197,7 @@ def ci_spec(
         builder: {
             flavor: tuple(labels)
             for flavor, labels in check_ci_runners(
-                options.ci_runners, KNOWN_FLAVORS, builder=builder
+                settings.ci_runners, KNOWN_FLAVORS, builder=builder
             ).items()
         }
         for builder in ("a", "b")
@@ -181,12 +205,12 @@ def ci_spec(
     return CiSpec(
         config=files[0],
         install_spec=requirement,
-        toolchain=options.toolchain,
+        toolchain=settings.toolchain,
         cache_files=tuple(files),
         runners=runners,
         levels={flavor: tuple(found) for flavor, found in levels.items()},
         public_key=key,
-        verify=options.ci_verify,
+        verify=settings.ci_verify,
         install_flag=None if install is None else install.strip(),
     )
 
