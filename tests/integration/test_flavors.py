@@ -166,6 +166,7 @@ def test_rocm_binary_embeds_every_requested_gfx_target(
         assert target in listing, listing
 
 
+@pytest.mark.extended
 def test_unsupported_gpu_target_fails_before_building(tmp_path: Path) -> None:
     config = (REPO / "orchestrator.toml").read_text()
     config = config.replace('crate = "examples/tinyllm"', f'crate = "{REPO}/examples/tinyllm"')
