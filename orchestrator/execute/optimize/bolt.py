@@ -348,6 +348,21 @@ def fall_back(pipeline: Pipeline, error: OrchestratorError) -> None:
         state.shipped = state.unbolted
 
 
+def _keep_converted(
+    converted: list[str], refused: list[tuple[str, StepFailedError]], log: StepLog
+) -> None:
+    """A short workload may end before perf takes one sample of the binary, and perf2bolt
+    then refuses its recording ("failed to match build-id ... or there were no samples"):
+    the profile is made of the recordings it converted. None converted: BOLT has nothing."""
+    if refused and not converted:
+        raise refused[0][1]
+    for recording, error in refused:
+        log.warn(
+            f"BOLT's profile leaves out {recording}: perf2bolt could not convert its "
+            f"recording ({error}; usually no sample of the binary in a run that short)"
+        )
+
+
 def _collect_bolt_profile(
     pipeline: Pipeline,
     bolt: BoltPlan,
@@ -385,6 +400,8 @@ def _collect_bolt_profile(
         run_workloads(pipeline, {name: instrumented}, log, "bolt-profile")
     else:
         events = ["-e", "cycles:u", "-j", "any,u"] if mode == "lbr" else ["-e", "cpu-clock:u"]
+        converted: list[str] = []
+        refused: list[tuple[str, StepFailedError]] = []
         for repeat in range(bolt.sample_repeat):  # more samples from the same workloads
             wrap = [
                 "perf",
@@ -408,7 +425,16 @@ def _collect_bolt_profile(
                 ]
                 if mode == "sample":
                     argv.insert(1, "-nl")  # no branch stacks: basic-block samples only
-                run(box, argv, log, "bolt-profile")
+                recording = f"workload {index + 1}, round {repeat + 1}"
+                try:
+                    run(box, argv, log, "bolt-profile")
+                    converted.append(recording)
+                except StepFailedError as error:
+                    refused.append((recording, error))
+                    run(
+                        box, ["rm", "-f", f"{raw}/perf-{index}-{repeat}.fdata"], log, "bolt-profile"
+                    )
+        _keep_converted(converted, refused, log)
     run(
         box,
         ["sh", "-c", f'{tools["merge_fdata"]} {raw}/*.fdata > "$0"', profile],
