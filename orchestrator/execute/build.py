@@ -25,7 +25,7 @@ from orchestrator.execute.optimize import bolt_others, pgo, relocations, variant
 from orchestrator.execute.ship import inventory, publish
 from orchestrator.execute.steps import crates, sysroot, toolchain
 from orchestrator.execute.steps.pipeline import Pipeline, start_pipeline
-from orchestrator.execute.verdict import device, gate, portability, validate
+from orchestrator.execute.verdict import cargo_test, device, gate, portability, validate
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import crate_git_facts
 from orchestrator.host.inputs import pack_inputs
@@ -57,7 +57,8 @@ EXECUTORS: Mapping[StepName, StepExecutor] = {
     StepName.PGO_TRAIN: pgo.train,
     StepName.PGO_MERGE: pgo.merge,
     StepName.BUILD_OPTIMIZED: variants.build_optimized,
-    StepName.TEST: variants.test,
+    StepName.TEST_BUILD: cargo_test.test_build,
+    StepName.TEST: cargo_test.test,
     StepName.BOLT_PROFILE: bolt_others.profile,  # every binary a workload runs
     StepName.BOLT_OPTIMIZE: bolt_others.optimize,
     StepName.DEVICE_CODE: device.device_code,

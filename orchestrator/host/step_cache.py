@@ -48,6 +48,18 @@ def files_tar(folder: str, files: Mapping[str, Path], *, uid: int = BUILDER_UID)
     return buffer.getvalue()
 
 
+def file_tar(name: str, source: Path, dest: Path, *, uid: int = BUILDER_UID) -> Path:
+    """A tar on disk at `dest` holding `source` as `name` (read-only), for `put_archive`
+    as a stream: a cached file too large to hold in memory goes back into a container."""
+    with tarfile.open(dest, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = source.stat().st_size, 0o444
+        info.uid = info.gid = uid
+        with source.open("rb") as handle:
+            tar.addfile(info, handle)
+    return dest
+
+
 @dataclass(frozen=True)
 class StepEntry:
     """A verified entry: its folder and record."""

@@ -326,6 +326,11 @@ class BuildPlanReport(Record):
     rustflags: list[str]
     variants: dict[str, PlannedVariant]
     test: list[str] = Field(description="the cargo test command line")
+    test_build: list[str] | None = Field(
+        None,
+        description="cargo test --no-run: compiles the tests, cached apart from the run "
+        "(without the arguments after `--`, which only the run reads)",
+    )
     test_skipped: str | None = Field(description="why the tests do not run (null: they do)")
     test_target_cpu: str | None = Field(description="the CPU level the tests compile for")
     test_shared: str | None = Field(description="why that is another level's (null: its own)")

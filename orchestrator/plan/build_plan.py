@@ -80,7 +80,8 @@ class BuildPlan:
     rustflags: tuple[str, ...]
     fetch: CargoCommand
     variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
-    test: CargoCommand
+    test: CargoCommand  # runs the tests (compiling nothing once test_build ran)
+    test_build: CargoCommand  # `cargo test --no-run`: the test binaries, without the run's args
     test_skipped: str  # why `cargo test` does not run ([test] reason), or "" when it runs
     test_cpu: str  # the target-cpu `cargo test` compiles for
     # "" when `cargo test` runs with the shipped flags; else whose flags it runs with, and why
@@ -309,6 +310,7 @@ def make_plan(
         c_code=c_code,
     )
     test = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags)
+    test_build = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags, no_run=True)
     fetch = commands.fetch()
 
     device_code = flavor.device_code(options)
@@ -345,6 +347,7 @@ def make_plan(
         fetch=fetch,
         variants={v.name: v for v in variants},
         test=test,
+        test_build=test_build,
         test_skipped="" if options.test_enabled else options.test_reason.strip(),
         test_cpu=tests.cpu,
         test_shared=tests.shared,

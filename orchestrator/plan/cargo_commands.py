@@ -65,6 +65,15 @@ def _c_environment(
     return environment
 
 
+def split_test_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`cargo test [cargo args] -- [harness args]`: the args cargo reads (they change what
+    is compiled) and the rest from the first "--" on, that one included (only the run)."""
+    if "--" not in args:
+        return args, ()
+    cut = args.index("--")
+    return args[:cut], args[cut:]
+
+
 @dataclass(frozen=True)
 class CargoCommands:
     """What the cargo commands of a target read from its options, flavor and toolchain,
@@ -134,12 +143,18 @@ class CargoCommands:
             },
         )
 
-    def test(self, target_dir: str, flags: tuple[str, ...]) -> CargoCommand:
+    def test(
+        self, target_dir: str, flags: tuple[str, ...], *, no_run: bool = False
+    ) -> CargoCommand:
+        """`cargo test` with the test args; `no_run`: `cargo test --no-run`, which compiles
+        what that run would and takes only the args before "--" (the harness's come after)."""
         command = self.command("test", target_dir, flags, profile=True, plain=False)
+        cargo_args, harness_args = split_test_args(self.test_args)
         # Last: a "--" among them passes what follows to the test binaries. The flavor's test
         # environment (how a test starts a foreign binary) is in the command, so in its key.
+        args = (*cargo_args, "--no-run") if no_run else (*cargo_args, *harness_args)
         return CargoCommand(
-            (*command.argv, *self.test_args), {**command.environment, **self.test_environment}
+            (*command.argv, *args), {**command.environment, **self.test_environment}
         )
 
     def fetch(self) -> CargoCommand:

@@ -170,6 +170,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, object]:
             for name, v in plan.variants.items()
         },
         "test": list(plan.test.argv),
+        "test_build": list(plan.test_build.argv),
         "test_skipped": plan.test_skipped or None,
         "test_target_cpu": plan.test_cpu,
         "test_shared": plan.test_shared or None,

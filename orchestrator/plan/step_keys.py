@@ -7,11 +7,13 @@ running step knows (the vendored crates' digest) is checked against the entry wh
 is used (host/step_cache.py). Pure: no I/O.
 
 Which step reads what:
-- the cargo builds (baseline, release, optimized) and `cargo test`: the sources,
+- the cargo builds (baseline, release, optimized) and `cargo test --no-run`: the sources,
   Cargo.lock, the toolchain image and what is unpacked into it, the cargo command line
   and environment (features, rustflags with target-cpu and remap prefixes,
   SOURCE_DATE_EPOCH), the build container's environment; the optimized build and the
   tests with -Cprofile-use also read the merged PGO profile (by its sha256);
+- the test run: the compiled tests (by their compile's key) and its own command line, so
+  arguments after `--` (a skip list) key the run and not the compile;
 - llvm-bolt (bolt-optimize): the binary it rewrites, the BOLT profile, its flags, the tool;
 - llvm-objcopy (strip-relocations): the binary it strips, the sections named, the tool;
 - a callgrind count (speed gate): the binaries of the variant, the workload, what the
@@ -165,16 +167,32 @@ def reads_profile(plan: BuildPlan, command: CargoCommand) -> bool:
     return f"-Cprofile-use={plan.pgo.merged}" in flags.split("\x1f")
 
 
+def cargo_test_build_key(plan: BuildPlan, profile_sha256: str | None, config: str = "") -> str:
+    """`cargo test --no-run`: its command line (the test args before "--" only) and
+    environment with everything a build reads; the merged PGO profile's sha256 only where
+    its rustflags read it. No target-cpu unless the command has one: levels whose test
+    command is the same share one compile."""
+    command = plan.test_build
+    return content_hash(
+        {
+            "kind": "step/test-build",
+            **_cargo_inputs(plan, command, config),
+            "pgo_profile_sha256": profile_sha256 if reads_profile(plan, command) else None,
+        }
+    )
+
+
 def cargo_test_key(plan: BuildPlan, profile_sha256: str | None, config: str = "") -> str:
-    """`cargo test`: its command line and environment with everything a build reads; the
-    merged PGO profile's sha256 only where its rustflags read it. No target-cpu unless the
-    command has one: levels whose test command is the same share one run."""
+    """The test run: the compiled tests (by the key of the compile that made them) and the
+    whole `cargo test` command line, harness args (a skip list) included, and environment."""
     command = plan.test
     return content_hash(
         {
             "kind": "step/test",
-            **_cargo_inputs(plan, command, config),
-            "pgo_profile_sha256": profile_sha256 if reads_profile(plan, command) else None,
+            "version": STEP_CACHE_VERSION,
+            "test_build": cargo_test_build_key(plan, profile_sha256, config),
+            "cargo": list(command.argv),
+            "environment": dict(command.environment),
         }
     )
 

@@ -26,6 +26,7 @@ from orchestrator.model.reports import StepNote
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
     baseline_key,
+    cargo_test_build_key,
     cargo_test_key,
     optimized_key,
     pgo_key,
@@ -114,6 +115,9 @@ class StepPlanner:
                 notes.append(pgo.model_copy(update={"step": name}))
             elif name == StepName.BUILD_OPTIMIZED:
                 notes.append(self._keyed(plan, name, optimized_key(plan, profile, self.config)))
+            elif name == StepName.TEST_BUILD:
+                key = cargo_test_build_key(plan, profile, self.config)
+                notes.append(self._keyed(plan, name, key))
             elif name == StepName.TEST:
                 notes.append(self._keyed(plan, name, cargo_test_key(plan, profile, self.config)))
             elif name in AT_RUN:

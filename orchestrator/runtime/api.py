@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from orchestrator.host.system import process_alive
 from orchestrator.model.records import ContainerGrant, EngineRecord
@@ -165,7 +165,9 @@ class ContainerApi(Protocol):
         user: str | None = None,
     ) -> int: ...
 
-    def put_archive(self, path: str, data: bytes) -> None: ...
+    def put_archive(self, path: str, data: bytes | BinaryIO) -> None:
+        """Extract a tar into the container at `path`; a file is streamed, not read whole."""
+        ...
 
     def get_archive(self, path: str) -> Iterator[bytes]: ...
 

@@ -4,6 +4,7 @@ The Engine (engine.py) starts and removes it."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import BinaryIO
 
 import docker
 import docker.errors
@@ -73,7 +74,7 @@ class Container:
         code = api.exec_inspect(exec_id).get("ExitCode")
         return int(code) if code is not None else -1
 
-    def put_archive(self, path: str, data: bytes) -> None:
+    def put_archive(self, path: str, data: bytes | BinaryIO) -> None:
         try:
             done = self._sdk.put_archive(path, data)
         except docker.errors.APIError as exc:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.host.packing import single_file_tar
@@ -122,7 +122,9 @@ class FakeContainer:
     def argvs(self) -> list[tuple[str, ...]]:
         return [e.argv for e in self.execs]
 
-    def put_archive(self, path: str, data: bytes) -> None:
+    def put_archive(self, path: str, data: bytes | BinaryIO) -> None:
+        if not isinstance(data, bytes):  # a tar streamed from a file
+            data = data.read()
         self.puts.append((path, data))
         self.archives[path] = data
 

@@ -50,6 +50,7 @@ FOREIGN_FLAGS = {
     "--package": "cargo",
     "--workspace": "cargo test",
     "--skip": "the test harness",
+    "--no-run": "cargo test --no-run (the test-build step)",
     "--emit-relocs": "the linker (for BOLT)",
     "--remap-path-prefix": "rustc",
     "--print": "rustc --print target-cpus",

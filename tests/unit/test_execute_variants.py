@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.errors import ProfileError, SourceError, StepFailedError
 from orchestrator.execute.optimize import variants
+from orchestrator.execute.verdict import cargo_test
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import snapshot
@@ -102,7 +103,7 @@ def test_a_write_into_the_read_only_sources_is_a_source_error_that_says_so(
     lines = EROFS_OUTPUT if step == "build-release" else EROFS_OUTPUT[-1:]
     engine = FakeEngine(responder=answers(("cargo", 101, lines)))
     rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
-    run = variants.build_release if step == "build-release" else variants.test
+    run = variants.build_release if step == "build-release" else cargo_test.test
     with pytest.raises(SourceError) as raised:
         run(rig.pipeline, rig.log)
     message = str(raised.value)
@@ -141,7 +142,7 @@ def test_a_failed_test_hints_at_the_flavors_test_args_that_skip_it(
     )
     flavor = rig.pipeline.plan.flavor
     with pytest.raises(StepFailedError, match="step test: `cargo test` exited with 101") as raised:
-        variants.test(rig.pipeline, rig.log)
+        cargo_test.test(rig.pipeline, rig.log)
     error = raised.value
     assert (error.step, error.failed_tests) == ("test", ("model::tests::sampler_is_greedy",))
     assert f"set [flavors.{flavor}.test] args in orchestrator.toml" in error.hint
@@ -160,7 +161,7 @@ def test_a_test_build_that_fails_to_compile_still_names_the_setting(
     engine = FakeEngine(responder=answers(("cargo", 101, ["error[E0425]: cannot find value"])))
     rig = make_rig(make_options(project), stack, tmp_path, engine=engine)
     with pytest.raises(StepFailedError) as raised:
-        variants.test(rig.pipeline, rig.log)
+        cargo_test.test(rig.pipeline, rig.log)
     assert raised.value.failed_tests == ()
     flavor = rig.pipeline.plan.flavor
     assert f'[flavors.{flavor}.test] args = ["--", "--skip", "<test name>"]' in raised.value.hint
@@ -169,7 +170,7 @@ def test_a_test_build_that_fails_to_compile_still_names_the_setting(
 def test_release_and_test_steps(project: Path, stack: ExitStack, tmp_path: Path) -> None:
     rig = make_rig(make_options(project), stack, tmp_path)
     variants.build_release(rig.pipeline, rig.log)
-    variants.test(rig.pipeline, rig.log)
+    cargo_test.test(rig.pipeline, rig.log)
     plan = rig.pipeline.plan
     assert rig.box.argvs == [
         plan.variants["release"].build.argv,

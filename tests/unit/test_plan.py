@@ -52,6 +52,7 @@ def test_steps_in_order_and_only_fetch_has_network(options: Options) -> None:
         "pgo-train",
         "pgo-merge",
         "build-optimized",
+        "test-build",
         "test",
         "bolt-profile",
         "bolt-optimize",
@@ -289,7 +290,10 @@ def test_every_level_runs_the_first_levels_test_command(options: Options) -> Non
     assert v2.variants["release"].build.environment == v3.test.environment
     assert "first level x86-64-v2" in v3.test_shared and "test_every_level" in v3.test_shared
     step = next(s for s in v3.steps if s.name == "test")
-    assert step.title == "cargo test --release with target-cpu x86-64-v2, shared by the levels"
+    assert (
+        step.title
+        == "run the tests: cargo test --release with target-cpu x86-64-v2, shared by the levels"
+    )
 
 
 def test_test_every_level_tests_each_level_with_its_shipped_flags(options: Options) -> None:

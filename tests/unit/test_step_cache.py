@@ -23,17 +23,19 @@ from orchestrator.execute import build as build_module
 from orchestrator.execute.optimize import bolt, pgo, variants
 from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord, store_profile
-from orchestrator.execute.verdict import gate
+from orchestrator.execute.verdict import cargo_test, gate
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError
 from orchestrator.model.cache_records import StepEntryRecord
 from orchestrator.model.records import FileDigest, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.cargo_commands import split_test_args
 from orchestrator.plan.step_keys import (
     baseline_key,
     bolt_optimize_key,
     bolt_profile_inputs,
+    cargo_test_build_key,
     cargo_test_key,
     config_member,
     count_key,
@@ -428,13 +430,50 @@ def test_the_test_key_is_its_command_not_the_level_unless_the_command_has_it(
     assert cargo_test_key(_plan(replace(options, gate_policy="require-all")), "a" * 64) == key
     v3 = _plan(options, "x86-64-v3")
     # The key is the command: levels whose test commands are equal share it.
-    same_command = replace(v3, test=plan.test, variants=plan.variants)
+    same_command = replace(v3, test=plan.test, test_build=plan.test_build, variants=plan.variants)
     assert cargo_test_key(same_command, "a" * 64) == key
     if v3.test != plan.test:
         assert cargo_test_key(v3, "a" * 64) != key
     no_pgo = _plan(replace(options, pgo=False))
     assert not reads_profile(no_pgo, no_pgo.test)
     assert cargo_test_key(no_pgo, "a" * 64) == cargo_test_key(no_pgo, None)
+
+
+def test_a_skip_list_keys_the_test_run_and_not_its_compile(project: Path) -> None:
+    """Args after "--" reach only the test binaries: a changed skip list runs the tests
+    again without compiling them again; cargo's own args change what is compiled."""
+    options = make_options(project)
+    plan = _plan(options)
+    build, run = cargo_test_build_key(plan, "a" * 64), cargo_test_key(plan, "a" * 64)
+    skipping = _plan(replace(options, test_args=("--", "--skip", "answer_is_42")))
+    assert skipping.test.argv[-3:] == ("--", "--skip", "answer_is_42")
+    assert skipping.test_build.argv[-1] == "--no-run" and "--skip" not in skipping.test_build.argv
+    assert cargo_test_build_key(skipping, "a" * 64) == build
+    assert cargo_test_key(skipping, "a" * 64) != run
+    # `cargo test --workspace -- --skip x`: --workspace compiles more; both keys change.
+    both = _plan(replace(options, test_args=("--workspace", "--", "--skip", "x")))
+    assert both.test_build.argv[-2:] == ("--workspace", "--no-run")
+    assert cargo_test_build_key(both, "a" * 64) != build
+    assert cargo_test_key(both, "a" * 64) != run
+    # What the compile reads keys the run too: the PGO profile, the features.
+    assert cargo_test_build_key(plan, "b" * 64) != build
+    assert cargo_test_key(plan, "b" * 64) != run
+    featured = _plan(_featured(options, "simd"))
+    assert cargo_test_build_key(featured, "a" * 64) != build
+    assert cargo_test_key(featured, "a" * 64) != run
+    # The compile is the run's command up to its args, with --no-run.
+    assert plan.test_build.argv == (*plan.test.argv, "--no-run")
+    assert plan.test_build.environment == plan.test.environment
+
+
+def test_split_test_args_at_the_first_double_dash() -> None:
+    assert split_test_args(()) == ((), ())
+    assert split_test_args(("--workspace",)) == (("--workspace",), ())
+    assert split_test_args(("--", "--skip", "a")) == ((), ("--", "--skip", "a"))
+    assert split_test_args(("-p", "x", "--", "--skip", "--", "b")) == (
+        ("-p", "x"),
+        ("--", "--skip", "--", "b"),
+    )
 
 
 def test_the_bolt_and_count_keys_are_the_content_they_read(project: Path) -> None:
@@ -563,16 +602,16 @@ def test_passing_tests_are_recorded_and_not_run_again(
     profile = ProfileRecord(tmp_path / "p", "a" * 64, 1, True, {})
     first = _step_rig(options, plan, stack, tmp_path, "first")
     first.pipeline.state.pgo = profile
-    variants.test(first.pipeline, first.log)
+    cargo_test.test(first.pipeline, first.log)
     assert _runs(first, "test") == 1
     entry = read_record(
         options.cache_dir / "steps" / cargo_test_key(plan, "a" * 64) / ENTRY_FILE,
         StepEntryRecord,
     )
-    assert list(entry.files) == [variants.TEST_LOG]
+    assert list(entry.files) == [cargo_test.TEST_LOG]
     second = _step_rig(options, plan, stack, tmp_path, "second")
     second.pipeline.state.pgo = profile
-    variants.test(second.pipeline, second.log)
+    cargo_test.test(second.pipeline, second.log)
     assert _runs(second, "test") == 0 and second.log.cached
     # A failing run stores nothing.
     failing = _step_rig(
@@ -585,7 +624,7 @@ def test_passing_tests_are_recorded_and_not_run_again(
     )
     failing.pipeline.state.pgo = profile
     with pytest.raises(StepFailedError):
-        variants.test(failing.pipeline, failing.log)
+        cargo_test.test(failing.pipeline, failing.log)
     assert not (
         options.cache_dir / "steps" / cargo_test_key(failing.pipeline.plan, "a" * 64)
     ).exists()

@@ -1,5 +1,6 @@
 """The cargo builds: the plain baseline (the yardstick), the release profile, the
-optimized build (PGO profile and/or relocations for BOLT), and `cargo test`.
+optimized build (PGO profile and/or relocations for BOLT); `cargo test` is
+execute/verdict/cargo_test.py.
 
 Every variant's binary is copied to /build/out/bin/<variant> so later steps (PGO
 training, BOLT, validation, bench) find it under one name.
@@ -25,15 +26,13 @@ from orchestrator.host.git_facts import shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.model.cache_records import VariantsRecord
-from orchestrator.model.failed_tests import skip_hint
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
-from orchestrator.model.pgo_report import Coverage, missing_functions, summarised_output
+from orchestrator.model.pgo_report import Coverage, missing_functions
 from orchestrator.model.records import FileDigest, write_record
 from orchestrator.plan.git_shim import SHIM_PATH
 from orchestrator.plan.step_keys import (
     baseline_key,
-    cargo_test_key,
     optimized_key,
     release_key,
 )
@@ -141,35 +140,6 @@ def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
         mark_reused(pipeline, log, StepName.BUILD_OPTIMIZED, entry, detail)
     else:
         log.detail = detail
-
-
-TEST_LOG = "cargo-test.log"  # what the passing run printed: the record that it passed
-
-
-def test(pipeline: Pipeline, log: StepLog) -> None:
-    plan, state = pipeline.plan, pipeline.state
-    profile = state.pgo.sha256 if state.pgo is not None else None
-    key = cargo_test_key(plan, profile, config_of(pipeline))
-    inputs = build_inputs(pipeline)
-    entry = look_up(pipeline, log, StepName.TEST, key, inputs)
-    if entry is not None:
-        mark_reused(pipeline, log, StepName.TEST, entry)
-        return
-    try:
-        output = cargo(pipeline.box, plan.test, log, StepName.TEST)
-    except StepFailedError as error:  # the hint names the setting that skips a test
-        args = pipeline.options.for_flavor(plan.flavor).test_args
-        error.hint = skip_hint(plan.flavor, args, error.failed_tests)
-        raise
-    store(
-        pipeline,
-        log,
-        StepName.TEST,
-        key,
-        container_files={},
-        texts={TEST_LOG: summarised_output(output)},
-        inputs=inputs,
-    )
 
 
 def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, FileDigest]:

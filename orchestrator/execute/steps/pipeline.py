@@ -22,7 +22,7 @@ from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.staging import staging_area
-from orchestrator.host.step_cache import StepCache
+from orchestrator.host.step_cache import StepCache, StepEntry
 from orchestrator.model.layout import PATHS
 from orchestrator.model.outputs import Captured
 from orchestrator.model.pgo_report import Coverage
@@ -104,6 +104,7 @@ class BuildState:
     variants: dict[str, FileDigest] = field(default_factory=dict)
     generated: list[GeneratedFile] = field(default_factory=list)  # [[archive.generate]]
     reused: dict[str, ReusedStep] = field(default_factory=dict)  # steps the step cache skipped
+    test_tree: StepEntry | None = None  # test-build's cached compile, put back if tests run
     manifest: BuildManifest | None = None
     published: Path | None = None
 
