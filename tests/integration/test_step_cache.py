@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -212,6 +213,7 @@ CACHED_STEPS = {
     "build-baseline",
     "build-release",
     "build-optimized",
+    "test-build",
     "test",
     "bolt-optimize",
     "speed-gate",
@@ -395,3 +397,64 @@ def test_changing_one_flavors_features_runs_only_that_flavors_builds(tmp_path: P
     assert _run_log(arm).get("reused_steps") is None
     arm_builds = [step for step in _statuses(arm) if step.startswith("build-")]
     assert arm_builds and all(_cargo_builds(arm, step) == 1 for step in arm_builds)
+
+
+# -- a failed test skipped on retry: the tests are not compiled again ---------------------
+FAILING_FIXTURE = REPO / "tests" / "fixtures" / "failing-tests"
+FAILING_NAME = "failing-tests"
+FAILING_ARTIFACT = f"{FAILING_NAME}-0.0.1-linux-x86_64-cpu"
+FAILED_TEST = "tests::answer_is_42"
+SKIP_TABLE = f'[flavors.cpu.test]\nargs = ["--", "--skip", "{FAILED_TEST}"]'
+# What the first build's step lines say of a step: "✓ test-build 95.5s"
+_STEP_LINE = re.compile(r"^[✓✗=] (\S+)(?: failed after)? ([0-9.]+)s", re.MULTILINE)
+
+
+def _step_seconds(output: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in _STEP_LINE.finditer(output)}
+
+
+def test_a_failed_test_skipped_on_retry_is_not_compiled_again(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(FAILING_FIXTURE, project, ignore=shutil.ignore_patterns("target"))
+    with (project / "src" / "main.rs").open("a") as source:  # a compile no run has cached
+        source.write(f"// {uuid.uuid4().hex}\n")
+    config = project / "orchestrator.toml"
+    # Distros off: the retry's own cost is what this test is about.
+    config.write_text(config.read_text() + '\n[release]\ndistro_check = "off"\n')
+    artifacts = tmp_path / "artifacts"
+    build = ["build", "--config", str(config), "--artifacts-dir", str(artifacts), "--flavor", "cpu"]
+
+    first = orchestrator(build)
+    assert first.returncode == 40, first.output
+    assert "✓ test-build" in first.output and "✗ test failed" in first.output
+    assert "deliberately failing test" in first.output
+    hint = "\n".join(line.strip() for line in first.output.splitlines())
+    assert SKIP_TABLE in hint  # the hint spells the table that skips it
+    assert not artifacts.exists() or list(artifacts.iterdir()) == []  # nothing published
+    assert set(tmp_path.iterdir()) <= {project, artifacts}  # no staging folder left
+    assert managed_containers(docker_client) == []
+
+    config.write_text(config.read_text() + "\n" + SKIP_TABLE + "\n")
+    retry = orchestrator(build)
+    assert retry.returncode == 0, retry.output
+    artifact = artifacts / f"{FAILING_NAME}-0.0.1" / FAILING_ARTIFACT
+    statuses = _statuses(artifact)
+    assert statuses["test-build"] == "cached" and statuses["test"] == "ok"
+    assert "test-build" in _run_log(artifact)["reused_steps"]
+    (test_log,) = (artifact / "logs").glob("*-test.log")
+    own = _own_lines(test_log)
+    cargo_tests = [line for line in own if line.startswith("+ ") and " test " in line]
+    assert len(cargo_tests) == 1 and "--no-run" not in cargo_tests[0]
+    assert cargo_tests[0].endswith(f"-- --skip {FAILED_TEST}")
+    assert not any("Compiling " in line for line in own), own  # nothing compiled again
+    assert any("1 filtered out" in line for line in own)
+    (build_log,) = (artifact / "logs").glob("*-test-build.log")
+    assert not any(line.startswith("+ ") for line in _own_lines(build_log))
+    before, after = _step_seconds(first.output), _step_seconds(retry.output)
+    print(
+        f"tests: first build test-build {before['test-build']}s + test {before['test']}s; "
+        f"retry test-build {after['test-build']}s + test {after['test']}s"
+    )
+    assert managed_containers(docker_client) == []
