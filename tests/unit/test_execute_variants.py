@@ -13,9 +13,9 @@ import pytest
 
 from orchestrator.errors import ProfileError, SourceError, StepFailedError
 from orchestrator.execute.optimize import variants
-from orchestrator.execute.verdict import cargo_test
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.steps.profiles import ProfileRecord
+from orchestrator.execute.verdict import cargo_test
 from orchestrator.host.source import snapshot
 from orchestrator.model.cache_records import VariantsRecord
 from orchestrator.model.hashing import sha256_file
