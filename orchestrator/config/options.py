@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.cargo_profiles import check_profile
 from orchestrator.config.checks import check_ci_runners, check_run_settings, resolve_binaries
 from orchestrator.config.ci_install import PYPI, install_requirement
 from orchestrator.config.crate_files import (
@@ -102,6 +103,7 @@ class Options:
     version: str
     toolchain: str
     target_cpu: str
+    profile: str  # the Cargo profile of the shipped variants (config/cargo_profiles.py)
     flavors: tuple[str, ...]
     flavor_settings: Mapping[str, FlavorSettings]
     source_date_epoch: int
@@ -299,6 +301,8 @@ def resolve(
     # name becomes a file path and an image tag.
     source = layers.sources.get("build.toolchain", "default").replace("flag", "flag --toolchain")
     check_toolchain_name(values["toolchain"], f"{path}: build.toolchain ({source})")
+    source = layers.sources.get("build.profile", "default")
+    check_profile(values["profile"], crate_dir, f"{path}: build.profile ({source})")
     resolve_binaries(path, values, package_name)
     check_run_settings(path, values, crate_dir)
     for flavor in values["flavors"]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.cargo_profiles import crate_profiles, distribution_profile
 from orchestrator.config.crate_files import read_toml, workspace_members
 from orchestrator.config.run_files import placeholder
 from orchestrator.config.workload_scan import Proposal, find_workloads
@@ -29,6 +30,8 @@ class Detected:
     features: tuple[str, ...]
     proposal: Proposal
     others: tuple[str, ...]  # other members with binaries
+    # The crate's distribution profile ([profile.dist] inheriting release, ...), or None
+    profile: str | None = None
 
     @property
     def workloads(self) -> tuple[tuple[str, ...], ...]:
@@ -124,6 +127,7 @@ def detect(root: Path) -> Detected:
         features=features,
         proposal=proposal,
         others=tuple(p["name"] for p, _b, _d, _f in packages[1:]),
+        profile=distribution_profile(crate_profiles(root)),
     )
 
 
@@ -159,6 +163,7 @@ def render(found: Detected) -> str:
         "[build]",
         'flavors = ["cpu"]  # also "cuda", "rocm", "aarch64"',
         '# target_cpu = "x86-64-v3"',
+        *_profile_lines(found.profile),
         "",
     ]
     if found.features:
@@ -174,6 +179,17 @@ def render(found: Detected) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _profile_lines(profile: str | None) -> list[str]:
+    """[build] profile: the crate's distribution profile when it has one."""
+    if profile is None:
+        return ['# profile = "release"  # the Cargo profile the shipped binaries build with']
+    return [
+        f"# Cargo.toml's [profile.{profile}] inherits release: the profile the crate "
+        "publishes from (its debug and strip settings hold; without this line: release)",
+        f"profile = {_toml_string(profile)}",
+    ]
 
 
 def _train_lines(found: Detected) -> list[str]:

@@ -99,6 +99,16 @@ SETTINGS: tuple[Setting, ...] = (
         aliases=("ORCHESTRATOR_TARGET_CPU",),
     ),
     Setting(
+        "build.profile",
+        "str",
+        "release",
+        "the Cargo profile every shipped variant builds with (`cargo build --profile`), "
+        "e.g. the crate's own `dist`: its debug and strip settings hold, orchestrator's "
+        "overrides (fat LTO, one codegen unit, ...) apply on top; it must be, or inherit "
+        "from, release. The yardstick stays plain `cargo build --release`",
+        attr="profile",
+    ),
+    Setting(
         "build.flavors",
         "list[str]",
         ("cpu",),

@@ -24,6 +24,7 @@ from orchestrator.model.record_io import (
     write_record,
 )
 from orchestrator.model.relocations import StaticRelocations
+from orchestrator.model.shipped_profile import ShippedProfile
 
 
 class RunRecord(Record):
@@ -423,6 +424,7 @@ class BuildManifest(Record):
     # (training, validation, the driver check) had the engine's GPU, else "not exercised:
     # <why>"; None for a flavor with no GPU (or a file from before it).
     gpu_path: str | None = None
+    profile: ShippedProfile | None = None  # [build] profile and what it left in the binary
 
 
 # What this module passes on from model/record_io.py (the base, reading and writing), for

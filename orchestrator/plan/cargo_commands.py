@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orchestrator.config.cargo_profiles import profile_dir
 from orchestrator.config.options import Options
 from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.flavors import Flavor
@@ -88,6 +89,7 @@ class CargoCommands:
     flavor_environment: Mapping[str, str]  # cross linker, GPU targets, ...
     test_environment: Mapping[str, str]  # how a test starts a foreign binary
     test_args: tuple[str, ...]  # after cargo test's own; a "--" passes the rest on
+    profile: str  # [build] profile: every command but the plain baseline builds with it
     git_shim: bool  # build scripts' `git` answers from the locked commit (plan/git_shim.py)
     sysroot: SysrootPlan | None
     c_code: CCodePlan | None
@@ -101,8 +103,10 @@ class CargoCommands:
         if verb == "build":
             for name in self.binaries:
                 argv += ["--bin", name]
+        # The plain baseline is `cargo build --release` whatever [build] profile says
+        custom = profile and self.profile != "release"
         argv += [
-            "--release",
+            *(["--profile", self.profile] if custom else ["--release"]),
             "--offline",
             "--locked",
             "--manifest-path",
@@ -114,7 +118,8 @@ class CargoCommands:
             *self.features,
         ]
         if profile:
-            argv += profile_args(self.c_code.profile if self.c_code is not None else None)
+            changes = self.c_code.profile if self.c_code is not None else None
+            argv += profile_args(changes, self.profile)
         environment = {
             "SOURCE_DATE_EPOCH": str(self.source_date_epoch),
             # \x1f-separated: flags survive spaces, unlike RUSTFLAGS
@@ -134,11 +139,12 @@ class CargoCommands:
     def variant(self, name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
         """The build of variant `name`; without `profile`, plain `cargo build --release`."""
         target_dir = f"{PATHS.target}/{name}"
+        folder = profile_dir(self.profile) if profile else "release"
         return Variant(
             name,
             self.command("build", target_dir, flags, profile=profile, plain=not profile),
             {
-                binary: f"{target_dir}/{self.rust_target}/release/{binary}"
+                binary: f"{target_dir}/{self.rust_target}/{folder}/{binary}"
                 for binary in self.binaries
             },
         )
@@ -195,6 +201,7 @@ def cargo_commands(
         flavor_environment=flavor.environment(options),
         test_environment=flavor.test_environment(options),
         test_args=options.test_args,
+        profile=options.profile,
         git_shim=git_shim,
         sysroot=sysroot,
         c_code=c_code,

@@ -31,12 +31,15 @@ RELEASE_PROFILE: dict[str, str | int | bool] = {
 }
 
 
-def profile_args(changes: Mapping[str, str | int | bool] | None = None) -> list[str]:
-    """The release profile as `--config` arguments, with `changes` ([c_code] mode's)."""
+def profile_args(
+    changes: Mapping[str, str | int | bool] | None = None, profile: str = "release"
+) -> list[str]:
+    """Our overrides of `profile` ([build] profile) as `--config` arguments, with `changes`
+    ([c_code] mode's). Its debug and strip settings stay the crate's."""
     args: list[str] = []
     for key, value in {**RELEASE_PROFILE, **(changes or {})}.items():
         rendered = json.dumps(value)  # TOML and JSON agree on strings, ints and booleans
-        args += ["--config", f"profile.release.{key}={rendered}"]
+        args += ["--config", f"profile.{profile}.{key}={rendered}"]
     return args
 
 

@@ -51,6 +51,7 @@ FOREIGN_FLAGS = {
     "--workspace": "cargo test",
     "--skip": "the test harness",
     "--no-run": "cargo test --no-run (the test-build step)",
+    "--profile": "cargo build --profile (build.profile)",
     "--emit-relocs": "the linker (for BOLT)",
     "--remap-path-prefix": "rustc",
     "--print": "rustc --print target-cpus",

@@ -50,6 +50,7 @@ def _text_and_expected(spec: Setting, project: Path) -> tuple[str, object]:
             f"git+https://example.com/o.git@{'a' * 40}",
         ),
         "build.toolchain": ("rustc-1.85", "rustc-1.85"),  # a file in toolchains/
+        "build.profile": ("bench", "bench"),  # a profile of the crate, from release
         "limits.pids": ("256", 256),
         "limits.memory": ("512MiB", "512MiB"),
     }

@@ -56,6 +56,7 @@ from orchestrator.model.records import (
     write_record,
 )
 from orchestrator.model.run_logs import BUILD_RUN, LOGS_DIR, split_run
+from orchestrator.model.shipped_profile import debug_warning, shipped_profile
 from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog
@@ -149,6 +150,9 @@ def extract(pipeline: Pipeline, log: StepLog) -> None:
             profiles.mkdir(exist_ok=True)
             shutil.copyfile(record.path, profiles / name)
     state.artifact, state.binary = artifact, binary
+    state.profile = shipped_profile(pipeline.options.profile, binary)
+    if state.profile and (note := debug_warning(state.profile, binary.stat().st_size)):
+        log.warn(note)
     size = sum(path.stat().st_size for path in (binary, *others))
     log.detail = f"{size / 1e6:.1f} MB" + (f", {1 + len(others)} binaries" if others else "")
 
@@ -387,6 +391,7 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
         cuda_runtime=state.cuda_runtime,
         static_relocations=state.static_relocations,
         gpu_path=state.gpu_path,
+        profile=state.profile,
     )
 
 

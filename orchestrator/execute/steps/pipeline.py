@@ -37,6 +37,7 @@ from orchestrator.model.records import (
     ReusedStep,
 )
 from orchestrator.model.relocations import StaticRelocations
+from orchestrator.model.shipped_profile import ShippedProfile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -101,6 +102,7 @@ class BuildState:
     packages: list[DebPackage] = field(default_factory=list)
     artifact: Path | None = None  # the staged artifact folder
     binary: Path | None = None  # the staged binary
+    profile: ShippedProfile | None = None  # build.json's profile: what the binary carries
     variants: dict[str, FileDigest] = field(default_factory=dict)
     generated: list[GeneratedFile] = field(default_factory=list)  # [[archive.generate]]
     reused: dict[str, ReusedStep] = field(default_factory=dict)  # steps the step cache skipped
