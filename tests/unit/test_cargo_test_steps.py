@@ -21,7 +21,9 @@ from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.model.cache_records import StepEntryRecord
 from orchestrator.model.records import read_record
+from orchestrator.model.reports import BuildPlanReport
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.serialize import plan_summary
 from orchestrator.plan.step_keys import cargo_test_build_key, cargo_test_key, config_member
 from orchestrator.plan.steps import StepName
 from orchestrator.release.step_plan import StepPlanner
@@ -181,3 +183,12 @@ def test_a_dry_run_notes_both_steps_by_their_own_keys(
     }
     assert notes["test-build"].reused is True and notes["test-build"].reason == "in the step cache"
     assert notes["test"].reused is False
+
+
+def test_build_dry_run_shows_both_commands(project: Path) -> None:
+    plan = _plan(replace(make_options(project), test_args=SKIP))
+    report = BuildPlanReport.model_validate(plan_summary(plan))
+    assert report.test[-3:] == list(SKIP)
+    assert report.test_build is not None and report.test_build[-1] == "--no-run"
+    assert "--skip" not in report.test_build
+    assert report.steps[report.steps.index("test-build") + 1] == "test"
