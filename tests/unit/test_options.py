@@ -110,7 +110,7 @@ def test_flavor_settings_and_describe(project: Path) -> None:
     assert rows["flavors.cpu.features"] == ("['simd', 'parallel']", "file orchestrator.toml")
 
 
-BUILD_KEYS = "artifacts_dir, cache_dir, flavors, source_date_epoch, target_cpu, toolchain"
+BUILD_KEYS = "artifacts_dir, cache_dir, flavors, profile, source_date_epoch, target_cpu, toolchain"
 SECTIONS = (
     "archive, bench, bolt, build, c_code, ci, engines, flavors, gate, limits, package, pgo, "
     "profiling, release, signing, test, train, validate"
