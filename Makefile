@@ -58,6 +58,7 @@ lint: $(STAMP)
 	$(BIN)/python -m orchestrator.tools.layers
 	$(BIN)/orchestrator render --check
 	$(BIN)/python -m orchestrator.tools.schemas --check
+	shellcheck bench/gpu_train.sh
 
 # One worker per core: the unit tests share nothing but read-only fixtures.
 unit: $(STAMP)

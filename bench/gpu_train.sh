@@ -1,68 +1,60 @@
 #!/bin/sh
-# On a GPU machine, with a training bundle of a GPU flavor (`build --train-elsewhere DIR`):
-# trains with it (`sh train.sh`, which also runs the GPU validation and writes
-# profiles.tar), then, given a CPU-trained and a GPU-trained optimized binary, times one
-# GPU command of each N times, interleaved so that drift hits both alike, and prints each
-# binary's median wall time with a 95% confidence interval of the median (order statistics,
-# no distribution assumed) and the ratio of the medians. See docs/pgo-bolt.md.
+# For a person on a GPU machine, with a training bundle of a GPU flavor (`orchestrator build
+# --flavor cuda --train-elsewhere DIR`, copied there). Two steps, with a build between:
 #
-#   sh bench/gpu_train.sh [-n RUNS] BUNDLE [CPU_TRAINED GPU_TRAINED -- ARGS...]
+#   sh bench/gpu_train.sh train BUNDLE
+#       runs the bundle's train.sh (the training workloads, and the GPU validation where
+#       nvidia-smi lists a GPU) and shows machine.txt; bring BUNDLE/profiles.tar back to
+#       the build host for `orchestrator build --flavor cuda --profiles profiles.tar`.
+#   sh bench/gpu_train.sh time [-n RUNS] [-C DIR] CPU_TRAINED GPU_TRAINED -- ARGS...
+#       times `BINARY ARGS...` (ARGS should put it on the GPU, e.g. --backend cuda) for the
+#       binary of the build trained in place (on the CPU) and the one built with
+#       --profiles (trained on the GPU), RUNS times each (default 11), interleaved so that
+#       drift hits both alike, from DIR (default: the current folder).
 #
-# What is timed: the whole process (start-up, CUDA context, kernels and the host code
-# around them) from the bundle's src/, stdout and stderr thrown away, in ms (date +%s%N).
+# `time` prints each binary's median wall time with a 95% confidence interval of the median
+# and the ratio GPU-trained / CPU-trained: the median of the per-pair ratios, with its 95%
+# interval (order statistics: no distribution assumed; below 6 runs the interval is the
+# whole range). An interval that holds 1.000 shows no difference. The time is the whole
+# process's (start-up, CUDA context, kernels and the host code around them), stdout and
+# stderr thrown away, in microseconds from `date +%s%N`. Needs POSIX sh, GNU date, awk.
 set -eu
-runs=11
-if [ "${1:-}" = -n ]; then
-  runs=$2
-  shift 2
-fi
-if [ $# -lt 1 ]; then
-  echo "usage: sh bench/gpu_train.sh [-n RUNS] BUNDLE [CPU_TRAINED GPU_TRAINED -- ARGS...]" >&2
+usage() {
+  echo "usage: sh bench/gpu_train.sh train BUNDLE" >&2
+  echo "       sh bench/gpu_train.sh time [-n RUNS] [-C DIR] CPU_TRAINED GPU_TRAINED -- ARGS..." >&2
   exit 2
-fi
-bundle=$(cd "$1" && pwd)
-shift
-echo "== sh train.sh in $bundle"
-sh "$bundle/train.sh"
-tar -xOf "$bundle/profiles.tar" machine.txt
-if [ $# -eq 0 ]; then
-  echo "no binaries given: trained only; bring back $bundle/profiles.tar"
-  exit 0
-fi
-if [ $# -lt 3 ] || [ "$3" != -- ]; then
-  echo "gpu_train.sh: after BUNDLE, give CPU_TRAINED GPU_TRAINED -- ARGS..." >&2
-  exit 2
-fi
-cpu_bin=$(realpath "$1")
-gpu_bin=$(realpath "$2")
-shift 3
-times=$(mktemp -d)
-trap 'rm -rf "$times"' EXIT
+}
+
+train() {
+  [ $# -eq 1 ] || usage
+  [ -f "$1/train.sh" ] || {
+    echo "gpu_train.sh: $1 has no train.sh: not a training bundle" >&2
+    exit 2
+  }
+  bundle=$(cd "$1" && pwd)
+  echo "== sh train.sh in $bundle"
+  sh "$bundle/train.sh"
+  echo "== machine.txt"
+  tar -xOf "$bundle/profiles.tar" machine.txt
+  echo "bring back $bundle/profiles.tar: orchestrator build --flavor F --profiles profiles.tar"
+}
+
 run_one() {
-  binary=$1
-  shift
+  # one timed run, in microseconds, of "$@" from $dir
   start=$(date +%s%N)
-  if ! (cd "$bundle/src" && exec "$binary" "$@") > /dev/null 2>&1; then
-    echo "gpu_train.sh: $binary $* failed" >&2
+  if ! (cd "$dir" && exec "$@") > /dev/null 2>&1; then
+    echo "gpu_train.sh: $* failed (from $dir)" >&2
     exit 1
   fi
   end=$(date +%s%N)
-  echo $(((end - start) / 1000000))
+  echo $(((end - start) / 1000))
 }
-echo "== warm-up: one run of each"
-run_one "$cpu_bin" "$@" > /dev/null
-run_one "$gpu_bin" "$@" > /dev/null
-i=1
-while [ "$i" -le "$runs" ]; do
-  run_one "$cpu_bin" "$@" >> "$times/cpu"
-  run_one "$gpu_bin" "$@" >> "$times/gpu"
-  i=$((i + 1))
-done
+
 summary() {
-  # median and the ranks of its 95% interval, n/2 -+ 1.96 sqrt(n)/2 rounded, within [1, n]
-  # (below 6 runs that is the whole range); the median also goes to $1.median
-  sort -n "$1" | awk -v label="$2" -v keep="$1.median" '
-    { v[NR] = $1 }
+  # $1: one value per line; prints the median and its 95% interval, the ranks
+  # n/2 -+ 1.96 sqrt(n)/2 rounded, within [1, n]
+  sort -g "$1" | awk -v label="$2" -v unit="$3" -v scale="$4" '
+    { v[NR] = $1 / scale }
     END {
       n = NR
       med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
@@ -70,13 +62,61 @@ summary() {
       lo = int(n / 2 - h + 0.5); hi = int(1 + n / 2 + h + 0.5)
       if (lo < 1) lo = 1
       if (hi > n) hi = n
-      printf "%-12s median %9.1f ms  95%% CI of the median [%d, %d] ms  (n=%d, min %d, max %d)\n", \
-        label, med, v[lo], v[hi], n, v[1], v[n]
-      print med > keep
+      printf "%-28s median %10.3f%s  95%% CI [%.3f, %.3f]  (n=%d)\n", \
+        label, med, unit, v[lo], v[hi], n
     }'
 }
-echo "== $runs runs each, interleaved: $* (from $bundle/src)"
-summary "$times/cpu" cpu-trained
-summary "$times/gpu" gpu-trained
-awk -v c="$(cat "$times/cpu.median")" -v g="$(cat "$times/gpu.median")" \
-  'BEGIN { if (c > 0) printf "gpu-trained / cpu-trained median: %.3f\n", g / c }'
+
+time_both() {
+  runs=11
+  dir=.
+  while [ $# -gt 0 ]; do
+    case $1 in
+      -n) [ $# -ge 2 ] || usage; runs=$2; shift 2 ;;
+      -C) [ $# -ge 2 ] || usage; dir=$2; shift 2 ;;
+      *) break ;;
+    esac
+  done
+  case $runs in '' | *[!0-9]* | 0) echo "gpu_train.sh: -n takes a count of runs, >= 1" >&2; exit 2 ;; esac
+  if [ $# -lt 3 ] || [ "$3" != -- ]; then usage; fi
+  [ -d "$dir" ] || { echo "gpu_train.sh: no folder $dir" >&2; exit 2; }
+  for binary in "$1" "$2"; do
+    if [ ! -f "$binary" ] || [ ! -x "$binary" ]; then
+      echo "gpu_train.sh: $binary is no executable file" >&2
+      exit 2
+    fi
+  done
+  cpu_bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+  gpu_bin=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+  shift 3
+  if ! { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU '; }; then
+    echo "gpu_train.sh: warning: nvidia-smi lists no GPU here: this times no GPU path" >&2
+  fi
+  times=$(mktemp -d)
+  trap 'rm -rf "$times"' EXIT
+  echo "== warm-up: one run of each"
+  run_one "$cpu_bin" "$@" > /dev/null
+  run_one "$gpu_bin" "$@" > /dev/null
+  echo "== $runs runs each, interleaved: BINARY $* (from $dir)"
+  i=1
+  while [ "$i" -le "$runs" ]; do
+    c=$(run_one "$cpu_bin" "$@")
+    g=$(run_one "$gpu_bin" "$@")
+    echo "$c" >> "$times/cpu"
+    echo "$g" >> "$times/gpu"
+    awk -v c="$c" -v g="$g" 'BEGIN { printf "%.6f\n", (c > 0 ? g / c : 1) }' >> "$times/ratio"
+    i=$((i + 1))
+  done
+  summary "$times/cpu" "cpu-trained" " ms" 1000
+  summary "$times/gpu" "gpu-trained" " ms" 1000
+  summary "$times/ratio" "ratio gpu-/cpu-trained" "" 1
+}
+
+[ $# -ge 1 ] || usage
+command=$1
+shift
+case $command in
+  train) train "$@" ;;
+  time) time_both "$@" ;;
+  *) usage ;;
+esac

@@ -147,8 +147,8 @@ class PgoInfo(Record):
     # Whether the published binary was built with the profile (the speed gate may ship the
     # release profile instead); added within version 2: null in older files.
     shipped: bool | None = None
-    # "trained here", or "trained elsewhere: <machine.txt>, bundle <manifest sha256>"
-    # (`build --profiles`); null in files written before it.
+    # "trained here", or "trained elsewhere: <machine.txt>, bundle <manifest sha256>,
+    # profiles <profiles.tar sha256>" (`build --profiles`); null in files written before it.
     profile_source: str | None = None
 
 

@@ -25,6 +25,7 @@ from orchestrator.execute.optimize.train_profiles import (
 from orchestrator.execute.steps.commands import fetch_file, put_file
 from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.host.archive import safe_extract
+from orchestrator.model.hashing import sha256_file
 from orchestrator.model.training_bundle import BundleGpuCheck, BundleWorkload, TrainingManifest
 from orchestrator.progress.reporter import StepLog
 from orchestrator.supply.attest import Signer
@@ -142,6 +143,9 @@ def import_profiles(pipeline: Pipeline, tar_path: Path, log: StepLog) -> Trained
             where=tar_path.name,
         )
         log.line(f"gpu path: {pipeline.state.gpu_path}")
-    pipeline.state.profile_source = f"trained elsewhere: {trained.summary()}, bundle {digest}"
+    # profiles.tar is unsigned (no key on the trainer): its sha256 names what was merged
+    pipeline.state.profile_source = (
+        f"trained elsewhere: {trained.summary()}, bundle {digest}, profiles {sha256_file(tar_path)}"
+    )
     log.detail = f"{len(trained.raw_files)} .profraw from {tar_path.name} ({trained.summary()})"
     return trained
