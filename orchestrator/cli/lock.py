@@ -49,8 +49,8 @@ def lock(
       orchestrator lock
       orchestrator lock --check      # in CI: has anything drifted from the lock?
     """
+    from orchestrator.model.documents.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.release.reproduce import check_lock, record_release, vault_for
     from orchestrator.release.target import targets
     from orchestrator.supply.chain import check_signing_key

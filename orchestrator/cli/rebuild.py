@@ -62,8 +62,8 @@ def publish_checked(
     """Settle the two-builder rule, then sign and publish the folders, compose the -auto
     folders, write release.json and release.lock and sign the release index."""
     from orchestrator.cli.release_common import closing_lines
+    from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.run import RELEASE_JSON, run_report
     from orchestrator.release.shard import assemble, compose_where_possible
 

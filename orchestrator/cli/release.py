@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from orchestrator.model.release_summary import EngineJobs
+    from orchestrator.model.documents.release_summary import EngineJobs
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.release.target import Target, TargetResult
     from orchestrator.supply.attest import Signer
@@ -277,8 +277,8 @@ def _run_and_pin(
     could not be written (said after the summary, not in place of it), and how many targets
     each engine built at a time. Stopped (Ctrl-C, SIGTERM, SIGHUP), it ends saying what
     was published and whether the lock was written."""
+    from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.ending import files_text, interrupted, published_marks
     from orchestrator.release.engine_jobs import jobs_per_engine
     from orchestrator.release.reproduce import record_release, vault_for
@@ -337,8 +337,8 @@ def _run_and_pin(
 def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Target, BuildPlan]]:
     """Read and check every input of a release before Docker is asked: each target's plan
     (config, toolchain, sources) and the release.json this run will merge into."""
-    from orchestrator.model.record_io import read_record
-    from orchestrator.model.release_summary import ReleaseSummary
+    from orchestrator.model.documents.record_io import read_record
+    from orchestrator.model.documents.release_summary import ReleaseSummary
     from orchestrator.release.run import RELEASE_JSON, plan_targets
 
     planned = plan_targets(chosen)

@@ -14,7 +14,7 @@ from orchestrator.config.options import Options
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.model.reports import ReleaseRunReport
+    from orchestrator.model.documents.reports import ReleaseRunReport
     from orchestrator.runtime.engine import Engine
 
 

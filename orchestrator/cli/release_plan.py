@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from orchestrator.config.options import Options
-    from orchestrator.model.reports import EngineFit
+    from orchestrator.model.documents.reports import EngineFit
     from orchestrator.release.dry_run import PlannedTarget
     from orchestrator.release.target import Target
     from orchestrator.runtime.engine import Engine

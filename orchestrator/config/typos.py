@@ -28,7 +28,9 @@ DIRECT_VARIABLES: dict[str, str] = {
     "ORCHESTRATOR_ASCII": "ASCII marks instead of ▶ ✓ ✗ in the step lines",
     "ORCHESTRATOR_INSTALL": "the pip requirement in the CI files `orchestrator ci` writes",
     "ORCHESTRATOR_INSTALL_LEVEL": "the CPU level a release's install.sh picks",
-    "ORCHESTRATOR_LEVEL": "the CPU level the dispatcher runs (v1-v4), or show (model/dispatch.py)",
+    "ORCHESTRATOR_LEVEL": (
+        "the CPU level the dispatcher runs (v1-v4), or show (model/binaries/dispatch.py)"
+    ),
     "ORCHESTRATOR_GPU_TARGETS": "the GPU targets, set inside GPU build containers",
     "ORCHESTRATOR_BUILD_ID": "a build argument of the image builds",
 }

@@ -32,8 +32,8 @@ from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.git_facts import GitFacts
-from orchestrator.model.records import BuildManifest
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.steps import BOLT_STEPS, Step, StepName

@@ -20,7 +20,7 @@ from orchestrator.config.options import Options
 from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
-from orchestrator.model.git_facts import GitFacts
+from orchestrator.model.documents.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode

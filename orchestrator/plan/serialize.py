@@ -13,8 +13,8 @@ from orchestrator import __version__
 from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
-from orchestrator.model.callgrind import CALLGRIND_ARGS
 from orchestrator.model.hashing import content_hash
+from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan
 
 # The `encoded_rustflags` entry of `cargo test`, where its flags are not the shipped ones.

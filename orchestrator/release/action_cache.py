@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.model.documents.records import BuildManifest, RecordError, read_record
+from orchestrator.model.documents.run_logs import BUILD_RUN, BuildRun
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.printable import printable
-from orchestrator.model.records import BuildManifest, RecordError, read_record
-from orchestrator.model.run_logs import BUILD_RUN, BuildRun
 from orchestrator.supply.attest import PUBLIC_KEY, SIGNATURE_SUFFIX
 from orchestrator.supply.chain import ReleaseKeyError, SignedChain
 from orchestrator.supply.minisign import PublicKey, VerificationError, verify_file

@@ -30,19 +30,19 @@ from typing import TypeVar
 from orchestrator import __version__
 from orchestrator.config.nesting import loads_json
 from orchestrator.host.bootstrap import rootfs_recipe
-from orchestrator.model.bolt_binaries import other_profile_name
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.lockfile import (
     LockedTarget,
     LockInputArchive,
     LockInputs,
     LockOutput,
     SharedPins,
 )
+from orchestrator.model.documents.records import BuildManifest, Record, RecordError, parse_record
+from orchestrator.model.documents.release_summary import TargetSummary
+from orchestrator.model.documents.run_logs import is_build_log
+from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.model.printable import printable, printable_list
-from orchestrator.model.records import BuildManifest, Record, RecordError, parse_record
-from orchestrator.model.release_summary import TargetSummary
-from orchestrator.model.run_logs import is_build_log
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
+from orchestrator.model.verdict.bolt_binaries import other_profile_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key, plan_inputs
 from orchestrator.release.assemble_errors import AssembleError, TargetFolderError

@@ -3,8 +3,8 @@ checks that need no build, run again on the machine that signs.
 
 - ELF identity: 64-bit, little-endian, the machine of the target's architecture, an
   executable (ET_EXEC) or position-independent executable (ET_DYN);
-- the CPU level of its instructions (model/cpu_levels.py), for x86-64 psABI levels;
-- the glibc floor: no symbol version above `release.glibc_floor` (model/elf.py, as the
+- the CPU level of its instructions (model/binaries/cpu_levels.py), for x86-64 psABI levels;
+- the glibc floor: no symbol version above `release.glibc_floor` (model/binaries/elf.py, as the
   portability step reads it);
 - the toolchain marker: rustc writes "rustc version X.Y.Z (...)" into `.comment`; X.Y.Z
   must be the version the plan's toolchain pins.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from orchestrator.model.cpu_levels import level_problem, scan_levels
-from orchestrator.model.elf import ElfReadError, read_loader_needs, reading_elf
+from orchestrator.model.binaries.cpu_levels import level_problem, scan_levels
+from orchestrator.model.binaries.elf import ElfReadError, read_loader_needs, reading_elf
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble_errors import UnplannedBinaryError
 from orchestrator.release.folder_files import open_checked, shown

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.ship.dispatcher import check_freestanding, dispatcher_source
-from orchestrator.model.compose_record import DispatcherInfo
-from orchestrator.model.dispatch import dispatch_levels
+from orchestrator.model.binaries.dispatch import dispatch_levels
+from orchestrator.model.documents.compose_record import DispatcherInfo
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.compose import DISPATCH_ARCH

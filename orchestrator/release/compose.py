@@ -25,7 +25,8 @@ from pathlib import Path, PurePosixPath
 from orchestrator.config.options import Options
 from orchestrator.errors import OrchestratorError
 from orchestrator.flavors import get_flavor
-from orchestrator.model.compose_record import (
+from orchestrator.model.binaries.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path
+from orchestrator.model.documents.compose_record import (
     AUTO_SUFFIX,
     COMPOSE_JSON,
     ComposedLevel,
@@ -33,10 +34,9 @@ from orchestrator.model.compose_record import (
     DispatcherInfo,
     composed_digests,
 )
-from orchestrator.model.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path
+from orchestrator.model.documents.records import BuildManifest, read_record, record_text
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import artifact_dir_name
-from orchestrator.model.records import BuildManifest, read_record, record_text
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.dispatcher_cache import cached_dispatcher
 from orchestrator.release.target import TargetResult

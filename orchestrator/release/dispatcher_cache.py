@@ -21,10 +21,10 @@ from orchestrator.execute.ship.dispatcher import (
     dispatcher_source,
 )
 from orchestrator.host.cache_seal import KEY_ENV, seal, seal_matches
-from orchestrator.model.cache_records import DispatcherCacheEntry
-from orchestrator.model.compose_record import DispatcherInfo
+from orchestrator.model.documents.cache_records import DispatcherCacheEntry
+from orchestrator.model.documents.compose_record import DispatcherInfo
+from orchestrator.model.documents.records import RecordError, read_record, write_record
 from orchestrator.model.hashing import content_hash, sha256_bytes
-from orchestrator.model.records import RecordError, read_record, write_record
 from orchestrator.runtime.api import EngineApi, OutputSink
 
 CACHE_FOLDER = "dispatcher"

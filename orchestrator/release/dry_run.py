@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from orchestrator.config.options import Options
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.release_summary import EngineJobs
-from orchestrator.model.reports import (
+from orchestrator.model.documents.release_summary import EngineJobs
+from orchestrator.model.documents.reports import (
     CacheState,
     EngineFit,
     PlannedTargetEntry,
     ReleasePlanReport,
 )
+from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, config_member

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import BuildInterruptedError, StepFailedError
-from orchestrator.model.failed_tests import named, skip_advice
+from orchestrator.model.documents.lockfile import LOCK_FILE
+from orchestrator.model.documents.reports import ReleaseRunReport
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import LOCK_FILE
-from orchestrator.model.reports import ReleaseRunReport
+from orchestrator.model.verdict.failed_tests import named, skip_advice
 from orchestrator.plan.steps import StepName
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from orchestrator.model.release_summary import EngineJobs
+from orchestrator.model.documents.release_summary import EngineJobs
 
 CORES_PER_JOB = 4
 GIB_PER_JOB = 6

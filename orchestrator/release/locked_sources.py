@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.errors import SourceError
 from orchestrator.host.system import git
-from orchestrator.model.lockfile import LockDocument
+from orchestrator.model.documents.lockfile import LockDocument
 
 
 def _write_locked_config(workdir: Path, document: LockDocument) -> None:

@@ -24,9 +24,7 @@ from orchestrator.host.bootstrap import (
 from orchestrator.host.source import CrateView, crate_identity, registry_crates
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
-from orchestrator.model.bolt_binaries import binary_of_profile
-from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.lockfile import (
     LOCK_FILE,
     LockDocument,
     LockedBolt,
@@ -46,7 +44,9 @@ from orchestrator.model.lockfile import (
     lock_document,
     write_lock,
 )
-from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.verdict.bolt_binaries import binary_of_profile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.sources_at_start import SourcesAtStart

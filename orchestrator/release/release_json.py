@@ -1,5 +1,5 @@
 """release.json, signed, and logs/targets.json, not: what a release publishes, and how its
-targets' last builds went (model/release_summary.py, model/run_logs.py).
+targets' last builds went (model/documents/release_summary.py, model/documents/run_logs.py).
 
 release.json is made from the published folders' build.json alone, sorted by folder, so a
 release built on one machine, across CI runners or again from the same inputs writes the
@@ -15,16 +15,22 @@ from pathlib import Path
 from orchestrator.config.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import get_flavor
-from orchestrator.model.record_io import Record, RecordError, read_record, record_text, write_record
-from orchestrator.model.records import BuildManifest
-from orchestrator.model.release_summary import (
+from orchestrator.model.documents.record_io import (
+    Record,
+    RecordError,
+    read_record,
+    record_text,
+    write_record,
+)
+from orchestrator.model.documents.records import BuildManifest
+from orchestrator.model.documents.release_summary import (
     EngineJobs,
     ReleaseSummary,
     TargetRuns,
     TargetSummary,
     published_target,
 )
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.release.target import TargetResult
 
 RELEASE_JSON = "release.json"

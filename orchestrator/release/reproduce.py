@@ -31,10 +31,8 @@ from orchestrator.execute.steps.profiles import write_sidecar
 from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.inputs import unpack_locked_inputs
 from orchestrator.host.vault import Vault
-from orchestrator.model.bolt_binaries import binary_of_profile
-from orchestrator.model.cache_records import ProfileSidecar
-from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.cache_records import ProfileSidecar
+from orchestrator.model.documents.lockfile import (
     LockDocument,
     LockDriftError,
     LockedTarget,
@@ -43,8 +41,10 @@ from orchestrator.model.lockfile import (
     drift,
     read_lock,
 )
-from orchestrator.model.records import EngineRecord, RecordError, read_record
-from orchestrator.model.run_logs import BUILD_RUN, BuildRun
+from orchestrator.model.documents.records import EngineRecord, RecordError, read_record
+from orchestrator.model.documents.run_logs import BUILD_RUN, BuildRun
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.verdict.bolt_binaries import binary_of_profile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs

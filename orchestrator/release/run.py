@@ -22,13 +22,13 @@ from orchestrator.config.options import Options
 from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import BuildManifest
-from orchestrator.model.release_summary import EngineJobs, TargetSummary
-from orchestrator.model.reports import (
+from orchestrator.model.documents.records import BuildManifest
+from orchestrator.model.documents.release_summary import EngineJobs, TargetSummary
+from orchestrator.model.documents.reports import (
     ReleaseRunReport,
     SigningInfo,
 )
+from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress.board import TargetBoard

@@ -3,7 +3,7 @@
 that holds the key (`orchestrator release assemble`).
 
 The folder is the published artifact folder without its signatures, plus target.json
-(model/target_folder.py): the action key of the plan it was built from, its release.json
+(model/documents/target_folder.py): the action key of the plan it was built from, its release.json
 entry and lock entry, and the sha256 of every file. Assembling checks each folder against
 the plan this checkout makes, believing none of its records (release/assemble_checks.py:
 the files the plan makes and no other, read safely; lock inputs, pins, build.json and the
@@ -29,12 +29,12 @@ from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish
 from orchestrator.execute.ship.publish import sign_and_publish
 from orchestrator.host.staging import fsync_tree, staging_area
-from orchestrator.model.compose_record import DispatcherInfo
+from orchestrator.model.documents.compose_record import DispatcherInfo
+from orchestrator.model.documents.lockfile import LockedTarget, SharedPins
+from orchestrator.model.documents.records import BuildManifest, read_record, write_record
+from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
-from orchestrator.model.lockfile import LockedTarget, SharedPins
-from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.assemble_checks import LIMITS, CheckedFolder, check_folder, planned_kind

@@ -24,10 +24,10 @@ from orchestrator.execute.verdict.bench import (
 )
 from orchestrator.flavors import get_flavor
 from orchestrator.host.step_times import earlier_step_seconds
-from orchestrator.model.gate_table import gate_splits
+from orchestrator.model.documents.records import BuildManifest
+from orchestrator.model.documents.release_summary import TargetSummary, bolt_summary
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.records import BuildManifest
-from orchestrator.model.release_summary import TargetSummary, bolt_summary
+from orchestrator.model.verdict.gate_table import gate_splits
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import LiveLine, Reporter, marks_for
 from orchestrator.runtime.engine import Engine

@@ -48,6 +48,10 @@ ALLOWED: dict[str, frozenset[str]] = {
 # machinery, then the verdict (validation, the gate), the optimizations (which validate
 # their output), shipping, and on top build.py, which maps every step to its room.
 _EXECUTE_LOWER = frozenset({"steps", "verdict", "optimize", "ship"})
+# model/'s: the helpers every room may use (hashing, layout, printable), then facts read
+# from a binary's bytes, the records of the files written (build.json holds binaries'
+# facts), and the verdicts (gates, tools' reports) that read those records.
+_MODEL_BASE = frozenset({"hashing", "layout", "printable"})
 ROOMS: dict[str, dict[str, frozenset[str]]] = {
     "execute": {
         "__init__": frozenset(),
@@ -57,6 +61,13 @@ ROOMS: dict[str, dict[str, frozenset[str]]] = {
         "ship": frozenset({"steps", "verdict", "optimize"}),
         "build": _EXECUTE_LOWER,
         "train_export": _EXECUTE_LOWER | {"build"},
+    },
+    "model": {
+        "__init__": frozenset(),
+        **dict.fromkeys(_MODEL_BASE, frozenset()),
+        "binaries": _MODEL_BASE,
+        "documents": _MODEL_BASE | {"binaries"},
+        "verdict": _MODEL_BASE | {"binaries", "documents"},
     },
 }
 PURE = frozenset({"config", "model", "flavors", "plan", "supply"})

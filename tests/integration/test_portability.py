@@ -21,7 +21,7 @@ import docker
 import pytest
 
 from orchestrator.config.options import resolve_cache_dir
-from orchestrator.model.elf import loader_needs, version_tuple
+from orchestrator.model.binaries.elf import loader_needs, version_tuple
 from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 
 pytestmark = pytest.mark.integration

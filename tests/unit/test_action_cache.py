@@ -20,9 +20,9 @@ from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.model.release_summary import ReleaseSummary
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.documents.release_summary import ReleaseSummary
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.release.action_cache import look_up

@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 
 from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.model.documents.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
+from orchestrator.model.documents.records import BuildManifest, read_record, write_record
+from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
-from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble_checks import MAX_LOG_BYTES, check_folder
 from orchestrator.release.binary_checks import planned_rustc

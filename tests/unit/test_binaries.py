@@ -20,7 +20,7 @@ from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads
 from orchestrator.execute.verdict import validate
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.staging import staging_root
-from orchestrator.model.records import BuildManifest, RecordError, read_record
+from orchestrator.model.documents.records import BuildManifest, RecordError, read_record
 from orchestrator.release.reproduce import Reproduced
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file, write_key_pair

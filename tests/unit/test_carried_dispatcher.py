@@ -11,9 +11,9 @@ import pytest
 
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
-from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.records import read_record
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.records import read_record
 from orchestrator.release.carried_dispatcher import (
     CARRIED_FILE,
     CarriedDispatcherError,

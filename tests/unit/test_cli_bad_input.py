@@ -20,7 +20,7 @@ from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import registry_crates
 from orchestrator.host.vault import Vault
-from orchestrator.model.lockfile import blobs
+from orchestrator.model.documents.lockfile import blobs
 from orchestrator.supply.minisign import SecretKey
 
 from .conftest import plan_for, write_config

@@ -20,10 +20,10 @@ from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.host.cache_seal import seal
-from orchestrator.model.cache_records import DispatcherCacheEntry
-from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.cache_records import DispatcherCacheEntry
+from orchestrator.model.documents.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.records import read_record, write_record
 from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.model.records import read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release import compose, dispatcher_cache
 from orchestrator.release.shard import compose_where_possible

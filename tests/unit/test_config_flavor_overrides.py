@@ -11,7 +11,7 @@ import pytest
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import Options, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.model.reports import config_report
+from orchestrator.model.documents.reports import config_report
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import cargo_test_key, pgo_key
 from orchestrator.release.target import targets

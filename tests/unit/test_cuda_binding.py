@@ -29,7 +29,7 @@ from orchestrator.flavors.cuda_binding import (
     run_time_requirement,
 )
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
-from orchestrator.model.release_summary import TargetSummary
+from orchestrator.model.documents.release_summary import TargetSummary
 from orchestrator.release.target import Target, TargetResult
 
 from .execute_rig import LOCK, Rig, answers, make_options, make_rig

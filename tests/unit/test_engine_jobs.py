@@ -21,9 +21,9 @@ from orchestrator.cli import app
 from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import TargetRuns
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import read_record
+from orchestrator.model.documents.release_summary import TargetRuns
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
 from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_of, jobs_per_engine, jobs_text

@@ -23,16 +23,16 @@ from orchestrator.cli.release_table import CYCLES_COLUMN, release_table, shipped
 from orchestrator.config.kinds import Run
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step
-from orchestrator.model import callgrind
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate_table import (
+from orchestrator.model.documents.records import GateInfo
+from orchestrator.model.verdict import callgrind
+from orchestrator.model.verdict.callgrind import Counts
+from orchestrator.model.verdict.gate_table import (
     gate_splits,
     release_column,
     splits,
     table_lines,
     workload_rows,
 )
-from orchestrator.model.records import GateInfo
 from orchestrator.plan import serialize, step_keys
 from orchestrator.release.target import Target, TargetResult
 

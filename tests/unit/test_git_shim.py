@@ -23,9 +23,9 @@ from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import read_git_facts, shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import snapshot
-from orchestrator.model.git_facts import GitFacts
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.lockfile import LockInputs, dumps, parse_lock
 from orchestrator.model.layout import PATHS
-from orchestrator.model.lockfile import LockInputs, dumps, parse_lock
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.git_shim import IMAGE_PATH, SHIM_PATH, SHIM_SEARCH_PATH, render_shim

@@ -27,7 +27,7 @@ from orchestrator.config.options import resolve
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.source import CrateView, crate_snapshot
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.lockfile import (
     LOCK_FILE,
     LockDocument,
     LockfileError,

@@ -23,7 +23,7 @@ from orchestrator.errors import ConfigError, ImageBuildError, ResourceLimitError
 from orchestrator.execute.steps.commands import run
 from orchestrator.host.bootstrap import PackageSet
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.model.lockfile import LockLimits, parse_lock
+from orchestrator.model.documents.lockfile import LockLimits, parse_lock
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan, base_image_plan
 from orchestrator.plan.serialize import action_key

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import orchestrator
 from orchestrator.tools.layers import KNOWN_CIRCLES, ROOMS, check, check_circles, room_of
 
@@ -32,12 +34,12 @@ def test_a_pure_module_importing_the_runtime_is_refused(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
-            "model/plan.py": "from orchestrator.runtime.engine import Engine\n",
+            "model/layout.py": "from orchestrator.runtime.engine import Engine\n",
             "runtime/engine.py": "import docker\n",
         },
     )
     [violation] = check(root)
-    assert violation.file.name == "plan.py"
+    assert violation.file.name == "layout.py"
     assert "model must not import orchestrator.runtime.engine" in violation.message
 
 
@@ -120,7 +122,8 @@ def test_a_room_imports_only_the_rooms_below_it(tmp_path: Path) -> None:
     ]
 
 
-def test_the_rooms_of_execute_are_each_in_the_table() -> None:
+@pytest.mark.parametrize("layer", sorted(ROOMS))
+def test_the_rooms_of_a_split_package_are_each_in_the_table(layer: str) -> None:
     root = Path(orchestrator.__file__).parent
-    rooms = {room_of(path, root) for path in (root / "execute").rglob("*.py")}
-    assert rooms == set(ROOMS["execute"])
+    rooms = {room_of(path, root) for path in (root / layer).rglob("*.py")}
+    assert rooms == set(ROOMS[layer])

@@ -17,8 +17,8 @@ from orchestrator.cli import app
 from orchestrator.config.options import Options, resolve
 from orchestrator.execute.steps.profiles import load_profile
 from orchestrator.host.vault import Vault
-from orchestrator.model.cache_records import ProfileSidecar
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.cache_records import ProfileSidecar
+from orchestrator.model.documents.lockfile import (
     SCHEMA_VERSION,
     LockDocument,
     LockfileError,
@@ -28,7 +28,7 @@ from orchestrator.model.lockfile import (
     read_lock,
     write_lock,
 )
-from orchestrator.model.records import read_record
+from orchestrator.model.documents.records import read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.release.locked_sources import lay_out_sources

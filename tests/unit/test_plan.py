@@ -9,7 +9,7 @@ from orchestrator.config.kinds import Run
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
-from orchestrator.model.lockfile import LockInputs
+from orchestrator.model.documents.lockfile import LockInputs
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import (
     TEST_FLAGS,

@@ -19,9 +19,9 @@ from rich.console import Console
 import orchestrator.release.run as release_run
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ImageBuildError
-from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import TargetRuns
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import read_record
+from orchestrator.model.documents.release_summary import TargetRuns
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import StepLog
 from orchestrator.release import prefetch

@@ -16,8 +16,8 @@ from orchestrator.cli import app
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship import publish
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.model.target_folder import TARGET_RECORD
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.documents.target_folder import TARGET_RECORD
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.shard import (
     AssembleError,

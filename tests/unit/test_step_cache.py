@@ -27,8 +27,8 @@ from orchestrator.execute.verdict import gate
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.model.cache_records import StepEntryRecord
-from orchestrator.model.records import FileDigest, read_record, write_record
+from orchestrator.model.documents.cache_records import StepEntryRecord
+from orchestrator.model.documents.records import FileDigest, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
     baseline_key,

@@ -27,11 +27,7 @@ from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import CrateView, crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
-from orchestrator.model.bolt_binaries import other_profile_name
-from orchestrator.model.callgrind import FORMULA
-from orchestrator.model.hashing import sha256_file
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import (
+from orchestrator.model.documents.records import (
     ArtifactInfo,
     BinaryFile,
     BoltInfo,
@@ -55,7 +51,11 @@ from orchestrator.model.records import (
     ToolchainInfo,
     write_record,
 )
-from orchestrator.model.run_logs import BUILD_RUN, LOGS_DIR, split_run
+from orchestrator.model.documents.run_logs import BUILD_RUN, LOGS_DIR, split_run
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.layout import release_dir_name
+from orchestrator.model.verdict.bolt_binaries import other_profile_name
+from orchestrator.model.verdict.callgrind import FORMULA
 from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog

@@ -23,11 +23,9 @@ from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import Captured
-from orchestrator.model.pgo_report import Coverage
-from orchestrator.model.portability import Portability
-from orchestrator.model.records import (
+from orchestrator.model.binaries.portability import Portability
+from orchestrator.model.binaries.relocations import StaticRelocations
+from orchestrator.model.documents.records import (
     BuildManifest,
     CudaRuntimeInfo,
     DistroRun,
@@ -36,7 +34,9 @@ from orchestrator.model.records import (
     GeneratedFile,
     ReusedStep,
 )
-from orchestrator.model.relocations import StaticRelocations
+from orchestrator.model.layout import PATHS
+from orchestrator.model.verdict.outputs import Captured
+from orchestrator.model.verdict.pgo_report import Coverage
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -73,7 +73,7 @@ class BuildState:
     # The other binaries before BOLT, and those BOLT rewrote and validation passed
     unbolted_others: dict[str, str] = field(default_factory=dict)
     bolted_others: dict[str, str] = field(default_factory=dict)
-    # What BOLT did to each binary, main one first (model/records.py BoltBinary)
+    # What BOLT did to each binary, main one first (model/documents/records.py BoltBinary)
     bolt_binaries: dict[str, dict[str, object]] = field(default_factory=dict)
     bolt_other_profiles: dict[str, ProfileRecord] = field(default_factory=dict)
     pgo: ProfileRecord | None = None

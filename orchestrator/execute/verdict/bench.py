@@ -23,9 +23,9 @@ from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import CrateView, crate_snapshot
-from orchestrator.model.cache_records import VariantsRecord
+from orchestrator.model.documents.cache_records import VariantsRecord
+from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
-from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 

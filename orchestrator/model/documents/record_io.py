@@ -8,7 +8,8 @@ Every record names its `schema` and `schema_version`. `read_record` refuses a fi
 a newer orchestrator, migrates the older layouts it knows (each migration says what it
 changes), and reports any other mismatch as RecordError with the file and the key path.
 `write_record` writes atomically. The records themselves live beside what they describe:
-build.json's in model/records.py, release.json's in model/release_summary.py, ...
+build.json's in model/documents/records.py, release.json's in
+model/documents/release_summary.py, ...
 """
 
 from __future__ import annotations

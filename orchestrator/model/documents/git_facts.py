@@ -58,7 +58,7 @@ PLACEHOLDERS = (
 
 
 class _Fact(BaseModel):
-    """Like model/record_io.py's Record (strict keys, immutable), but with no schema: a
+    """Like model/documents/record_io.py's Record (strict keys, immutable), but with no schema: a
     part of build.json and release.lock, never a file of its own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

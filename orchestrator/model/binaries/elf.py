@@ -57,7 +57,7 @@ def _reading(what: str) -> Iterator[None]:
         raise ElfReadError(f"{what}: {exc}") from exc
 
 
-# For the other readers of ELF files (model/cpu_levels.py): the same errors, named.
+# For the other readers of ELF files (model/binaries/cpu_levels.py): the same errors, named.
 reading_elf = _reading
 
 

@@ -1,7 +1,7 @@
 """Typed records of the JSON documents the commands print with `--json`.
 
 Each is one document on stdout (progress and warnings go to stderr), named by `schema`
-and `schema_version` like the files orchestrator writes (model/record_io.py), and
+and `schema_version` like the files orchestrator writes (model/documents/record_io.py), and
 published as a JSON Schema under schemas/ (`python -m orchestrator.tools.schemas`).
 A field is added with a default or under a new version, never renamed in place.
 """
@@ -16,8 +16,8 @@ from pydantic import Field, JsonValue
 from orchestrator.config.kinds import toml_shape
 from orchestrator.config.options import Options
 from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
-from orchestrator.model.record_io import JsonDict, Record
-from orchestrator.model.release_summary import EngineJobs, TargetSummary
+from orchestrator.model.documents.record_io import JsonDict, Record
+from orchestrator.model.documents.release_summary import EngineJobs, TargetSummary
 
 
 # -- orchestrator config --json ---------------------------------------------------------

@@ -30,7 +30,7 @@ import iced_x86
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from orchestrator.model.elf import ElfReadError, reading_elf
+from orchestrator.model.binaries.elf import ElfReadError, reading_elf
 
 # rustc's name of each psABI level -> the CPUID features it adds (iced-x86's names).
 LEVEL_FEATURES: dict[str, frozenset[str]] = {

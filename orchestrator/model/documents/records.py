@@ -1,5 +1,5 @@
 """Typed records of build.json: what one artifact is, what it was built from and how, and
-what was checked; validated whenever they are read (model/record_io.py).
+what was checked; validated whenever they are read (model/documents/record_io.py).
 
 Informative sections that no code reads back (step timings, the validation transcript,
 tool reports) stay free-form dictionaries; everything another module reads is typed.
@@ -11,8 +11,9 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from orchestrator.model.git_facts import GitFacts
-from orchestrator.model.record_io import (
+from orchestrator.model.binaries.relocations import StaticRelocations
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.record_io import (
     FileName,
     JsonDict,
     Migrations,
@@ -23,7 +24,6 @@ from orchestrator.model.record_io import (
     record_text,
     write_record,
 )
-from orchestrator.model.relocations import StaticRelocations
 
 
 class RunRecord(Record):
@@ -72,7 +72,8 @@ class ToolchainInfo(Record):
 class ImageRecord(Record):
     reference: str
     # The Engine's id and whether this run made it differ from engine to engine and run to
-    # run: null in a signed build.json, kept in the folder's logs/run.json (model/run_logs.py)
+    # run: null in a signed build.json, kept in the folder's logs/run.json
+    # (model/documents/run_logs.py)
     id: str | None = None
     input_hash: str
     built_this_run: bool | None = None
@@ -224,7 +225,7 @@ class ProfilingInfo(Record):
     lbr: bool  # perf could record branch stacks there
     sampling: bool  # perf could sample there
     # Whether it was started: not when the training came from a cache, so null since
-    # logs/run.json holds it (model/run_logs.py)
+    # logs/run.json holds it (model/documents/run_logs.py)
     container_started: bool | None = None
     grant: ContainerGrant | None = None  # added within version 2; absent in older files
 
@@ -392,7 +393,7 @@ class BuildManifest(Record):
     profiling: ProfilingInfo
     validation: JsonDict
     variants: dict[str, FileDigest]
-    # How the build went (null since logs/run.json holds it, model/run_logs.py: two honest
+    # How the build went (null since logs/run.json holds it, model/documents/run_logs.py: two honest
     # builds of the same inputs differ there, and build.json is signed)
     steps: list[JsonDict] | None = None
     dependencies: Dependencies
@@ -417,7 +418,7 @@ class BuildManifest(Record):
     cuda_runtime: CudaRuntimeInfo | None = None  # crates that bind CUDA (cudarc)
     generated: list[GeneratedFile] | None = None  # [[archive.generate]] outputs
     c_code: CCodeInfo | None = None  # [c_code] mode; None: off (or a file from before it)
-    # What strip-relocations removed (model/relocations.py); None: not planned (no BOLT)
+    # What strip-relocations removed (model/binaries/relocations.py); None: not planned (no BOLT)
     static_relocations: StaticRelocations | None = None
     # GPU flavors: "exercised on <device>, driver <version>" where the build container
     # (training, validation, the driver check) had the engine's GPU, else "not exercised:
@@ -425,7 +426,7 @@ class BuildManifest(Record):
     gpu_path: str | None = None
 
 
-# What this module passes on from model/record_io.py (the base, reading and writing), for
+# What this module passes on from model/documents/record_io.py (the base, reading and writing), for
 # the callers that read or write build.json; its own records are public as defined here.
 __all__ = [
     "FileName",

@@ -18,7 +18,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.model.elf import ElfReadError
+from orchestrator.model.binaries.elf import ElfReadError
 
 _RELOCATION_TYPES = frozenset({"SHT_REL", "SHT_RELA"})
 

@@ -25,8 +25,8 @@ from pydantic import ValidationError as PydanticValidationError
 from orchestrator import __version__
 from orchestrator.config.nesting import loads_json
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.git_facts import GitFacts
-from orchestrator.model.records import (
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.records import (
     EngineRecord,
     FileName,
     JsonDict,

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from orchestrator.model.records import BuildManifest, JsonDict, Record
+from orchestrator.model.documents.records import BuildManifest, JsonDict, Record
 
 
 class TargetFacts(Record):

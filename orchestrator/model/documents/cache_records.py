@@ -1,8 +1,8 @@
 """Typed records of the files kept in the cache, not published: the variant binaries
 `bench` compares, the stored PGO/BOLT profiles' sidecars, the step cache's entries, the
 compiled dispatcher's entry. The
-release's own records (build.json) are model/records.py; the reading and writing that
-both use, model/record_io.py."""
+release's own records (build.json) are model/documents/records.py; the reading and writing that
+both use, model/documents/record_io.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from orchestrator.model.compose_record import DispatcherInfo
-from orchestrator.model.records import FileDigest, FileName, JsonDict, Record
+from orchestrator.model.documents.compose_record import DispatcherInfo
+from orchestrator.model.documents.records import FileDigest, FileName, JsonDict, Record
 
 Migrations = Mapping[int, Callable[[JsonDict], JsonDict]]
 

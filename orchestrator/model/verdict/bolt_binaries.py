@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.model.callgrind import Counts, cycles_ratio
-from orchestrator.model.gate import cycles_change, saved_share
+from orchestrator.model.verdict.callgrind import Counts, cycles_ratio
+from orchestrator.model.verdict.gate import cycles_change, saved_share
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.model.dispatch import libexec_path
-from orchestrator.model.records import FileName, Record
+from orchestrator.model.binaries.dispatch import libexec_path
+from orchestrator.model.documents.records import FileName, Record
 
 COMPOSE_JSON = "compose.json"
 AUTO_SUFFIX = "-auto"

@@ -17,10 +17,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from orchestrator.model.compose_record import DispatcherInfo
-from orchestrator.model.lockfile import LockedTarget, RelativeFile, Sha256, SharedPins
-from orchestrator.model.record_io import Record
-from orchestrator.model.release_summary import TargetSummary
+from orchestrator.model.documents.compose_record import DispatcherInfo
+from orchestrator.model.documents.lockfile import LockedTarget, RelativeFile, Sha256, SharedPins
+from orchestrator.model.documents.record_io import Record
+from orchestrator.model.documents.release_summary import TargetSummary
 
 TARGET_RECORD = "target.json"
 

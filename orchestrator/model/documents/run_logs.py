@@ -7,7 +7,7 @@ and status, which steps the step cache served, the Docker Engine and image ids i
 release's per-target times, statuses, engines and quick-bench ratios. Those are kept, for
 people and for the next run's time estimates, in files no checksum lists:
 
-  <release>/logs/targets.json        each target's last build (model/release_summary.py)
+  <release>/logs/targets.json        each target's last build (model/documents/release_summary.py)
   <release>/<artifact>/logs/run.json this build's times, steps, engine, images and reused
                                      profiles (BuildRun; split_run takes them out of build.json)
   <release>/<artifact>/logs/*.log    each step's log
@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from orchestrator.model.records import (
+from orchestrator.model.documents.records import (
     BoltInfo,
     BuildManifest,
     EngineRecord,

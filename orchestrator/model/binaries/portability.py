@@ -1,7 +1,7 @@
 """What an artifact needs from the machine it runs on: glibc, shared libraries, CPU features.
 
-The glibc part comes from the ELF itself (model/elf.py): the highest `GLIBC_x.y` version the
-loader will insist on, and the symbols that push it above `release.glibc_floor`.
+The glibc part comes from the ELF itself (model/binaries/elf.py): the highest `GLIBC_x.y`
+version the loader will insist on, and the symbols that push it above `release.glibc_floor`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.model.elf import LoaderNeeds
+from orchestrator.model.binaries.elf import LoaderNeeds
 
 _FEATURE_RE = re.compile(r'^target_feature="([^"]+)"$', re.M)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.model.callgrind import Counts, cycles_ratio
+from orchestrator.model.verdict.callgrind import Counts, cycles_ratio
 
 POLICIES = ("best", "require-all", "off")
 BASELINE = "baseline"

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate import (
+from orchestrator.model.documents.records import GateInfo, GateWorkload
+from orchestrator.model.verdict.callgrind import Counts
+from orchestrator.model.verdict.gate import (
     BASELINE,
     percent_change,
     saved_change,
     shown_tenths,
     stored_ratio,
 )
-from orchestrator.model.records import GateInfo, GateWorkload
 
 RELEASE = "release"
 HEADER = ("workload", "variant", "est. cycles", "vs cargo build", "vs release")
