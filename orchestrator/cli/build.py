@@ -321,9 +321,9 @@ def _build_release_target(
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.documents.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
+    from orchestrator.release.assemble.shard import build_target_folder, pick_target
     from orchestrator.release.run import plan_targets
-    from orchestrator.release.shard import build_target_folder, pick_target
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.runtime.engine import Engine
 
     options = resolve_options(

@@ -51,8 +51,8 @@ def lock(
     """
     from orchestrator.model.documents.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.release.reproduce import check_lock, record_release, vault_for
-    from orchestrator.release.target import targets
+    from orchestrator.release.lock.reproduce import check_lock, record_release, vault_for
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     options = resolve_options(

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from orchestrator.model.documents.release_summary import EngineJobs
     from orchestrator.plan.build_plan import BuildPlan
-    from orchestrator.release.target import Target, TargetResult
+    from orchestrator.release.targets.target import Target, TargetResult
     from orchestrator.supply.attest import Signer
 
 
@@ -162,7 +162,7 @@ def release(
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import changed_note
     from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint, run_report
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()
@@ -280,10 +280,10 @@ def _run_and_pin(
     from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import files_text, interrupted, published_marks
-    from orchestrator.release.engine_jobs import jobs_per_engine
-    from orchestrator.release.reproduce import record_release, vault_for
+    from orchestrator.release.lock.reproduce import record_release, vault_for
     from orchestrator.release.run import run_release
-    from orchestrator.release.sources_at_start import changed_since_start, sources_at_start
+    from orchestrator.release.targets.engine_jobs import jobs_per_engine
+    from orchestrator.release.targets.sources_at_start import changed_since_start, sources_at_start
 
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     # What the ending says is found out, not assumed: what was published before, and the

@@ -54,7 +54,7 @@ def closing_lines(
     last, where it is read."""
     from orchestrator.progress.reporter import duration_text
     from orchestrator.release.ending import lock_line
-    from orchestrator.release.engine_jobs import jobs_text
+    from orchestrator.release.targets.engine_jobs import jobs_text
 
     for note in notes:
         err_console.print(styled("note:", "yellow bold", f" {note}"))

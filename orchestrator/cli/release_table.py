@@ -14,7 +14,7 @@ from orchestrator.model.verdict.gate_table import release_column
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from orchestrator.release.target import TargetResult
+    from orchestrator.release.targets.target import TargetResult
 
 CYCLES_COLUMN = "est. cycles vs cargo build"
 

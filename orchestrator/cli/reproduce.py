@@ -179,8 +179,8 @@ def reproduce(
     from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
     from orchestrator.host.vault import Vault
     from orchestrator.model.documents.lockfile import LOCK_FILE
-    from orchestrator.release.reproduce import ReproduceMismatchError, read_locked
-    from orchestrator.release.reproduce import reproduce as run_reproduce
+    from orchestrator.release.lock.reproduce import ReproduceMismatchError, read_locked
+    from orchestrator.release.lock.reproduce import reproduce as run_reproduce
     from orchestrator.runtime.contexts import resolve_contexts
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer

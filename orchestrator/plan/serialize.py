@@ -36,7 +36,7 @@ _NOT_ACTION_INPUTS = frozenset(
         "limits.pids",  # a build either fits its limits or fails: they change no bytes
         "limits.memory",
         # How many targets build at once and cargo's share of cores: codegen-units is fixed
-        # by the release profile, so the bytes do not depend on it (release/engine_jobs.py).
+        # by the release profile, so the bytes do not depend on it (release/targets/engine_jobs.py).
         "engines.jobs",
         "ci.runners",  # where `orchestrator ci`'s generated jobs run, not what they build
     }

@@ -19,11 +19,11 @@ from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, config_member
-from orchestrator.release.action_cache import look_up
 from orchestrator.release.run import plan_targets
-from orchestrator.release.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.step_plan import StepPlanner
-from orchestrator.release.target import Target
+from orchestrator.release.targets.action_cache import look_up
+from orchestrator.release.targets.schedule import Needs, fits, needs_by_flavor
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.api import EngineApi, engine_facts
 
 

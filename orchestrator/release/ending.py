@@ -16,7 +16,7 @@ from orchestrator.model.verdict.failed_tests import named, skip_advice
 from orchestrator.plan.steps import StepName
 
 if TYPE_CHECKING:
-    from orchestrator.release.target import TargetResult
+    from orchestrator.release.targets.target import TargetResult
 
 SHOWN = 5  # file names listed before "and N more"
 

@@ -52,6 +52,11 @@ _EXECUTE_LOWER = frozenset({"steps", "verdict", "optimize", "ship"})
 # from a binary's bytes, the records of the files written (build.json holds binaries'
 # facts), and the verdicts (gates, tools' reports) that read those records.
 _MODEL_BASE = frozenset({"hashing", "layout", "printable"})
+# release/'s: its targets built on engines, then release.lock written from them and a
+# rebuild from it, then the folders assembled from other machines' targets (pinned as
+# well) and composed around the dispatcher; on top run.py, which runs a release and
+# composes its -auto folders, with how it ends, and the dry run that reports on it.
+_RELEASE_LOWER = frozenset({"targets", "lock", "assemble"})
 ROOMS: dict[str, dict[str, frozenset[str]]] = {
     "execute": {
         "__init__": frozenset(),
@@ -68,6 +73,16 @@ ROOMS: dict[str, dict[str, frozenset[str]]] = {
         "binaries": _MODEL_BASE,
         "documents": _MODEL_BASE | {"binaries"},
         "verdict": _MODEL_BASE | {"binaries", "documents"},
+    },
+    "release": {
+        "__init__": frozenset(),
+        "targets": frozenset(),
+        "lock": frozenset({"targets"}),
+        "assemble": frozenset({"targets", "lock"}),
+        "ending": frozenset({"targets"}),
+        "run": _RELEASE_LOWER | {"ending"},
+        "step_plan": frozenset(),
+        "dry_run": _RELEASE_LOWER | {"ending", "run", "step_plan"},
     },
 }
 PURE = frozenset({"config", "model", "flavors", "plan", "supply"})

@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.config.options import default_cache_dir
 from orchestrator.model.binaries.dispatch import parse_show
-from orchestrator.release.dispatcher_cache import cache_folder
+from orchestrator.release.assemble.dispatcher_cache import cache_folder
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration

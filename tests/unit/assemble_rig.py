@@ -28,9 +28,9 @@ from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFold
 from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.release.binary_checks import planned_rustc
-from orchestrator.release.shard import folder_digests
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.binary_checks import planned_rustc
+from orchestrator.release.assemble.shard import folder_digests
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.sbom import SBOM_FILE
 
 from .execute_rig import make_options

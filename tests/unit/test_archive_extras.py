@@ -27,7 +27,7 @@ from orchestrator.errors import ConfigError, GeneratedFileError, OrchestratorErr
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish, archive_extras
 from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.release.pin import archive_outputs
+from orchestrator.release.lock.pin import archive_outputs
 from orchestrator.supply.archives import (
     GENERATED_DIR,
     ZIP_SUFFIX,

@@ -21,7 +21,7 @@ from orchestrator.execute.verdict import validate
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.staging import staging_root
 from orchestrator.model.documents.records import BuildManifest, RecordError, read_record
-from orchestrator.release.reproduce import Reproduced
+from orchestrator.release.lock.reproduce import Reproduced
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file, write_key_pair
 from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries

@@ -28,8 +28,8 @@ from orchestrator.model.verdict.bolt_binaries import (
 )
 from orchestrator.model.verdict.callgrind import Counts
 from orchestrator.plan.step_keys import bolt_profile_inputs
-from orchestrator.release.pin import _locked_gate
-from orchestrator.release.reproduce import locked_unbolted
+from orchestrator.release.lock.pin import _locked_gate
+from orchestrator.release.lock.reproduce import locked_unbolted
 
 from .execute_rig import Rig, make_options, make_rig
 from .fakes import FakeEngine

@@ -16,8 +16,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
-import orchestrator.release.reproduce as release_reproduce
-import orchestrator.release.target as release_target
+import orchestrator.release.lock.reproduce as release_reproduce
+import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
 from orchestrator.config.options import resolve
 from orchestrator.errors import StepFailedError

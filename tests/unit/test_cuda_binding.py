@@ -30,7 +30,7 @@ from orchestrator.flavors.cuda_binding import (
 )
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
 from orchestrator.model.documents.release_summary import TargetSummary
-from orchestrator.release.target import Target, TargetResult
+from orchestrator.release.targets.target import Target, TargetResult
 
 from .execute_rig import LOCK, Rig, answers, make_options, make_rig
 from .fakes import FakeEngine

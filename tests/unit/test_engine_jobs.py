@@ -26,10 +26,15 @@ from orchestrator.model.documents.release_summary import TargetRuns
 from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
-from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_of, jobs_per_engine, jobs_text
 from orchestrator.release.run import run_release, run_report
-from orchestrator.release.schedule import Job, Needs, Schedule
-from orchestrator.release.target import TargetResult, targets
+from orchestrator.release.targets.engine_jobs import (
+    cargo_jobs_on,
+    jobs_of,
+    jobs_per_engine,
+    jobs_text,
+)
+from orchestrator.release.targets.schedule import Job, Needs, Schedule
+from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.runtime.api import EngineFacts, engine_facts
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey

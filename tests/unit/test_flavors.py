@@ -26,7 +26,7 @@ from orchestrator.flavors.gpu import (
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.dockerfiles import render_dockerfile
 from orchestrator.plan.images import base_image_plan, toolchain_image_plan
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for, write_config
 

@@ -31,7 +31,7 @@ from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.git_shim import IMAGE_PATH, SHIM_PATH, SHIM_SEARCH_PATH, render_shim
 from orchestrator.plan.serialize import action_key, plan_inputs
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
-from orchestrator.release.reproduce import differing_inputs
+from orchestrator.release.lock.reproduce import differing_inputs
 
 from .conftest import FAKE_SOURCE, plan_for
 from .execute_rig import make_options, make_rig

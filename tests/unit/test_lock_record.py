@@ -31,8 +31,8 @@ from orchestrator.model.documents.lockfile import (
 from orchestrator.model.documents.records import read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.locked_sources import lay_out_sources
-from orchestrator.release.reproduce import differing_inputs, read_locked, seed_cache
+from orchestrator.release.lock.locked_sources import lay_out_sources
+from orchestrator.release.lock.reproduce import differing_inputs, read_locked, seed_cache
 from orchestrator.runtime.images import package_set_dir
 
 from .conftest import plan_for

@@ -18,7 +18,7 @@ from orchestrator.plan.serialize import (
     plan_inputs,
     plan_summary,
 )
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
 

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.config.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.cpu import CpuFlavor
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 
 @pytest.fixture

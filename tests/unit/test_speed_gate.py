@@ -224,7 +224,7 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
     from orchestrator.cli.release_table import shipped_text  # noqa: PLC0415
     from orchestrator.model.documents.records import BoltInfo, GateInfo  # noqa: PLC0415
     from orchestrator.model.documents.release_summary import bolt_summary  # noqa: PLC0415
-    from orchestrator.release.target import Target, TargetResult  # noqa: PLC0415
+    from orchestrator.release.targets.target import Target, TargetResult  # noqa: PLC0415
 
     gate = GateInfo(
         policy="best",

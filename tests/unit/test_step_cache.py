@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import orchestrator.release.reproduce as repro
+import orchestrator.release.lock.reproduce as repro
 from orchestrator.config.kinds import Run
 from orchestrator.config.options import FlavorSettings, Options
 from orchestrator.errors import StepFailedError
@@ -45,8 +45,8 @@ from orchestrator.plan.step_keys import (
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.dry_run import dry_run
-from orchestrator.release.reproduce import Reproduced, ReproduceRun
-from orchestrator.release.target import Target, targets
+from orchestrator.release.lock.reproduce import Reproduced, ReproduceRun
+from orchestrator.release.targets.target import Target, targets
 from tests.unit.test_lockfile import lock_for
 
 from .conftest import plan_for

@@ -28,7 +28,7 @@ from orchestrator.model.documents.records import BuildManifest, parse_record
 from orchestrator.plan.serialize import action_key, plan_summary
 from orchestrator.plan.steps import StepName
 from orchestrator.release.dry_run import dry_run
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig

@@ -128,7 +128,7 @@ class Pipeline:
     unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
-    # CARGO_BUILD_JOBS in the build container (release/engine_jobs.py); None: cargo's
+    # CARGO_BUILD_JOBS in the build container (release/targets/engine_jobs.py); None: cargo's
     # default. Never in the plan: no key or recorded command depends on it.
     cargo_jobs: int | None = None
     _volume: str | None = None

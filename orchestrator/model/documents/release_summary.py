@@ -83,7 +83,7 @@ class TargetSummary(TargetFacts):
 
 
 class EngineJobs(Record):
-    """How many targets one engine built at a time, and why (release/engine_jobs.py)."""
+    """How many targets one engine built at a time, and why (release/targets/engine_jobs.py)."""
 
     engine: str = Field(description="its Docker context (current: DOCKER_HOST or the default)")
     cores: int = Field(description="NCPU as the engine reports it (0: not reported)")
@@ -152,7 +152,7 @@ def _release_v2_to_v3(document: JsonDict) -> JsonDict:
 
 class ReleaseSummary(Record):
     """release.json: every target the release publishes, sorted by folder name; a pure
-    function of the published build.json files (release/release_json.py writes it)."""
+    function of the published build.json files (release/targets/release_json.py writes it)."""
 
     SCHEMA = "orchestrator/release"
     VERSION = 3

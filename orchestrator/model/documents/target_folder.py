@@ -6,7 +6,7 @@ folder was built from (its action key), what the release summary and the lock wi
 of it, and the sha256 of every file in the folder, so that a folder changed on its way
 (a file edited, added or lost) is refused whole.
 
-Everything here is the runner's claim: assemble (release/assemble_checks.py) compares it
+Everything here is the runner's claim: assemble (release/assemble/assemble_checks.py) compares it
 with what this checkout's plan gives and what the files themselves show, and signs the
 plan's values, not these.
 """

@@ -7,7 +7,7 @@ gate.min_gain fewer estimated cycles than with its unBOLTed build; otherwise the
 ships that binary unBOLTed, and those workloads count as they did unBOLTed.
 
 Each other binary's BOLT profile ships in the artifact's profiles/ folder as
-`bolt-<binary>.fdata` (`.unshipped.fdata` when it ships unBOLTed); release/pin.py locks it.
+`bolt-<binary>.fdata` (`.unshipped.fdata` when it ships unBOLTed); release/lock/pin.py locks it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Targets built side by side on several Docker Engines (`release --engines a,b`).
 
 Each engine gets as many worker threads as it builds targets at a time
-(release/engine_jobs.py); each worker takes the next target that
-fits its engine (release/schedule.py) and builds it there through the Engine API, exactly
+(release/targets/engine_jobs.py); each worker takes the next target that
+fits its engine (release/targets/schedule.py) and builds it there through the Engine API, exactly
 as a one-engine release does. Everything that needs the signing key or writes the release
 happens on this host: each target's publication (one at a time) and, after every target
 is back, release.json, the index and the lock.
@@ -19,7 +19,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from orchestrator.release.schedule import Job, Needs, Schedule, needs_by_flavor
+from orchestrator.release.targets.schedule import Job, Needs, Schedule, needs_by_flavor
 from orchestrator.runtime.engine import Engine
 
 T = TypeVar("T")

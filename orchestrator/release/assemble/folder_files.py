@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
 from orchestrator.model.printable import printable
-from orchestrator.release.assemble_errors import TargetFolderError
+from orchestrator.release.assemble.assemble_errors import TargetFolderError
 
 # More files or folders than a build leaves (logs and profiles included).
 MAX_FILES = 10_000

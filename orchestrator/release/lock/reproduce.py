@@ -1,8 +1,8 @@
 """Rebuild a release from its pins (release.lock + vault), offline, bit for bit.
 
-`record_release` (release/pin.py, re-exported here) runs after `orchestrator release`:
+`record_release` (release/lock/pin.py, re-exported here) runs after `orchestrator release`:
 it puts every input blob in the vault and writes release.lock. `read_locked` reads and
-checks a lockfile and the vault; `reproduce` lays the sources (release/locked_sources.py)
+checks a lockfile and the vault; `reproduce` lays the sources (release/lock/locked_sources.py)
 and the locked training inputs out in a fresh folder, plans every target, and only then
 reaches Docker: it seeds a fresh cache from the vault only (rootfs, .debs, crates,
 profiles), builds every target in fresh images and containers with `offline` set, so
@@ -50,16 +50,16 @@ from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs
 from orchestrator.plan.steps import Step
 from orchestrator.progress.reporter import Reporter
-from orchestrator.release.locked_sources import config_folders, lay_out_sources
-from orchestrator.release.pin import check_lock, record_release, vault_for
-from orchestrator.release.target import Target, targets
+from orchestrator.release.lock.locked_sources import config_folders, lay_out_sources
+from orchestrator.release.lock.pin import check_lock, record_release, vault_for
+from orchestrator.release.targets.target import Target, targets
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.archives import ARCHIVE_SUFFIX, ZIP_SUFFIX, archive_name
 from orchestrator.supply.attest import Signer
 
-__all__ = [  # record_release, check_lock and vault_for live in release/pin.py
+__all__ = [  # record_release, check_lock and vault_for live in release/lock/pin.py
     "ReproduceMismatchError",
     "Reproduced",
     "check_lock",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
-from orchestrator.release.carried_dispatcher import CARRIED_FILE
-from orchestrator.release.shard import AssembleError, CheckedFolder
+from orchestrator.release.assemble.carried_dispatcher import CARRIED_FILE
+from orchestrator.release.assemble.shard import AssembleError, CheckedFolder
 from orchestrator.supply.agreement import BuildersDisagreeError, first_difference
 from orchestrator.supply.archives import GENERATED_DIR
 

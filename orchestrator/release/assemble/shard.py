@@ -5,7 +5,7 @@ that holds the key (`orchestrator release assemble`).
 The folder is the published artifact folder without its signatures, plus target.json
 (model/documents/target_folder.py): the action key of the plan it was built from, its release.json
 entry and lock entry, and the sha256 of every file. Assembling checks each folder against
-the plan this checkout makes, believing none of its records (release/assemble_checks.py:
+the plan this checkout makes, believing none of its records (release/assemble/assemble_checks.py:
 the files the plan makes and no other, read safely; lock inputs, pins, build.json and the
 SBOM against the plan; every binary's ELF identity, CPU level, glibc floor and compiler),
 then publishes through the same code as a one-machine release (execute/ship/publish.py
@@ -37,24 +37,29 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.release.assemble_checks import LIMITS, CheckedFolder, check_folder, planned_kind
-from orchestrator.release.assemble_errors import (
+from orchestrator.release.assemble.assemble_checks import (
+    LIMITS,
+    CheckedFolder,
+    check_folder,
+    planned_kind,
+)
+from orchestrator.release.assemble.assemble_errors import (
     AssembleError,
     TargetFolderError,
     UnplannedBinaryError,
 )
-from orchestrator.release.carried_dispatcher import CARRIED_FILE, carry
-from orchestrator.release.compose import compose_groups, compose_release
-from orchestrator.release.folder_files import copy_checked, list_files
-from orchestrator.release.pin import (
+from orchestrator.release.assemble.carried_dispatcher import CARRIED_FILE, carry
+from orchestrator.release.assemble.compose import compose_groups, compose_release
+from orchestrator.release.assemble.folder_files import copy_checked, list_files
+from orchestrator.release.lock.pin import (
     archive_outputs,
     locked_target,
     shared_pins,
     vault_for,
     write_release_lock,
 )
-from orchestrator.release.release_json import write_release_json, write_target_runs
-from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
+from orchestrator.release.targets.release_json import write_release_json, write_target_runs
+from orchestrator.release.targets.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 
@@ -182,7 +187,7 @@ def folder_digests(folder: Path) -> dict[str, str]:
 def check_folders(
     planned: Sequence[tuple[Target, BuildPlan]], folders: Sequence[Path]
 ) -> list[CheckedFolder]:
-    """Every folder checked against this checkout's plan (release/assemble_checks.py), one
+    """Every folder checked against this checkout's plan (release/assemble/assemble_checks.py), one
     per planned target, in the plan's order, all with the same pins; TargetFolderError,
     AssembleError or UnplannedBinaryError naming the first that is not."""
     return _check_folders(planned, folders, allow_twice=False)
@@ -191,7 +196,7 @@ def check_folders(
 def check_folders_agreeing(
     planned: Sequence[tuple[Target, BuildPlan]], folders: Sequence[Path]
 ) -> list[CheckedFolder]:
-    """As check_folders, but a target may come twice (two builders, release/agree.py):
+    """As check_folders, but a target may come twice (two builders, release/assemble/agree.py):
     each folder checked on its own, all returned, the plan's order, the second of a pair
     after the first."""
     return _check_folders(planned, folders, allow_twice=True)

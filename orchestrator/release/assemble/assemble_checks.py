@@ -7,16 +7,16 @@ SBOM are read as claims and compared with what the plan gives:
 - the folder holds only the files its plan makes: the plan's binaries by name, build.json
   and the SBOM, logs/*.log and logs/run.json (never signed), the profiles the plan's PGO
   and BOLT write, the [[archive.generate]] files; each a regular file read safely
-  (release/folder_files.py), within the size limit of its kind, with the sha256 target.json
+  (release/assemble/folder_files.py), within the size limit of its kind, with the sha256 target.json
   lists;
 - the lock entry's inputs are the plan's own (plan/serialize.py plan_inputs), field by
   field, and so are the pins the plan fixes (the training inputs, the mmdebstrap command);
   its outputs are the files' own sha256 and size;
 - build.json and the SBOM name the plan's binaries, flavor, target, CPU level, flags and
   sources, with the files' own sha256;
-- every binary passes the checks that need no build (release/binary_checks.py).
+- every binary passes the checks that need no build (release/assemble/binary_checks.py).
 
-`check_folder` checks one folder on its own; release/shard.py's `check_folders` checks a
+`check_folder` checks one folder on its own; release/assemble/shard.py's `check_folders` checks a
 release's set (one folder per target, the pins shared).
 """
 
@@ -45,23 +45,23 @@ from orchestrator.model.printable import printable, printable_list
 from orchestrator.model.verdict.bolt_binaries import other_profile_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key, plan_inputs
-from orchestrator.release.assemble_errors import AssembleError, TargetFolderError
-from orchestrator.release.binary_checks import MAX_BINARY_BYTES, check_binary
-from orchestrator.release.carried_dispatcher import (
+from orchestrator.release.assemble.assemble_errors import AssembleError, TargetFolderError
+from orchestrator.release.assemble.binary_checks import MAX_BINARY_BYTES, check_binary
+from orchestrator.release.assemble.carried_dispatcher import (
     CARRIED_FILE,
     Carried,
     carries_dispatcher,
     check_carried,
 )
-from orchestrator.release.dispatcher_cache import MAX_DISPATCHER_BYTES
-from orchestrator.release.folder_files import (
+from orchestrator.release.assemble.dispatcher_cache import MAX_DISPATCHER_BYTES
+from orchestrator.release.assemble.folder_files import (
     MAX_FILES,
     digest_checked,
     list_files,
     read_checked,
     shown,
 )
-from orchestrator.release.target import Target
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.archives import GENERATED_DIR
 from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries
 
@@ -218,7 +218,7 @@ def _refuse_fields(folder: Path, what: str, fields: list[str]) -> None:
 def derived_pins(plan: BuildPlan, claimed: SharedPins) -> SharedPins:
     """The pins with what the plan fixes put back: the training inputs' archives and the
     mmdebstrap command. The rootfs and vendored crates' sha256 come from a build: they are
-    compared between the folders (release/shard.py)."""
+    compared between the folders (release/assemble/shard.py)."""
     return claimed.model_copy(
         update={
             "inputs": [

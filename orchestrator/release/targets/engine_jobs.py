@@ -18,7 +18,7 @@ jobs. It is set on the build container only (execute/steps/pipeline.py), never i
 commands that those keys hash.
 
 An engine that builds one target at a time makes the next target's images while one
-compiles (`engines.prefetch`, release/prefetch.py) when it runs on this host and has room
+compiles (`engines.prefetch`, release/targets/prefetch.py) when it runs on this host and has room
 beside a build: 2 cores and 8 GiB (a build's 6 GiB, and 2 for apt and the image's
 flattening, which are disk and network work more than CPU). Only on this host: making an
 image is also work on this host (the rootfs, the .debs, the build context), and an

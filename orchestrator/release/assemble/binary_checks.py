@@ -20,8 +20,8 @@ from elftools.elf.elffile import ELFFile
 from orchestrator.model.binaries.cpu_levels import level_problem, scan_levels
 from orchestrator.model.binaries.elf import ElfReadError, read_loader_needs, reading_elf
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.assemble_errors import UnplannedBinaryError
-from orchestrator.release.folder_files import open_checked, shown
+from orchestrator.release.assemble.assemble_errors import UnplannedBinaryError
+from orchestrator.release.assemble.folder_files import open_checked, shown
 
 # A shipped binary (a CUDA one with its device code included) stays well below this.
 MAX_BINARY_BYTES = 2 << 30

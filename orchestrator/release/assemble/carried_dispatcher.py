@@ -3,7 +3,7 @@
 toolchain image).
 
 A build job whose target is one level of a flavor that dispatches writes the dispatcher,
-compiled in the target's own toolchain image (release/dispatcher_cache.py), into its
+compiled in the target's own toolchain image (release/assemble/dispatcher_cache.py), into its
 folder as `dispatcher/dispatcher`, and its record into target.json. assemble checks it
 like any binary a runner hands over: listed and intact, compiled in the plan's image from
 today's source, a static x86_64 executable with no loader; every folder that carries one
@@ -23,10 +23,10 @@ from orchestrator.model.binaries.dispatch import dispatch_levels
 from orchestrator.model.documents.compose_record import DispatcherInfo
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.compose import DISPATCH_ARCH
-from orchestrator.release.dispatcher_cache import MAX_DISPATCHER_BYTES, cached_dispatcher
-from orchestrator.release.folder_files import read_checked
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.compose import DISPATCH_ARCH
+from orchestrator.release.assemble.dispatcher_cache import MAX_DISPATCHER_BYTES, cached_dispatcher
+from orchestrator.release.assemble.folder_files import read_checked
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.api import EngineApi
 
 CARRIED_FILE = "dispatcher/dispatcher"

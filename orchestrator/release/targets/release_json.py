@@ -31,7 +31,7 @@ from orchestrator.model.documents.release_summary import (
     published_target,
 )
 from orchestrator.model.documents.run_logs import TARGET_RUNS
-from orchestrator.release.target import TargetResult
+from orchestrator.release.targets.target import TargetResult
 
 RELEASE_JSON = "release.json"
 _LEGACY_BYTES = 16 << 20  # a release.json of before v3 read for its run entries, at most

@@ -93,7 +93,7 @@ class Schedule:
         per_engine: int | Mapping[str, int],
     ) -> None:
         """`per_engine`: how many jobs each engine takes at a time, one count for all or
-        per engine name (release/engine_jobs.py)."""
+        per engine name (release/targets/engine_jobs.py)."""
         limits = {
             engine.name: per_engine if isinstance(per_engine, int) else per_engine[engine.name]
             for engine in engines

@@ -6,7 +6,7 @@ carries them; compose.json records all of them, and `<folder>.tar.xz` packs it.
 
 The folder is built from published level folders only, so it needs no build of its own: the
 dispatcher is compiled once per (toolchain image, source) and kept in the cache, sealed
-(release/dispatcher_cache.py). Its files
+(release/assemble/dispatcher_cache.py). Its files
 are listed one by one in the release's SHA256SUMS (release/run.py vouches for them) and its
 archive is a provenance subject; `verify` checks the copies against the level folders.
 """
@@ -38,8 +38,8 @@ from orchestrator.model.documents.records import BuildManifest, read_record, rec
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import artifact_dir_name
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.dispatcher_cache import cached_dispatcher
-from orchestrator.release.target import TargetResult
+from orchestrator.release.assemble.dispatcher_cache import cached_dispatcher
+from orchestrator.release.targets.target import TargetResult
 from orchestrator.runtime.api import EngineApi
 from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import Member, archive_name, write_members

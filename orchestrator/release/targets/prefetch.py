@@ -1,6 +1,6 @@
 """The next target's images, made while one target compiles (`engines.prefetch`).
 
-On an engine that builds one target at a time (release/engine_jobs.py decides where this
+On an engine that builds one target at a time (release/targets/engine_jobs.py decides where this
 is worth it), the image steps of the targets after the current one would each wait their
 turn: a toolchain image takes minutes of apt and flattening, mostly disk and network,
 while cargo leaves a core idle for minutes of an LTO link. So while a target builds, one

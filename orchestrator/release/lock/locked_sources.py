@@ -1,6 +1,6 @@
 """Where a reproduction's sources come from: the locked config and the crate, laid out in
 a fresh folder, from `--source` or from `git archive` of the locked commit in the
-repository that holds it. release/reproduce.py builds from what this lays out.
+repository that holds it. release/lock/reproduce.py builds from what this lays out.
 """
 
 from __future__ import annotations

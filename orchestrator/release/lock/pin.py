@@ -2,7 +2,7 @@
 
 `record_release` runs after `orchestrator release` (and for `orchestrator lock`);
 `check_lock` compares a lockfile with what the configuration would build now.
-`release/reproduce.py` rebuilds from what is pinned here.
+`release/lock/reproduce.py` rebuilds from what is pinned here.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.verdict.bolt_binaries import binary_of_profile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.sources_at_start import SourcesAtStart
-from orchestrator.release.target import Target
+from orchestrator.release.targets.sources_at_start import SourcesAtStart
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.archives import ZIP_SUFFIX, archive_name
 
