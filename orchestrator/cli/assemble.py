@@ -21,7 +21,7 @@ from orchestrator.cli.app import (
 from orchestrator.cli.complete import complete_flavor_list
 from orchestrator.cli.release import release_app
 from orchestrator.cli.release_common import refuse_dirty
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
 
 

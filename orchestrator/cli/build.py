@@ -24,14 +24,14 @@ from orchestrator.cli.app import (
     styled,
 )
 from orchestrator.cli.output import emit_json, json_option
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
-from orchestrator.config.run_files import run_hazards, run_problems
+from orchestrator.config.init.run_files import run_hazards, run_problems
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import (
     ConfigError,
 )
 
 if TYPE_CHECKING:
-    from orchestrator.config.options import Options
+    from orchestrator.config.resolve.options import Options
     from orchestrator.model.documents.records import BuildManifest
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.progress.reporter import Reporter

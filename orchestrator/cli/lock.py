@@ -19,7 +19,7 @@ from orchestrator.cli.app import (
     signer_for,
 )
 from orchestrator.cli.release_common import refuse_dirty
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
 
 

@@ -246,8 +246,8 @@ def init(
       orchestrator init
       orchestrator init path/to/workspace --force
     """
-    from orchestrator.config.options import CONFIG_FILENAME
-    from orchestrator.config.scaffold import detect, render
+    from orchestrator.config.init.scaffold import detect, render
+    from orchestrator.config.resolve.options import CONFIG_FILENAME
     from orchestrator.errors import ConfigError
 
     root = directory.resolve()

@@ -26,7 +26,7 @@ from orchestrator.cli.app import (
     signer_for,
     styled,
 )
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
 from orchestrator.release.assemble.agree import AgreePolicy, settle
 from orchestrator.release.assemble.carried_dispatcher import carried_dispatchers

@@ -32,8 +32,8 @@ from orchestrator.cli.release_common import (
     quick_bench_runs,
     refuse_dirty,
 )
-from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
-from orchestrator.config.run_files import check_runs, run_hazards
+from orchestrator.config.init.run_files import check_runs, run_hazards
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, Options, lock_blocker
 from orchestrator.errors import (
     ConfigError,
     OrchestratorError,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from orchestrator.cli.app import err_console, styled
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -16,7 +16,7 @@ from orchestrator.errors import OrchestratorError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from orchestrator.config.options import Options
+    from orchestrator.config.resolve.options import Options
     from orchestrator.model.documents.reports import EngineFit
     from orchestrator.release.dry_run import PlannedTarget
     from orchestrator.release.targets.target import Target

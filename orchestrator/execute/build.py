@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.config.options import Options
-from orchestrator.config.target_cpus import check_recorded_cpu
-from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.target_cpus import check_recorded_cpu
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.optimize import bolt_others, pgo, relocations, variants
 from orchestrator.execute.ship import inventory, publish

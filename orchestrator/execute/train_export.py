@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import BundleError
 from orchestrator.execute.build import run_steps
 from orchestrator.execute.optimize.train_elsewhere import export_bundle

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
 from orchestrator.model.layout import UNPACK_ROOT

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 
 
 @dataclass(frozen=True)

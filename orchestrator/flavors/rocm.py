@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.flavors.base import DeviceCode
 from orchestrator.flavors.gpu import (
     DEFAULT_ROCM_TARGETS,

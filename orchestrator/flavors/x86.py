@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.config.suggest import suggest
-from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.base import DeviceCode
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.archive_include import (
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.archive_include import (
     check_archive_formats,
     check_generate_entries,
     included_files,
 )
-from orchestrator.config.checks import memory_bytes
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
+from orchestrator.config.resolve.checks import memory_bytes
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.documents.git_facts import GitFacts

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.flavors import Flavor
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan

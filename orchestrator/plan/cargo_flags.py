@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.flavors import Flavor
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import CCodePlan

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options
 from orchestrator.flavors import Flavor
 from orchestrator.model.layout import PATHS
 from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS, FORMULA

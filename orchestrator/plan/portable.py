@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import BaseSpec, DistroSpec, ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.binaries.elf import version_tuple
 from orchestrator.model.hashing import content_hash

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.config.kinds import toml_shape
-from orchestrator.config.options import Options
-from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.declarations.kinds import toml_shape
+from orchestrator.config.declarations.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.resolve.options import Options
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan

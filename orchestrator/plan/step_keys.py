@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan

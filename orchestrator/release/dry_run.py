@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.documents.release_summary import EngineJobs
 from orchestrator.model.documents.reports import (

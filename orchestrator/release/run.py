@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.publish import update_release_index

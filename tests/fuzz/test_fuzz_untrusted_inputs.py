@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import UnsafeArchiveError
 from orchestrator.host.archive import ArchiveLimits, safe_extract
 from orchestrator.model.binaries.elf import ElfReadError, hide_versions_above, read_loader_needs

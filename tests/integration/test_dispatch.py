@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.dispatcher import DispatcherBuild, build_dispatcher
 from orchestrator.execute.steps.toolchain import plan_images

@@ -14,7 +14,7 @@ import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.host.bootstrap import rootfs_recipe
 from orchestrator.model.documents.lockfile import LockedProfile, LockOutput, SharedPins
 from orchestrator.model.documents.records import (

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from rich.console import Console
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainReport
 from orchestrator.execute.ship.publish import _manifest
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord

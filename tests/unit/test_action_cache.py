@@ -17,7 +17,7 @@ from rich.console import Console
 import orchestrator.release.run as release_run
 import orchestrator.release.targets.target as release_target
 from orchestrator.cli.release_common import closing_lines
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.model.documents.records import BuildManifest, read_record

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.archive_include import (
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.archive_include import (
     check_archive_formats,
     check_generate_entries,
     included_files,
 )
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError, GeneratedFileError, OrchestratorError
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish, archive_extras
 from orchestrator.model.documents.records import BuildManifest, read_record

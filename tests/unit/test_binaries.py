@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, ValidationError
 from orchestrator.execute.ship import publish
 from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize import bolt_others
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record

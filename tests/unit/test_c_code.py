@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.toolchains import load_toolchain
+from orchestrator.config.resolve.options import Options, resolve
+from orchestrator.config.resolve.toolchains import load_toolchain
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 from orchestrator.execute.optimize.c_code import c_code_record, compiled_by_clang
 from orchestrator.execute.steps.profiles import ProfileRecord

@@ -23,8 +23,8 @@ import typer
 from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
-from orchestrator.config.options import resolve, resolve_cache_dir
-from orchestrator.config.settings import SETTINGS_BY_KEY
+from orchestrator.config.declarations.settings import SETTINGS_BY_KEY
+from orchestrator.config.resolve.options import resolve, resolve_cache_dir
 from orchestrator.host.cachedir import CACHE_MARKER
 from orchestrator.host.vault import Vault
 from orchestrator.model.documents.lockfile import blobs

@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
 from orchestrator.config.nesting import MAX_NESTING, NestingError, loads_json
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import registry_crates
 from orchestrator.host.vault import Vault

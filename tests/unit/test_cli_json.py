@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import orchestrator.release.lock.reproduce as release_reproduce
 import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.execute.verdict import bench as bench_module

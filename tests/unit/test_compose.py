@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
 from orchestrator.execute.ship.publish import update_release_index

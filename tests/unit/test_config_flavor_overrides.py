@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.model.documents.reports import config_report
 from orchestrator.plan.serialize import action_key

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.serialize import action_key, cargo_test_record, plan_inputs

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.release_table import release_table
-from orchestrator.config.options import FlavorSettings
+from orchestrator.config.resolve.options import FlavorSettings
 from orchestrator.execute.ship import inventory
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import device

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import orchestrator.release.run as release_run
 from orchestrator.cli import app
 from orchestrator.cli.release_common import closing_lines
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.model.documents.records import read_record
 from orchestrator.model.documents.release_summary import TargetRuns

@@ -10,7 +10,7 @@ from typing import Any, cast
 import docker
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError
 from orchestrator.release.targets.farm import Work, build_on_engines
 from orchestrator.release.targets.schedule import Job, Needs, Schedule, needs_by_flavor

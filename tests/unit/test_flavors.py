@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
-from orchestrator.config.toolchains import load_base_spec, load_toolchain
+from orchestrator.config.resolve.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import FLAVORS, get_flavor
 from orchestrator.flavors.gpu import (

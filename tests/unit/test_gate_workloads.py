@@ -20,7 +20,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from orchestrator.cli.release_table import CYCLES_COLUMN, release_table, shipped_text
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step
 from orchestrator.model.documents.records import GateInfo

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.execute.optimize import variants
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import read_git_facts, shim_archive

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from docker.types import HostConfig
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, GpuUnavailableError
 from orchestrator.flavors.cuda import CudaFlavor
 from orchestrator.runtime.api import ContainerSpec, Limits

@@ -23,7 +23,7 @@ import orchestrator.release.lock.reproduce as release_reproduce
 import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
 from orchestrator.cli.app import INTERRUPTED
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.source import CrateView, crate_snapshot

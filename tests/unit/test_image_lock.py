@@ -16,9 +16,9 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.lock.reproduce as repro
-from orchestrator.config.checks import memory_bytes
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
+from orchestrator.config.resolve.checks import memory_bytes
+from orchestrator.config.resolve.options import Options, resolve
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import ConfigError, ImageBuildError, ResourceLimitError, StepFailedError
 from orchestrator.execute.steps.commands import run
 from orchestrator.host.bootstrap import PackageSet

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.config.toolchains import load_base_spec, load_toolchain
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError, DockerUnavailableError, StepFailedError
 from orchestrator.execute.steps import toolchain
 from orchestrator.execute.steps.commands import cargo

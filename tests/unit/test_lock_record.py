@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.execute.steps.profiles import load_profile
 from orchestrator.host.vault import Vault
 from orchestrator.model.documents.cache_records import ProfileSidecar

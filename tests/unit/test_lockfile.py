@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import OrchestratorError
 from orchestrator.host.vault import Vault, VaultCorruptError, VaultError
 from orchestrator.model.documents.lockfile import (

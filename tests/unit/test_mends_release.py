@@ -14,7 +14,7 @@ from rich.console import Console
 
 import orchestrator.release.run as release_run
 import orchestrator.release.targets.target as release_target
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.execute.verdict.bench import VariantStats

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import orchestrator.release.lock.reproduce as repro
 from orchestrator.cli import app
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ForeignFolderError, SourceError
 from orchestrator.host.cachedir import WORKDIR_MARKER, prepare_workdir
 from orchestrator.host.vault import Vault, VaultError

@@ -18,7 +18,7 @@ from rich.console import Console
 
 import orchestrator.release.run as release_run
 import orchestrator.release.targets.target as release_target
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.model.documents.record_io import read_record
 from orchestrator.model.documents.release_summary import ReleaseSummary, TargetRuns

@@ -5,9 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.toolchains import (
+    BaseSpec,
+    ToolchainSpec,
+    load_base_spec,
+    load_toolchain,
+)
 from orchestrator.errors import ConfigError
 from orchestrator.model.documents.lockfile import LockInputs
 from orchestrator.plan.build_plan import BuildPlan

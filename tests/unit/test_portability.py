@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
-from orchestrator.config.toolchains import load_base_spec, load_distros
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros
 from orchestrator.errors import PortabilityError, StepFailedError
 from orchestrator.execute.steps import sysroot as sysroot_step
 from orchestrator.execute.steps.pipeline import BIN_DIR

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ImageBuildError
 from orchestrator.model.documents.records import read_record
 from orchestrator.model.documents.release_summary import TargetRuns

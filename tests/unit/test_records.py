@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.model.documents import record_io
 from orchestrator.model.documents.cache_records import ProfileSidecar, VariantsRecord
 from orchestrator.model.documents.records import (

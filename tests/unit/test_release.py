@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.cpu import CpuFlavor
 from orchestrator.release.targets.target import targets

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import orchestrator.release.run as release_run
 import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.model.documents.record_io import record_text
 from orchestrator.model.documents.records import read_record, write_record
 from orchestrator.model.documents.release_summary import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.model.documents.record_io import record_text
 from orchestrator.model.documents.run_logs import ImageRun, is_build_log, is_release_log, split_run
 

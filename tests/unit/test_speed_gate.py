@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError, SpeedGateError, StepFailedError, ValidationError
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step

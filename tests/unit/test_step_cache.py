@@ -16,8 +16,8 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.lock.reproduce as repro
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute import build as build_module
 from orchestrator.execute.optimize import bolt, pgo, variants

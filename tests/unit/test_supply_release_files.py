@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import NotAReleaseError
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.host.staging import write_checksums

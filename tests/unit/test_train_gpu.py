@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings
+from orchestrator.config.resolve.options import FlavorSettings
 from orchestrator.errors import BundleError, GpuPathError, ValidationError
 from orchestrator.execute.optimize.train_bundle import MANIFEST, TRAIN_SH, write_bundle
 from orchestrator.execute.optimize.train_elsewhere import gpu_checks

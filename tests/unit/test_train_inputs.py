@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, SourceError, UnsafeArchiveError
 from orchestrator.execute.optimize import variants
 from orchestrator.execute.steps.pipeline import run_workloads

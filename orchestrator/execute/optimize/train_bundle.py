@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.run_files import path_arguments
+from orchestrator.config.init.run_files import path_arguments
 from orchestrator.errors import BundleError
 from orchestrator.execute.optimize.train_script import render_train_sh
 from orchestrator.model.documents.training_bundle import (

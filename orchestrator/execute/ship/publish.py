@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator import __version__
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record, bolt_binaries_shipped
 from orchestrator.execute.optimize.c_code import c_code_record

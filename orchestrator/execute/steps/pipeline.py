@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainReport
 from orchestrator.errors import ProfileError, StepFailedError
 from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.profiles import ProfileRecord

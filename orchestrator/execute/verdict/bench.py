@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import BenchError, StepFailedError
 from orchestrator.flavors import get_flavor
 from orchestrator.host.inputs import pack_inputs

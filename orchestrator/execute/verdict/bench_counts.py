@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.verdict.bench import (
     BENCH_DIR,

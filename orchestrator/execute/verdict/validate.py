@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import ValidationError
 from orchestrator.execute.steps.commands import fetch_file, run
 from orchestrator.execute.steps.pipeline import Pipeline, variant_binary

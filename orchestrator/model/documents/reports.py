@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import Field, JsonValue
 
-from orchestrator.config.kinds import toml_shape
-from orchestrator.config.options import Options
-from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.declarations.kinds import toml_shape
+from orchestrator.config.declarations.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.resolve.options import Options
 from orchestrator.model.documents.record_io import JsonDict, Record
 from orchestrator.model.documents.release_summary import EngineJobs, TargetSummary
 

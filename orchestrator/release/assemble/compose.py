@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import OrchestratorError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.binaries.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
+from orchestrator.config.resolve.archive_include import MAX_MEMBER_DEPTH
 from orchestrator.model.printable import printable
 from orchestrator.release.assemble.assemble_errors import TargetFolderError
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestrator import __version__
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish
 from orchestrator.execute.ship.publish import sign_and_publish

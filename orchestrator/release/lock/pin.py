@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.execute.build import prepare_plan
 from orchestrator.host.bootstrap import (
     MANIFEST,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import OrchestratorError
 from orchestrator.execute.build import prepare_plan, run_build
 from orchestrator.execute.steps.profiles import write_sidecar

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.execute.steps.toolchain import plan_images
 from orchestrator.host.signals import deferred_stops
 from orchestrator.plan.build_plan import BuildPlan

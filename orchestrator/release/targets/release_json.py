@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.documents.record_io import (

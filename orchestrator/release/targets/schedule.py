@@ -37,7 +37,7 @@ class Needs:
 
 
 def needs_by_flavor(requirements: Sequence[str]) -> dict[str, Needs]:
-    """engines.require (FLAVOR:KEY=VALUE, checked by config/checks.py) by flavor."""
+    """engines.require (FLAVOR:KEY=VALUE, checked by config/resolve/checks.py) by flavor."""
     labels: dict[str, dict[str, str]] = {}
     for requirement in requirements:
         flavor, _, label = requirement.partition(":")

@@ -15,7 +15,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.host.source import CrateView, crate_identity, crate_snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.build_plan import BuildPlan

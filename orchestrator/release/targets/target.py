@@ -12,7 +12,7 @@ from typing import Literal
 
 from rich.console import Console
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.build import run_build
 from orchestrator.execute.verdict.bench import (

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError
 

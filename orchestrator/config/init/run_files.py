@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from orchestrator.config.workload_hazards import read_cli_facts, workload_hazards
-from orchestrator.config.workload_sources import walk
+from orchestrator.config.init.workload_hazards import read_cli_facts, workload_hazards
+from orchestrator.config.init.workload_sources import walk
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from orchestrator.config.kinds import Run
-    from orchestrator.config.options import Options
+    from orchestrator.config.declarations.kinds import Run
+    from orchestrator.config.resolve.options import Options
 
 # The sentinel `init` writes where it found nothing that works; see `placeholder`.
 PLACEHOLDER_MARK = "<placeholder"
@@ -137,7 +137,7 @@ def run_problems(options: Options) -> list[str]:
 
 def run_hazards(options: Options, flavors: Sequence[str]) -> list[str]:
     """One line per configured run that is interactive, needs a GPU a flavor lacks or
-    samples without a seed (config/workload_hazards.py), with the flavors it concerns;
+    samples without a seed (config/init/workload_hazards.py), with the flavors it concerns;
     each flavor's [flavors.<name>.*] tables applied. Warnings: such a run may still work."""
     tree = walk(options.crate_dir)
     sources = [

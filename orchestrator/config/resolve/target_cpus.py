@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.crate_files import read_toml
+from orchestrator.config.resolve.crate_files import read_toml
 from orchestrator.config.resources import resource_dir
 from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError

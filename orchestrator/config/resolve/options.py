@@ -1,10 +1,10 @@
 """Resolve orchestrator.toml, the environment and CLI flags into one frozen `Options`.
 
 Precedence, lowest first: built-in defaults < config file < environment < CLI flags
-(stacked by config/layering.py). Every resolved value remembers where it came from
+(stacked by config/resolve/layering.py). Every resolved value remembers where it came from
 (`Options.sources`), so `orchestrator config` can explain any setting. What the settings
 are (kinds, defaults, environment variables, flags) is declared once, in
-`orchestrator.config.settings`.
+`orchestrator.config.declarations.settings`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,27 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.checks import check_ci_runners, check_run_settings, resolve_binaries
-from orchestrator.config.ci_install import PYPI, install_requirement
-from orchestrator.config.crate_files import (
+from orchestrator.config.declarations.kinds import Kind, Run, to_run, toml_shape
+from orchestrator.config.declarations.settings import (
+    DEFAULT_BOLT_FLAGS,
+    FLAVOR_SETTINGS,
+    SETTINGS,
+    default_of,
+    flavor_default_of,
+)
+from orchestrator.config.resolve.checks import (
+    check_ci_runners,
+    check_run_settings,
+    resolve_binaries,
+)
+from orchestrator.config.resolve.ci_install import PYPI, install_requirement
+from orchestrator.config.resolve.crate_files import (
     CrateCargoConfig,
     read_cargo_package,
     read_crate_cargo_config,
     read_toml,
 )
-from orchestrator.config.flavor_overrides import (
+from orchestrator.config.resolve.flavor_overrides import (
     Appends,
     Overrides,
     check_flavor_values,
@@ -31,8 +43,7 @@ from orchestrator.config.flavor_overrides import (
     flavor_tables,
     override_rows,
 )
-from orchestrator.config.kinds import Kind, Run, to_run, toml_shape
-from orchestrator.config.layering import (
+from orchestrator.config.resolve.layering import (
     CONFIG_FILENAME,
     KNOWN_FLAVORS,
     Layers,
@@ -42,16 +53,9 @@ from orchestrator.config.layering import (
     load_config,
     resolve_cache_dir,
 )
-from orchestrator.config.settings import (
-    DEFAULT_BOLT_FLAGS,
-    FLAVOR_SETTINGS,
-    SETTINGS,
-    default_of,
-    flavor_default_of,
-)
+from orchestrator.config.resolve.toolchains import check_toolchain_name
+from orchestrator.config.resolve.typos import check_environment
 from orchestrator.config.suggest import did_you_mean
-from orchestrator.config.toolchains import check_toolchain_name
-from orchestrator.config.typos import check_environment
 from orchestrator.errors import ConfigError
 
 __all__ = [

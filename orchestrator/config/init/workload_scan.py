@@ -9,7 +9,7 @@ file it names must exist (a README's file the tree lacks is swapped for one of t
 kind that the tree holds, and said so), it must do more than `--help`/`--version`, and it
 must not be non-deterministic or reach outside as far as its words tell (sleep, date,
 random, a server, a URL, running other programs), nor be interactive, need a GPU the
-flavor lacks or sample without a seed (config/workload_hazards.py). A search without a
+flavor lacks or sample without a seed (config/init/workload_hazards.py). A search without a
 path (`rg PATTERN`) searches the crate's tree, where runs start. What is left over is
 kept, with the reason, for the file's comments.
 """
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.clap_source import Command, read_commands
-from orchestrator.config.run_files import DATA_EXTENSIONS, looks_like_path, path_arguments
-from orchestrator.config.workload_hazards import read_cli_facts, workload_hazards
-from orchestrator.config.workload_sources import (
+from orchestrator.config.init.clap_source import Command, read_commands
+from orchestrator.config.init.run_files import DATA_EXTENSIONS, looks_like_path, path_arguments
+from orchestrator.config.init.workload_hazards import read_cli_facts, workload_hazards
+from orchestrator.config.init.workload_sources import (
     Tree,
     code_lines,
     code_spans,
@@ -305,7 +305,7 @@ def find_workloads(
 ) -> Proposal:
     """Workloads for `binary` of the package at `package_dir`, runs at `root`, for
     `flavor`'s runs: one that is interactive, needs a GPU the flavor lacks or samples
-    without a seed is rejected (config/workload_hazards.py)."""
+    without a seed is rejected (config/init/workload_hazards.py)."""
     tree = walk(root)
     member = package_dir.relative_to(root).as_posix() if package_dir != root else ""
     folders = [member] if member else []

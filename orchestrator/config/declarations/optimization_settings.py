@@ -3,7 +3,7 @@ gate (`[pgo]`, `[bolt]`, `[gate]`), in the order the README's table lists them."
 
 from __future__ import annotations
 
-from orchestrator.config.setting import Setting
+from orchestrator.config.declarations.setting import Setting
 
 # The seeds' BOLT recipe, spelled for LLVM 19-22.
 DEFAULT_BOLT_FLAGS = (

@@ -2,9 +2,9 @@
 
 What can be known is read from Cargo.toml files (the package or workspace member, its
 binaries and features); which arguments make a representative workload is found by
-reading the crate (config/workload_scan.py: README and docs examples, scripts, the
+reading the crate (config/init/workload_scan.py: README and docs examples, scripts, the
 integration tests, the binary's clap arguments filled with the tree's data files). What
-could not be found is written as a marked placeholder (config/run_files.py), which
+could not be found is written as a marked placeholder (config/init/run_files.py), which
 `build --dry-run` warns about and `release` refuses.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.crate_files import read_toml, workspace_members
-from orchestrator.config.run_files import placeholder
-from orchestrator.config.workload_scan import Proposal, find_workloads
+from orchestrator.config.init.run_files import placeholder
+from orchestrator.config.init.workload_scan import Proposal, find_workloads
+from orchestrator.config.resolve.crate_files import read_toml, workspace_members
 from orchestrator.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import ConfigError
 
 # Below an archive's top folder; its reader refuses anything deeper (a hostile archive).

@@ -1,4 +1,4 @@
-"""Where `init`'s candidate runs come from (config/workload_scan.py vets them): the crate's
+"""Where `init`'s candidate runs come from (config/init/workload_scan.py vets them): the crate's
 files as a run sees them, command lines in its documents and scripts (code blocks, shell
 lines, pipes and redirections), the URLs its README downloads from, and the invocations of
 its integration tests (`Command::cargo_bin("x").args([...])`, CARGO_BIN_EXE_x)."""

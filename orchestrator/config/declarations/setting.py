@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Kind, Value
+from orchestrator.config.declarations.kinds import Kind, Value
 
 ENV_PREFIX = "ORCHESTRATOR_"
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.checks import check_run_settings, resolve_binaries
-from orchestrator.config.kinds import Run, check_kind, to_run
-from orchestrator.config.settings import SETTINGS, SETTINGS_BY_KEY, check_choice
+from orchestrator.config.declarations.kinds import Run, check_kind, to_run
+from orchestrator.config.declarations.settings import SETTINGS, SETTINGS_BY_KEY, check_choice
+from orchestrator.config.resolve.checks import check_run_settings, resolve_binaries
 from orchestrator.config.suggest import did_you_mean
 from orchestrator.errors import ConfigError
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import KIND_TEXT
-from orchestrator.config.setting import ENV_PREFIX, Setting
-from orchestrator.config.settings import SETTINGS, SETTINGS_BY_KEY
+from orchestrator.config.declarations.kinds import KIND_TEXT
+from orchestrator.config.declarations.setting import ENV_PREFIX, Setting
+from orchestrator.config.declarations.settings import SETTINGS, SETTINGS_BY_KEY
 from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError
 

@@ -1,9 +1,9 @@
 """The layers of `resolve`: built-in default < config file < environment < CLI flag.
 
 Finds and reads orchestrator.toml, checks every key of it against the declarations in
-`orchestrator.config.settings` (an unknown one is an error that suggests the closest), and
-stacks the four layers into one value per setting with where it came from. What the values
-become in `Options` is config/options.py's.
+`orchestrator.config.declarations.settings` (an unknown one is an error that suggests the
+closest), and stacks the four layers into one value per setting with where it came from.
+What the values become in `Options` is config/resolve/options.py's.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from orchestrator.config.crate_files import read_toml
-from orchestrator.config.flavor_overrides import OVERRIDE_SECTIONS, flatten_override, table_of
-from orchestrator.config.kinds import check_kind, toml_shape
-from orchestrator.config.settings import (
+from orchestrator.config.declarations.kinds import check_kind, toml_shape
+from orchestrator.config.declarations.settings import (
     FLAVOR_KEYS,
     SECTIONS,
     SETTINGS,
@@ -23,8 +21,18 @@ from orchestrator.config.settings import (
     check_choice,
     parse_setting_text,
 )
+from orchestrator.config.resolve.crate_files import read_toml
+from orchestrator.config.resolve.flavor_overrides import (
+    OVERRIDE_SECTIONS,
+    flatten_override,
+    table_of,
+)
+from orchestrator.config.resolve.typos import (
+    check_environment,
+    check_flag_conflicts,
+    check_flag_not_empty,
+)
 from orchestrator.config.suggest import did_you_mean, suggest
-from orchestrator.config.typos import check_environment, check_flag_conflicts, check_flag_not_empty
 from orchestrator.errors import ConfigError
 
 CONFIG_FILENAME = "orchestrator.toml"

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.config.flavor_settings import FLAVOR_KEYS, FLAVOR_SETTINGS
-from orchestrator.config.kinds import parse_text
-from orchestrator.config.optimization_settings import DEFAULT_BOLT_FLAGS, OPTIMIZATION_SETTINGS
-from orchestrator.config.setting import FlavorKey, Setting
+from orchestrator.config.declarations.flavor_settings import FLAVOR_KEYS, FLAVOR_SETTINGS
+from orchestrator.config.declarations.kinds import parse_text
+from orchestrator.config.declarations.optimization_settings import (
+    DEFAULT_BOLT_FLAGS,
+    OPTIMIZATION_SETTINGS,
+)
+from orchestrator.config.declarations.setting import FlavorKey, Setting
 from orchestrator.errors import ConfigError
 
 # Declared in their own modules; taken from here by the rest of the code.

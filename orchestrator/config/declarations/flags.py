@@ -1,14 +1,14 @@
 """How the declared settings are shown: CLI flags with their help and value names, and the
-settings table of docs/configuration.md. Derived from config/settings.py; nothing here is
-declared twice."""
+settings table of docs/configuration.md. Derived from config/declarations/settings.py;
+nothing here is declared twice."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Kind, toml_shape
-from orchestrator.config.settings import (
+from orchestrator.config.declarations.kinds import Kind, toml_shape
+from orchestrator.config.declarations.settings import (
     FLAVOR_SETTINGS,
     SETTINGS,
     FlavorKey,

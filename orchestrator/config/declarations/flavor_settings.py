@@ -5,8 +5,8 @@ settings.py, which passes them on.
 
 from __future__ import annotations
 
-from orchestrator.config.kinds import Kind
-from orchestrator.config.setting import FlavorKey
+from orchestrator.config.declarations.kinds import Kind
+from orchestrator.config.declarations.setting import FlavorKey
 
 FLAVOR_SETTINGS: tuple[FlavorKey, ...] = (
     FlavorKey("features", "list[str]", (), "cargo features to enable"),
