@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import ToolchainSpec
-from orchestrator.flavors import Flavor
+from orchestrator.flavors import Flavor, FlavorView
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan
 from orchestrator.plan.cargo_flags import feature_args, profile_args
@@ -170,6 +170,7 @@ def cargo_commands(
 ) -> CargoCommands:
     """The cargo commands of `flavor`'s target, from options already for that flavor."""
     settings = options.settings_for(flavor.name)
+    view = FlavorView.from_options(options)
     return CargoCommands(
         cargo=toolchain.tool("cargo"),
         rust_target=flavor.rust_target,
@@ -177,8 +178,8 @@ def cargo_commands(
         binaries=options.binaries,
         features=tuple(feature_args(settings.default_features, settings.features)),
         source_date_epoch=options.source_date_epoch,
-        flavor_environment=flavor.environment(options),
-        test_environment=flavor.test_environment(options),
+        flavor_environment=flavor.environment(view),
+        test_environment=flavor.test_environment(view),
         test_args=options.test_args,
         git_shim=git_shim,
         sysroot=sysroot,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.config.resolve.options import Options
 from orchestrator.errors import BenchError, StepFailedError
-from orchestrator.flavors import get_flavor
+from orchestrator.flavors import FlavorView, get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.model.documents.cache_records import VariantsRecord
@@ -195,7 +195,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
     release = options.artifacts_dir / release_dir_name(options.binary, options.version)
     artifact = release / (
         artifact_dir_name(options.binary, options.version, flavor.arch, flavor.artifact_flavor)
-        + flavor.artifact_suffix(options)
+        + flavor.artifact_suffix(FlavorView.from_options(options))
     )
     cache_dir = options.cache_dir
     manifest_path = artifact / "build.json"

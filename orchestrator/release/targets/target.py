@@ -22,7 +22,7 @@ from orchestrator.execute.verdict.bench import (
     locate,
     measure,
 )
-from orchestrator.flavors import get_flavor
+from orchestrator.flavors import FlavorView, get_flavor
 from orchestrator.host.step_times import earlier_step_seconds
 from orchestrator.model.documents.records import BuildManifest
 from orchestrator.model.documents.release_summary import TargetSummary, bolt_summary
@@ -144,9 +144,10 @@ class TargetResult:
 
 def targets(options: Options, flavors: Sequence[str]) -> list[Target]:
     found = []
+    view = FlavorView.from_options(options)
     for name in flavors:
         flavor = get_flavor(name)
-        for level in flavor.levels(options):
+        for level in flavor.levels(view):
             if level == "native":
                 raise ConfigError(
                     f"flavor {name}: target-cpu 'native' is refused for releases: the binary "
