@@ -8,7 +8,7 @@ workloads are counted (they run from its root, as in the build). Every count run
 release's cpu toolchain image (valgrind with the gate's fixed cache geometry, pinned to
 one CPU, no network, the release mounted read-only), one workload at a time.
 
-Printed per gate workload, in estimated cycles (model/callgrind.py): plain `cargo build
+Printed per gate workload, in estimated cycles (model/verdict/callgrind.py): plain `cargo build
 --release` (from the portable level's build.json, where the gate counted it), each level's
 shipped binary run directly, and the dispatcher starting the level it picks on this
 machine; then the dispatcher's own cost (the difference between the dispatched run and
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.model.callgrind import CALLGRIND_ARGS, Counts, parse_totals
+from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS, Counts, parse_totals
 from orchestrator.plan.gate import COUNT_SCRIPT
 
 WORKDIR = "/build/src"

@@ -49,7 +49,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.config.options import resolve_cache_dir  # noqa: E402
+from orchestrator.config.resolve.options import resolve_cache_dir  # noqa: E402
 
 CARGO_STEPS = ("build-baseline", "build-release", "pgo-instrument", "build-optimized", "test")
 # What a cold run may take from the host cache: content-addressed downloads, not results.

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from orchestrator.config.options import resolve_cache_dir  # noqa: E402
+from orchestrator.config.resolve.options import resolve_cache_dir  # noqa: E402
 from tests.integration.conftest import orchestrator  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "mixed-language"

@@ -32,8 +32,8 @@ from orchestrator.cli.complete import (
     complete_target_cpu,
     complete_toolchain,
 )
-from orchestrator.config.flags import flag_specs
-from orchestrator.config.options import Options, resolve, resolve_cache_dir
+from orchestrator.config.declarations.flags import flag_specs
+from orchestrator.config.resolve.options import Options, resolve, resolve_cache_dir
 from orchestrator.errors import BuildInterruptedError, OrchestratorError, disk_full
 from orchestrator.host.system import git_commit_time
 

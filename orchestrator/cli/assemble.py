@@ -1,5 +1,5 @@
 """`orchestrator release assemble`: a release built across machines, checked against this
-checkout's plan, then signed and published once, where the key is (release/shard.py)."""
+checkout's plan, then signed and published once, where the key is (release/assemble/shard.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from orchestrator.cli.app import (
 from orchestrator.cli.complete import complete_flavor_list
 from orchestrator.cli.release import release_app
 from orchestrator.cli.release_common import refuse_dirty
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
 
 
@@ -93,9 +93,9 @@ def release_assemble(
     from orchestrator.cli.rebuild import publish_checked
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.layout import release_dir_name
+    from orchestrator.release.assemble.shard import check_folders, check_folders_agreeing
     from orchestrator.release.run import plan_targets
-    from orchestrator.release.shard import check_folders, check_folders_agreeing
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()

@@ -26,7 +26,7 @@ from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.execute.verdict.bench import VariantStats
-    from orchestrator.model.reports import CountedVariant
+    from orchestrator.model.documents.reports import CountedVariant
 
 
 class Metric(StrEnum):
@@ -74,8 +74,8 @@ def bench(
     from orchestrator.execute.verdict.bench import bench_cpu, locate, measure
     from orchestrator.execute.verdict.bench_counts import count_jobs, count_variants
     from orchestrator.execute.verdict.bench_report import write_report
-    from orchestrator.model.records import read_record
-    from orchestrator.model.reports import BenchReport
+    from orchestrator.model.documents.records import read_record
+    from orchestrator.model.documents.reports import BenchReport
     from orchestrator.plan.runs import run_plan
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.chain import check_signing_key

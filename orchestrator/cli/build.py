@@ -24,15 +24,15 @@ from orchestrator.cli.app import (
     styled,
 )
 from orchestrator.cli.output import emit_json, json_option
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
-from orchestrator.config.run_files import run_hazards, run_problems
+from orchestrator.config.init.run_files import run_hazards, run_problems
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import (
     ConfigError,
 )
 
 if TYPE_CHECKING:
-    from orchestrator.config.options import Options
-    from orchestrator.model.records import BuildManifest
+    from orchestrator.config.resolve.options import Options
+    from orchestrator.model.documents.records import BuildManifest
     from orchestrator.plan.build_plan import BuildPlan
     from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
@@ -147,8 +147,8 @@ def build(
     from orchestrator.execute.build import prepare_plan, run_build
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.host.step_times import earlier_step_seconds
-    from orchestrator.model.gate_table import gate_splits
-    from orchestrator.model.reports import BuildPlanReport
+    from orchestrator.model.documents.reports import BuildPlanReport
+    from orchestrator.model.verdict.gate_table import gate_splits
     from orchestrator.plan.serialize import plan_summary
     from orchestrator.progress.reporter import Reporter
     from orchestrator.runtime.engine import Engine
@@ -319,11 +319,11 @@ def _build_release_target(
     """`build --target NAME`: the release's plan for that target, built unsigned."""
     from orchestrator.cli.release_common import quick_bench_runs
     from orchestrator.host.cachedir import ensure_cache_dir
-    from orchestrator.model.reports import BuildPlanReport
+    from orchestrator.model.documents.reports import BuildPlanReport
     from orchestrator.plan.serialize import plan_summary
+    from orchestrator.release.assemble.shard import build_target_folder, pick_target
     from orchestrator.release.run import plan_targets
-    from orchestrator.release.shard import build_target_folder, pick_target
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.runtime.engine import Engine
 
     options = resolve_options(

@@ -91,7 +91,7 @@ def ci(
       orchestrator ci github --check      # in CI: is the workflow current?
       orchestrator ci gitlab --public-key minisign.pub
     """
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.github_workflow import render_github
     from orchestrator.supply.gitlab_ci import render_gitlab
     from orchestrator.supply.workflows import (

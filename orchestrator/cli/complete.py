@@ -12,8 +12,8 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.toolchains import available_toolchains
+from orchestrator.config.resolve.options import Options, resolve
+from orchestrator.config.resolve.toolchains import available_toolchains
 from orchestrator.errors import OrchestratorError
 from orchestrator.flavors import FLAVORS
 from orchestrator.host.staging import CHECKSUMS

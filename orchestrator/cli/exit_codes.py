@@ -29,7 +29,7 @@ END = "\n<!-- end of exit codes -->"
 
 def error_classes() -> list[type[OrchestratorError]]:
     """Every subclass of OrchestratorError in the package, those beside their module
-    (model/record_io.py, host/vault.py...) too: every module is imported to find them."""
+    (model/documents/record_io.py, host/vault.py...) too: every module is imported to find them."""
     for module in pkgutil.walk_packages(orchestrator.__path__, "orchestrator."):
         if not module.name.endswith("__main__"):  # that one runs the CLI
             importlib.import_module(module.name)

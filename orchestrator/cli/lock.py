@@ -19,7 +19,7 @@ from orchestrator.cli.app import (
     signer_for,
 )
 from orchestrator.cli.release_common import refuse_dirty
-from orchestrator.config.options import LOCK_BLOCKER_HINT, lock_blocker
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import ConfigError
 
 
@@ -49,10 +49,10 @@ def lock(
       orchestrator lock
       orchestrator lock --check      # in CI: has anything drifted from the lock?
     """
+    from orchestrator.model.documents.lockfile import LOCK_FILE, LockDriftError, read_lock
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE, LockDriftError, read_lock
-    from orchestrator.release.reproduce import check_lock, record_release, vault_for
-    from orchestrator.release.target import targets
+    from orchestrator.release.lock.reproduce import check_lock, record_release, vault_for
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     options = resolve_options(

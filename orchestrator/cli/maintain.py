@@ -72,7 +72,7 @@ def show_config(
     """
     options = resolve_options(config)
     if json_output:
-        from orchestrator.model.reports import config_report
+        from orchestrator.model.documents.reports import config_report
 
         emit_json(config_report(options))
         return
@@ -112,7 +112,7 @@ def doctor(
     checks = run_checks(cache_dir, allow_privileged=allowed)
     blockers = [c.name for c in checks if c.status == "fail"]
     if json_output:  # the blocker error still follows, on stderr, with its exit code
-        from orchestrator.model.reports import DoctorCheck, DoctorReport
+        from orchestrator.model.documents.reports import DoctorCheck, DoctorReport
 
         emit_json(
             DoctorReport(
@@ -246,8 +246,8 @@ def init(
       orchestrator init
       orchestrator init path/to/workspace --force
     """
-    from orchestrator.config.options import CONFIG_FILENAME
-    from orchestrator.config.scaffold import detect, render
+    from orchestrator.config.init.scaffold import detect, render
+    from orchestrator.config.resolve.options import CONFIG_FILENAME
     from orchestrator.errors import ConfigError
 
     root = directory.resolve()

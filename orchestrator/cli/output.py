@@ -1,8 +1,9 @@
 """`--json`: one JSON document on stdout, everything else on stderr.
 
-The documents are the typed records of model/reports.py (and release.json's, bench.json's),
-each named by `schema` and `schema_version` and published under schemas/. They are
-written as plain text, not through rich, so nothing wraps, colours or reflows them.
+The documents are the typed records of model/documents/reports.py (and release.json's,
+bench.json's), each named by `schema` and `schema_version` and published under schemas/.
+They are written as plain text, not through rich, so nothing wraps, colours or reflows
+them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 
 from orchestrator.cli.app import console, err_console
-from orchestrator.model.record_io import Record, record_text
+from orchestrator.model.documents.record_io import Record, record_text
 
 
 def json_option(schema: str, *, when: str = "") -> Any:  # noqa: ANN401 - typer's OptionInfo

@@ -1,6 +1,6 @@
 """`orchestrator release --rebuild-on CONTEXT`: every target built twice, once on this
 release's engine and once on another with a cache of its own, and signed only where the
-two builds shipped the same bytes (release/agree.py). Then published exactly as
+two builds shipped the same bytes (release/assemble/agree.py). Then published exactly as
 `release assemble` publishes folders from CI runners, so the release holds the same bytes
 as a one-engine release.
 
@@ -26,12 +26,12 @@ from orchestrator.cli.app import (
     signer_for,
     styled,
 )
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError, DockerUnavailableError, OrchestratorError
-from orchestrator.release.agree import AgreePolicy, settle
-from orchestrator.release.carried_dispatcher import carried_dispatchers
-from orchestrator.release.shard import CheckedFolder
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.agree import AgreePolicy, settle
+from orchestrator.release.assemble.carried_dispatcher import carried_dispatchers
+from orchestrator.release.assemble.shard import CheckedFolder
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.attest import Signer
 
 REBUILD_CACHE_SUFFIX = "-rebuild"
@@ -62,10 +62,10 @@ def publish_checked(
     """Settle the two-builder rule, then sign and publish the folders, compose the -auto
     folders, write release.json and release.lock and sign the release index."""
     from orchestrator.cli.release_common import closing_lines
+    from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
+    from orchestrator.release.assemble.shard import assemble, compose_where_possible
     from orchestrator.release.run import RELEASE_JSON, run_report
-    from orchestrator.release.shard import assemble, compose_where_possible
 
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     chosen = settle(checked, policy, console.print)
@@ -100,8 +100,8 @@ def release_rebuilt(
     from orchestrator.cli.release_common import connect_engines
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.host.staging import staging_area
+    from orchestrator.release.assemble.shard import build_target_folder, check_folders_agreeing
     from orchestrator.release.run import plan_targets
-    from orchestrator.release.shard import build_target_folder, check_folders_agreeing
     from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()

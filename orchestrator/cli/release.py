@@ -32,8 +32,8 @@ from orchestrator.cli.release_common import (
     quick_bench_runs,
     refuse_dirty,
 )
-from orchestrator.config.options import LOCK_BLOCKER_HINT, Options, lock_blocker
-from orchestrator.config.run_files import check_runs, run_hazards
+from orchestrator.config.init.run_files import check_runs, run_hazards
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, Options, lock_blocker
 from orchestrator.errors import (
     ConfigError,
     OrchestratorError,
@@ -44,9 +44,9 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from orchestrator.model.release_summary import EngineJobs
+    from orchestrator.model.documents.release_summary import EngineJobs
     from orchestrator.plan.build_plan import BuildPlan
-    from orchestrator.release.target import Target, TargetResult
+    from orchestrator.release.targets.target import Target, TargetResult
     from orchestrator.supply.attest import Signer
 
 
@@ -162,7 +162,7 @@ def release(
     from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import changed_note
     from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint, run_report
-    from orchestrator.release.target import targets
+    from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()
@@ -277,13 +277,13 @@ def _run_and_pin(
     could not be written (said after the summary, not in place of it), and how many targets
     each engine built at a time. Stopped (Ctrl-C, SIGTERM, SIGHUP), it ends saying what
     was published and whether the lock was written."""
+    from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.model.layout import release_dir_name
-    from orchestrator.model.lockfile import LOCK_FILE
     from orchestrator.release.ending import files_text, interrupted, published_marks
-    from orchestrator.release.engine_jobs import jobs_per_engine
-    from orchestrator.release.reproduce import record_release, vault_for
+    from orchestrator.release.lock.reproduce import record_release, vault_for
     from orchestrator.release.run import run_release
-    from orchestrator.release.sources_at_start import changed_since_start, sources_at_start
+    from orchestrator.release.targets.engine_jobs import jobs_per_engine
+    from orchestrator.release.targets.sources_at_start import changed_since_start, sources_at_start
 
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
     # What the ending says is found out, not assumed: what was published before, and the
@@ -337,8 +337,8 @@ def _run_and_pin(
 def _read_inputs(chosen: Sequence[Target], release_dir: Path) -> list[tuple[Target, BuildPlan]]:
     """Read and check every input of a release before Docker is asked: each target's plan
     (config, toolchain, sources) and the release.json this run will merge into."""
-    from orchestrator.model.record_io import read_record
-    from orchestrator.model.release_summary import ReleaseSummary
+    from orchestrator.model.documents.record_io import read_record
+    from orchestrator.model.documents.release_summary import ReleaseSummary
     from orchestrator.release.run import RELEASE_JSON, plan_targets
 
     planned = plan_targets(chosen)

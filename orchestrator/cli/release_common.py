@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from orchestrator.cli.app import err_console, styled
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from orchestrator.model.reports import ReleaseRunReport
+    from orchestrator.model.documents.reports import ReleaseRunReport
     from orchestrator.runtime.engine import Engine
 
 
@@ -54,7 +54,7 @@ def closing_lines(
     last, where it is read."""
     from orchestrator.progress.reporter import duration_text
     from orchestrator.release.ending import lock_line
-    from orchestrator.release.engine_jobs import jobs_text
+    from orchestrator.release.targets.engine_jobs import jobs_text
 
     for note in notes:
         err_console.print(styled("note:", "yellow bold", f" {note}"))

@@ -16,10 +16,10 @@ from orchestrator.errors import OrchestratorError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from orchestrator.config.options import Options
-    from orchestrator.model.reports import EngineFit
+    from orchestrator.config.resolve.options import Options
+    from orchestrator.model.documents.reports import EngineFit
     from orchestrator.release.dry_run import PlannedTarget
-    from orchestrator.release.target import Target
+    from orchestrator.release.targets.target import Target
     from orchestrator.runtime.engine import Engine
 
 
@@ -28,7 +28,7 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
     which of them can build it; as a table or JSON."""
     from orchestrator.release.dry_run import dry_run as plan_release
     from orchestrator.release.dry_run import plan_report
-    from orchestrator.release.engine_jobs import jobs_per_engine, jobs_text
+    from orchestrator.release.targets.engine_jobs import jobs_per_engine, jobs_text
 
     # Reading every target's sources and asking each engine takes a while: a sign of life
     # on a terminal (stderr, so that --json output stays clean; silent elsewhere).
@@ -83,8 +83,8 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
 
 def _compositions(options: Options, planned: Sequence[PlannedTarget]) -> list[str]:
     """The -auto folders the release composes when every target builds."""
-    from orchestrator.release.compose import compose_groups
-    from orchestrator.release.target import TargetResult
+    from orchestrator.release.assemble.compose import compose_groups
+    from orchestrator.release.targets.target import TargetResult
 
     built = [
         (TargetResult(item.target, item.plan.artifact_dir, status="ok"), item.plan)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from rich.table import Column, Table
 from rich.text import Text
 
-from orchestrator.model.gate import saved_change
-from orchestrator.model.gate_table import release_column
+from orchestrator.model.verdict.gate import saved_change
+from orchestrator.model.verdict.gate_table import release_column
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from orchestrator.release.target import TargetResult
+    from orchestrator.release.targets.target import TargetResult
 
 CYCLES_COLUMN = "est. cycles vs cargo build"
 

@@ -53,7 +53,7 @@ def vault_export(
       orchestrator vault export artifacts/tinyllm-0.1.0 tinyllm-0.1.0-vault.tar
     """
     from orchestrator.host.vault import Vault, VaultError
-    from orchestrator.model.lockfile import LOCK_FILE, blobs, read_lock
+    from orchestrator.model.documents.lockfile import LOCK_FILE, blobs, read_lock
 
     document = read_lock(release_dir / LOCK_FILE)
     vault = Vault(cache_root(cache_dir) / "vault")
@@ -178,9 +178,9 @@ def reproduce(
     from orchestrator.errors import SourceError
     from orchestrator.host.cachedir import ensure_cache_dir, prepare_workdir
     from orchestrator.host.vault import Vault
-    from orchestrator.model.lockfile import LOCK_FILE
-    from orchestrator.release.reproduce import ReproduceMismatchError, read_locked
-    from orchestrator.release.reproduce import reproduce as run_reproduce
+    from orchestrator.model.documents.lockfile import LOCK_FILE
+    from orchestrator.release.lock.reproduce import ReproduceMismatchError, read_locked
+    from orchestrator.release.lock.reproduce import reproduce as run_reproduce
     from orchestrator.runtime.contexts import resolve_contexts
     from orchestrator.runtime.engine import Engine
     from orchestrator.supply.attest import resolve_signer

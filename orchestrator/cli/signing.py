@@ -122,7 +122,7 @@ def verify(
     checks, key_note = verify_release(release_dir, key)
     failed = [c for c in checks if not c.ok]
     if json_output:  # a failure still exits 48 after the document, its error on stderr
-        from orchestrator.model.reports import VerifyCheck, VerifyReport
+        from orchestrator.model.documents.reports import VerifyCheck, VerifyReport
 
         emit_json(
             VerifyReport(

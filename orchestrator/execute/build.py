@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.config.options import Options
-from orchestrator.config.target_cpus import check_recorded_cpu
-from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.target_cpus import check_recorded_cpu
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.optimize import bolt_others, pgo, relocations, variants
 from orchestrator.execute.ship import inventory, publish
@@ -32,8 +32,8 @@ from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.git_facts import GitFacts
-from orchestrator.model.records import BuildManifest
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.records import BuildManifest
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.steps import BOLT_STEPS, Step, StepName

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import BundleError
 from orchestrator.execute.build import run_steps
 from orchestrator.execute.optimize.train_elsewhere import export_bundle
 from orchestrator.execute.steps.pipeline import start_pipeline
 from orchestrator.host.signals import ShieldedExitStack
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.training_bundle import TrainingManifest
+from orchestrator.model.documents.training_bundle import TrainingManifest
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter

@@ -5,7 +5,7 @@ from __future__ import annotations
 from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError
 from orchestrator.flavors.aarch64 import Aarch64Flavor
-from orchestrator.flavors.base import DeviceCode, Flavor
+from orchestrator.flavors.base import DeviceCode, Flavor, FlavorView
 from orchestrator.flavors.cpu import CpuFlavor
 from orchestrator.flavors.cuda import CudaFlavor
 from orchestrator.flavors.rocm import RocmFlavor
@@ -30,4 +30,4 @@ def get_flavor(name: str) -> Flavor:
         ) from None
 
 
-__all__ = ["FLAVORS", "DeviceCode", "Flavor", "get_flavor"]
+__all__ = ["FLAVORS", "DeviceCode", "Flavor", "FlavorView", "get_flavor"]

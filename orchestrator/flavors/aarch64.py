@@ -10,10 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
-from orchestrator.flavors.base import DeviceCode
+from orchestrator.flavors.base import DeviceCode, FlavorView
 from orchestrator.model.layout import UNPACK_ROOT
 
 SYSROOT = "/usr/aarch64-linux-gnu"
@@ -42,17 +41,17 @@ class Aarch64Flavor:
         library = f"{UNPACK_ROOT}/usr/lib/llvm-{toolchain.llvm_major}/lib/libbolt_rt_instr.a"
         return (f"-runtime-instrumentation-lib={library}",)
 
-    def target_cpu(self, options: Options) -> str:
+    def target_cpu(self, view: FlavorView) -> str:
         # build.target_cpu is the x86_64 setting; an x86 level means nothing here.
-        cpu = options.target_cpu
+        cpu = view.target_cpu
         if cpu.startswith("x86-64") or cpu == "native":
-            return self.levels(options)[0]
+            return self.levels(view)[0]
         return cpu
 
-    def rustflags(self, options: Options) -> list[str]:
-        return [f"-Ctarget-cpu={self.target_cpu(options)}"]
+    def rustflags(self, view: FlavorView) -> list[str]:
+        return [f"-Ctarget-cpu={self.target_cpu(view)}"]
 
-    def environment(self, options: Options) -> Mapping[str, str]:
+    def environment(self, view: FlavorView) -> Mapping[str, str]:
         target = self.rust_target.upper().replace("-", "_")
         return {
             f"CARGO_TARGET_{target}_LINKER": "aarch64-linux-gnu-gcc",
@@ -63,7 +62,7 @@ class Aarch64Flavor:
             f"AR_{self.rust_target.replace('-', '_')}": "aarch64-linux-gnu-ar",
         }
 
-    def test_environment(self, options: Options) -> Mapping[str, str]:
+    def test_environment(self, view: FlavorView) -> Mapping[str, str]:
         # Integration tests that start the crate's own binary (CARGO_BIN_EXE_<name>) get
         # "exec format error" without a runner: the host has no binfmt entry, and we
         # register none. cross-rs's images set CROSS_RUNNER (the mode, "qemu-user"), and
@@ -71,29 +70,29 @@ class Aarch64Flavor:
         # without -L: QEMU_LD_PREFIX is where that qemu finds the arm64 loader and libc.
         return {CROSS_RUNNER: QEMU_USER, QEMU_LD_PREFIX: SYSROOT}
 
-    def artifact_suffix(self, options: Options) -> str:
-        cpu = self.target_cpu(options)
+    def artifact_suffix(self, view: FlavorView) -> str:
+        cpu = self.target_cpu(view)
         return "" if cpu == GENERIC else f"-{cpu}"
 
-    def levels(self, options: Options) -> tuple[str, ...]:
-        return options.settings_for(self.name).levels or (GENERIC,)
+    def levels(self, view: FlavorView) -> tuple[str, ...]:
+        return view.settings_for(self.name).levels or (GENERIC,)
 
-    def device_code(self, options: Options) -> DeviceCode | None:
+    def device_code(self, view: FlavorView) -> DeviceCode | None:
         return None
 
-    def validate(self, options: Options) -> None:
-        source = options.sources.get("build.target_cpu", "default")
-        if options.target_cpu.startswith("x86-64") and not source.startswith(("default", "file")):
+    def validate(self, view: FlavorView) -> None:
+        source = view.target_cpu_source
+        if view.target_cpu.startswith("x86-64") and not source.startswith(("default", "file")):
             raise ConfigError(
-                f"target-cpu {options.target_cpu} is an x86_64 level; the aarch64 flavor "
+                f"target-cpu {view.target_cpu} is an x86_64 level; the aarch64 flavor "
                 "builds for Arm",
                 hint="Leave --target-cpu out (generic armv8-a) or name an Arm CPU such as "
                 "neoverse-n1; set [flavors.aarch64] levels for releases.",
             )
-        cpu = self.target_cpu(options)
+        cpu = self.target_cpu(view)
         if not _AARCH64_CPU_RE.match(cpu):
             raise ConfigError(f"target-cpu {cpu!r} is not a CPU name rustc accepts")
-        if options.settings_for(self.name).gpu_targets:
+        if view.settings_for(self.name).gpu_targets:
             raise ConfigError(
                 "flavors.aarch64.gpu_targets is set, but aarch64 builds no GPU code",
                 hint="gpu_targets belongs under [flavors.cuda] or [flavors.rocm].",

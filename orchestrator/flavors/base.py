@@ -1,4 +1,5 @@
-"""The one Protocol every flavor (cpu, cuda, rocm, aarch64) implements, and what they share."""
+"""The one Protocol every flavor (cpu, cuda, rocm, aarch64) implements, and what they share:
+the device code of a GPU flavor, and the few options a flavor reads (`FlavorView`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.options import FlavorSettings, Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,28 @@ class DeviceCode:
     # compiles its kernels when it runs, with `runtime_compiler` (libnvrtc, libhiprtc).
     kernels: str = "embedded"
     runtime_compiler: str = ""
+
+
+@dataclass(frozen=True)
+class FlavorView:
+    """What a flavor reads of the options: the build's target CPU and the layer that set
+    it, and each flavor's `[flavors.<name>]` settings. Built once from `Options` by the
+    caller (`from_options`), so that a flavor's methods depend on these alone."""
+
+    target_cpu: str
+    target_cpu_source: str  # default, the file, the environment or a flag (Options.sources)
+    flavor_settings: Mapping[str, FlavorSettings]
+
+    @classmethod
+    def from_options(cls, options: Options) -> FlavorView:
+        return cls(
+            target_cpu=options.target_cpu,
+            target_cpu_source=options.sources.get("build.target_cpu", "default"),
+            flavor_settings=options.flavor_settings,
+        )
+
+    def settings_for(self, flavor: str) -> FlavorSettings:
+        return self.flavor_settings.get(flavor, FlavorSettings())
 
 
 class Flavor(Protocol):
@@ -84,35 +107,35 @@ class Flavor(Protocol):
         """Extra llvm-bolt arguments for `-instrument` (a cross target's runtime library)."""
         ...
 
-    def target_cpu(self, options: Options) -> str:
+    def target_cpu(self, view: FlavorView) -> str:
         """The -Ctarget-cpu this build uses."""
         ...
 
-    def rustflags(self, options: Options) -> list[str]:
+    def rustflags(self, view: FlavorView) -> list[str]:
         """Code-generation flags specific to this flavor (target CPU, linker...)."""
         ...
 
-    def environment(self, options: Options) -> Mapping[str, str]:
+    def environment(self, view: FlavorView) -> Mapping[str, str]:
         """Build environment: cross linker and C compiler, runner, GPU target lists."""
         ...
 
-    def test_environment(self, options: Options) -> Mapping[str, str]:
+    def test_environment(self, view: FlavorView) -> Mapping[str, str]:
         """Added to `cargo test`'s environment only: how a test that starts the crate's own
         binary runs it (cross-rs's CROSS_RUNNER, qemu's loader prefix); {} when native."""
         ...
 
-    def artifact_suffix(self, options: Options) -> str:
+    def artifact_suffix(self, view: FlavorView) -> str:
         """Appended to the artifact name for a non-default variant (e.g. "-v3")."""
         ...
 
-    def levels(self, options: Options) -> tuple[str, ...]:
+    def levels(self, view: FlavorView) -> tuple[str, ...]:
         """The CPU levels `release` builds for this flavor."""
         ...
 
-    def device_code(self, options: Options) -> DeviceCode | None:
+    def device_code(self, view: FlavorView) -> DeviceCode | None:
         """GPU targets and how to check them; None for CPU-only flavors."""
         ...
 
-    def validate(self, options: Options) -> None:
+    def validate(self, view: FlavorView) -> None:
         """Raise ConfigError when the options make no sense for this flavor."""
         ...

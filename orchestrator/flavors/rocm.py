@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
-from orchestrator.flavors.base import DeviceCode
+from orchestrator.flavors.base import DeviceCode, FlavorView
 from orchestrator.flavors.gpu import (
     DEFAULT_ROCM_TARGETS,
     check_gpu_mode,
@@ -22,29 +21,29 @@ class RocmFlavor(X86Flavor):
     name = "rocm"
     template = "rocm.Dockerfile.j2"
 
-    def gpu_targets(self, options: Options) -> tuple[str, ...]:
-        return options.settings_for(self.name).gpu_targets or DEFAULT_ROCM_TARGETS
+    def gpu_targets(self, view: FlavorView) -> tuple[str, ...]:
+        return view.settings_for(self.name).gpu_targets or DEFAULT_ROCM_TARGETS
 
-    def environment(self, options: Options) -> Mapping[str, str]:
-        targets = self.gpu_targets(options)
+    def environment(self, view: FlavorView) -> Mapping[str, str]:
+        targets = self.gpu_targets(view)
         return {
             # ROCm's CMake convention, `;`-separated
             "AMDGPU_TARGETS": ";".join(targets),
             "ORCHESTRATOR_GPU_TARGETS": ",".join(targets),
         }
 
-    def device_code(self, options: Options) -> DeviceCode | None:
+    def device_code(self, view: FlavorView) -> DeviceCode | None:
         return DeviceCode(
             kind="rocm",
-            targets=self.gpu_targets(options),
+            targets=self.gpu_targets(view),
             list_argv=LIST_PROCESSORS,
             compiler_version_argv=("hipcc", "--version"),
-            kernels=options.settings_for(self.name).kernels,
+            kernels=view.settings_for(self.name).kernels,
             runtime_compiler="libhiprtc",
         )
 
-    def validate(self, options: Options) -> None:
-        super().validate(options)
-        check_target_names(self.name, self.gpu_targets(options))
-        check_kernels_mode(self.name, options.settings_for(self.name).kernels)
-        check_gpu_mode(self.name, options.settings_for(self.name).gpu)
+    def validate(self, view: FlavorView) -> None:
+        super().validate(view)
+        check_target_names(self.name, self.gpu_targets(view))
+        check_kernels_mode(self.name, view.settings_for(self.name).kernels)
+        check_gpu_mode(self.name, view.settings_for(self.name).gpu)

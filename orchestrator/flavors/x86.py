@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.config.suggest import suggest
-from orchestrator.config.toolchains import ToolchainSpec
 from orchestrator.errors import ConfigError
-from orchestrator.flavors.base import DeviceCode
+from orchestrator.flavors.base import DeviceCode, FlavorView
 
 # rustc's x86-64 micro-architecture levels plus any named CPU rustc knows (znver4, ...).
 _CPU_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -48,30 +47,30 @@ class X86Flavor:
     def bolt_instrument_args(self, toolchain: ToolchainSpec) -> tuple[str, ...]:
         return ()  # the runtime library that comes with llvm-bolt is x86_64's
 
-    def target_cpu(self, options: Options) -> str:
-        return options.target_cpu
+    def target_cpu(self, view: FlavorView) -> str:
+        return view.target_cpu
 
-    def rustflags(self, options: Options) -> list[str]:
-        return [f"-Ctarget-cpu={self.target_cpu(options)}"]
+    def rustflags(self, view: FlavorView) -> list[str]:
+        return [f"-Ctarget-cpu={self.target_cpu(view)}"]
 
-    def environment(self, options: Options) -> Mapping[str, str]:
+    def environment(self, view: FlavorView) -> Mapping[str, str]:
         return {}
 
-    def test_environment(self, options: Options) -> Mapping[str, str]:
+    def test_environment(self, view: FlavorView) -> Mapping[str, str]:
         return {}  # native: tests start the crate's binaries directly
 
-    def artifact_suffix(self, options: Options) -> str:
-        cpu = self.target_cpu(options)
+    def artifact_suffix(self, view: FlavorView) -> str:
+        cpu = self.target_cpu(view)
         return "" if cpu == PORTABLE_LEVEL else f"-{short_level(cpu)}"
 
-    def levels(self, options: Options) -> tuple[str, ...]:
-        return options.settings_for(self.name).levels or (options.target_cpu,)
+    def levels(self, view: FlavorView) -> tuple[str, ...]:
+        return view.settings_for(self.name).levels or (view.target_cpu,)
 
-    def device_code(self, options: Options) -> DeviceCode | None:
+    def device_code(self, view: FlavorView) -> DeviceCode | None:
         return None
 
-    def validate(self, options: Options) -> None:
-        cpu = self.target_cpu(options)
+    def validate(self, view: FlavorView) -> None:
+        cpu = self.target_cpu(view)
         if not _CPU_NAME_RE.match(cpu):
             raise ConfigError(
                 f"target-cpu {cpu!r} is not a CPU name rustc accepts",
@@ -79,7 +78,7 @@ class X86Flavor:
                 "znver4, or native for local builds.",
             )
         _check_level(cpu)
-        if options.settings_for(self.name).gpu_targets and self.device_code(options) is None:
+        if view.settings_for(self.name).gpu_targets and self.device_code(view) is None:
             raise ConfigError(
                 f"flavors.{self.name}.gpu_targets is set, but {self.name} builds no GPU code",
                 hint="gpu_targets belongs under [flavors.cuda] or [flavors.rocm].",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from orchestrator.config.toolchains import AptSources, BaseSpec
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec
 from orchestrator.errors import BootstrapError, CacheCorruptError
 from orchestrator.model.hashing import sha256_file
 from orchestrator.progress.reporter import StepLog

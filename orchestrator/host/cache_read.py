@@ -17,9 +17,9 @@ from typing import TypeVar
 
 from orchestrator.config.nesting import loads_json
 from orchestrator.host.cache_seal import KEY_ENV, seal_matches
-from orchestrator.model.cache_records import ProfileSidecar, StepEntryRecord
+from orchestrator.model.documents.cache_records import ProfileSidecar, StepEntryRecord
+from orchestrator.model.documents.record_io import RecordError, parse_record
 from orchestrator.model.printable import printable
-from orchestrator.model.record_io import RecordError, parse_record
 
 # Sidecars and step records are a few KiB (a C-heavy profile's function list: tens of KiB).
 MAX_RECORD_BYTES = 4 * 1024 * 1024

@@ -1,5 +1,5 @@
 """Reading the facts the build-time `git` shim answers from, out of the crate's repository,
-and packing the shim for the build container (model/git_facts.py says why a shim).
+and packing the shim for the build container (model/documents/git_facts.py says why a shim).
 
 Read once, at plan time, on the host: the plan, build.json and release.lock carry them,
 and `reproduce` takes them from the lock instead of calling this.
@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from orchestrator.host.source import CrateView, crate_identity
 from orchestrator.host.system import git
-from orchestrator.model.git_facts import PLACEHOLDERS, DescribeTag, GitFacts
+from orchestrator.model.documents.git_facts import PLACEHOLDERS, DescribeTag, GitFacts
 from orchestrator.plan.git_shim import SHIM_PATH, render_shim
 
 

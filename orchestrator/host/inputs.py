@@ -53,7 +53,7 @@ def _single_file(path: Path, name: str) -> bytes:
 
 def pack_inputs(train_inputs: Sequence[Path]) -> tuple[TrainInput, ...]:
     """Every configured input (Options.train_inputs), in the config's order (names are
-    unique: config/checks.py)."""
+    unique: config/resolve/checks.py)."""
     return tuple(pack_input(path, path.name) for path in train_inputs)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from orchestrator.config.nesting import loads_toml
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import SourceError
 from orchestrator.host.packing import pack_tree
 from orchestrator.host.staging import staging_root

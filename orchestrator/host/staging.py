@@ -16,9 +16,9 @@ from pathlib import Path
 
 from orchestrator.errors import PublishError
 from orchestrator.host.scratch import remove_abandoned
-from orchestrator.model.checksums import checksums_bytes
+from orchestrator.model.documents.checksums import checksums_bytes
+from orchestrator.model.documents.run_logs import is_build_log
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.run_logs import is_build_log
 
 CHECKSUMS = "SHA256SUMS"
 
@@ -54,7 +54,7 @@ def remove_abandoned_staging(artifacts_dir: Path) -> list[Path]:
 
 
 def write_checksums(directory: Path) -> Path:
-    """SHA256SUMS over every file below `directory` but its logs (model/run_logs.py: how
+    """SHA256SUMS over every file below `directory` but its logs (model/documents/run_logs.py: how
     the build went, which two honest builds of it do not share), in `sha256sum -c` format
     (a name with a backslash, newline or carriage return escaped as sha256sum escapes it)."""
     entries = []

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from orchestrator.host.cache_read import UnusableRecord, read_sealed
 from orchestrator.host.cache_seal import seal
-from orchestrator.model.cache_records import StepEntryRecord
+from orchestrator.model.documents.cache_records import StepEntryRecord
+from orchestrator.model.documents.records import FileDigest, ReusedStep, write_record
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import BUILDER_UID
-from orchestrator.model.records import FileDigest, ReusedStep, write_record
 
 ENTRY_FILE = "step.json"
 

@@ -2,7 +2,7 @@
 long step shows while it runs ("about 4m left").
 
 Read from the logs/run.json of every artifact under the artifacts folder, or the
-build.json of one published before build.json left its run out (model/run_logs.py); the
+build.json of one published before build.json left its run out (model/documents/run_logs.py); the
 same flavor only: a cuda build's steps say little about a cpu one's. Steps that were taken
 from a cache are left out: they say nothing about how long running them takes.
 """

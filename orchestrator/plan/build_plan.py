@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.archive_include import (
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.archive_include import (
     check_archive_formats,
     check_generate_entries,
     included_files,
 )
-from orchestrator.config.checks import memory_bytes
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
+from orchestrator.config.resolve.checks import memory_bytes
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.errors import ConfigError
-from orchestrator.flavors import DeviceCode, Flavor
-from orchestrator.model.git_facts import GitFacts
+from orchestrator.flavors import DeviceCode, Flavor, FlavorView
+from orchestrator.model.documents.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
@@ -209,12 +209,14 @@ def _check_settings(options: Options, source: SourceSnapshot) -> None:
     )
 
 
-def _for_target(options: Options, flavor: Flavor) -> Options:
+def _for_target(options: Options, flavor: Flavor) -> tuple[Options, FlavorView]:
     """The options a target of `flavor` is planned with, checked by the flavor: its
-    [flavors.<name>.train|validate|bench|gate|test] tables applied, so in every step's key."""
+    [flavors.<name>.train|validate|bench|gate|test] tables applied, so in every step's key;
+    with the flavor's view of them."""
     options = options.for_flavor(flavor.name)
-    flavor.validate(options)
-    return options
+    view = FlavorView.from_options(options)
+    flavor.validate(view)
+    return options, view
 
 
 def make_plan(
@@ -229,8 +231,8 @@ def make_plan(
     inputs: tuple[TrainInput, ...] = (),
     distros: tuple[DistroSpec, ...] = (),
 ) -> BuildPlan:
-    options = _for_target(options, flavor)
-    target_cpu = flavor.target_cpu(options)
+    options, view = _for_target(options, flavor)
+    target_cpu = flavor.target_cpu(view)
     _check_settings(options, source)
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
@@ -313,7 +315,7 @@ def make_plan(
     test_build = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags, no_run=True)
     fetch = commands.fetch()
 
-    device_code = flavor.device_code(options)
+    device_code = flavor.device_code(view)
     steps = steps_of(
         options,
         base_reference=base_image.reference,
@@ -381,7 +383,7 @@ def make_plan(
         artifact_dir=artifact_dir_name(
             options.binary, options.version, flavor.arch, flavor.artifact_flavor
         )
-        + flavor.artifact_suffix(options),
+        + flavor.artifact_suffix(view),
         steps=steps,
     )
 

@@ -21,8 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.errors import ToolchainMismatchError
 from orchestrator.flavors import Flavor
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.cargo_profiles import profile_dir
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainSpec
-from orchestrator.flavors import Flavor
+from orchestrator.config.resolve.cargo_profiles import profile_dir
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainSpec
+from orchestrator.flavors import Flavor, FlavorView
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan
 from orchestrator.plan.cargo_flags import feature_args, profile_args
@@ -191,6 +191,7 @@ def cargo_commands(
 ) -> CargoCommands:
     """The cargo commands of `flavor`'s target, from options already for that flavor."""
     settings = options.settings_for(flavor.name)
+    view = FlavorView.from_options(options)
     return CargoCommands(
         cargo=toolchain.tool("cargo"),
         rust_target=flavor.rust_target,
@@ -198,8 +199,8 @@ def cargo_commands(
         binaries=options.binaries,
         features=tuple(feature_args(settings.default_features, settings.features)),
         source_date_epoch=options.source_date_epoch,
-        flavor_environment=flavor.environment(options),
-        test_environment=flavor.test_environment(options),
+        flavor_environment=flavor.environment(view),
+        test_environment=flavor.test_environment(view),
         test_args=options.test_args,
         profile=options.profile,
         git_shim=git_shim,

@@ -10,8 +10,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from orchestrator.config.options import Options
-from orchestrator.flavors import Flavor
+from orchestrator.config.resolve.options import Options
+from orchestrator.flavors import Flavor, FlavorView
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import CCodePlan
 from orchestrator.plan.gate import GatePlan
@@ -66,7 +66,7 @@ def variant_rustflags(
     c_linking = c_code.rustflags if c_code else ()
     return (*crate_flags, *remap), (
         *crate_flags,
-        *flavor.rustflags(options),
+        *flavor.rustflags(FlavorView.from_options(options)),
         *c_linking,
         *linking,
         *remap,
@@ -88,7 +88,7 @@ def shared_test_level(options: Options, flavor: Flavor, target_cpu: str) -> str:
     """
     if options.settings_for(flavor.name).test_every_level:
         return ""
-    levels = flavor.levels(options)
+    levels = flavor.levels(FlavorView.from_options(options))
     if len(levels) < 2 or target_cpu not in levels:
         return ""
     return levels[0]
@@ -122,7 +122,7 @@ def test_flags(
     if not level:
         return TestFlags(target_cpu, shipped_flags, shipped_variant, "")
     first = replace(options, target_cpu=level)
-    cpu = flavor.target_cpu(first)
+    cpu = flavor.target_cpu(FlavorView.from_options(first))
     return TestFlags(
         cpu,
         variant_rustflags(first, flavor, release_dir, sysroot, c_code)[1],

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import jinja2
 
+from orchestrator.config.resolve.toolchains import ToolchainSpec, load_toolchain
 from orchestrator.config.resources import (
     bundled_dir,
     checkout_around,
     repository_root,
     resource_dir,
 )
-from orchestrator.config.toolchains import ToolchainSpec, load_toolchain
 from orchestrator.errors import ConfigError, StaleRenderError
 from orchestrator.flavors import FLAVORS, Flavor
 from orchestrator.model.layout import BUILDER_UID, PATHS, UNPACK_ROOT

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options
 from orchestrator.flavors import Flavor
-from orchestrator.model.callgrind import CALLGRIND_ARGS, FORMULA
 from orchestrator.model.layout import PATHS
+from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS, FORMULA
 
 # Runs one workload under callgrind, pinned to one CPU the container may use (so a program
 # sizing its thread pool by the CPUs it sees always sees one: the counts do not depend on

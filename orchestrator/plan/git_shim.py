@@ -23,7 +23,7 @@ Global options before the command (`-C dir`, `-c k=v`, `--no-pager`) are accepte
 
 from __future__ import annotations
 
-from orchestrator.model.git_facts import PLACEHOLDERS, GitFacts
+from orchestrator.model.documents.git_facts import PLACEHOLDERS, GitFacts
 from orchestrator.model.layout import PATHS
 
 SHIM_DIR = "/opt/orchestrator/bin"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config.toolchains import AptSources, BaseSpec, ToolchainSpec
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, ToolchainSpec
 from orchestrator.flavors import Flavor
 from orchestrator.model.hashing import content_hash
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import BaseSpec, DistroSpec, ToolchainSpec
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.flavors import DeviceCode, Flavor
-from orchestrator.model.elf import version_tuple
+from orchestrator.model.binaries.elf import version_tuple
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, UNPACK_ROOT
 from orchestrator.plan.images import IMAGE_REPOSITORY, ImagePlan, base_image_plan

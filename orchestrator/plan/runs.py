@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.model.layout import PATHS
 
 INPUTS_DIR = f"{PATHS.root}/inputs"  # the volume each [train] input is unpacked into

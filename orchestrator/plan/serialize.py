@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.config.kinds import toml_shape
-from orchestrator.config.options import Options
-from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
-from orchestrator.model.callgrind import CALLGRIND_ARGS
+from orchestrator.config.declarations.kinds import toml_shape
+from orchestrator.config.declarations.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.resolve.options import Options
 from orchestrator.model.hashing import content_hash
+from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan
 
 # The `encoded_rustflags` entry of `cargo test`, where its flags are not the shipped ones.
@@ -36,7 +36,7 @@ _NOT_ACTION_INPUTS = frozenset(
         "limits.pids",  # a build either fits its limits or fails: they change no bytes
         "limits.memory",
         # How many targets build at once and cargo's share of cores: codegen-units is fixed
-        # by the release profile, so the bytes do not depend on it (release/engine_jobs.py).
+        # by the release profile, so the bytes do not depend on it (release/targets/engine_jobs.py).
         "engines.jobs",
         "ci.runners",  # where `orchestrator ci`'s generated jobs run, not what they build
     }

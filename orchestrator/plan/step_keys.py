@@ -38,9 +38,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.kinds import Run
-from orchestrator.model.callgrind import CALLGRIND_ARGS
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.model.hashing import content_hash
+from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.gate import COUNT_SCRIPT

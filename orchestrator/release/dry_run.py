@@ -6,24 +6,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.release_summary import EngineJobs
-from orchestrator.model.reports import (
+from orchestrator.model.documents.release_summary import EngineJobs
+from orchestrator.model.documents.reports import (
     CacheState,
     EngineFit,
     PlannedTargetEntry,
     ReleasePlanReport,
 )
+from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, config_member
-from orchestrator.release.action_cache import look_up
 from orchestrator.release.run import plan_targets
-from orchestrator.release.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.step_plan import StepPlanner
-from orchestrator.release.target import Target
+from orchestrator.release.targets.action_cache import look_up
+from orchestrator.release.targets.schedule import Needs, fits, needs_by_flavor
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.api import EngineApi, engine_facts
 
 

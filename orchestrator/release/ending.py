@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import BuildInterruptedError, StepFailedError
-from orchestrator.model.failed_tests import named, skip_advice
+from orchestrator.model.documents.lockfile import LOCK_FILE
+from orchestrator.model.documents.reports import ReleaseRunReport
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import LOCK_FILE
-from orchestrator.model.reports import ReleaseRunReport
+from orchestrator.model.verdict.failed_tests import named, skip_advice
 from orchestrator.plan.steps import StepName
 
 if TYPE_CHECKING:
-    from orchestrator.release.target import TargetResult
+    from orchestrator.release.targets.target import TargetResult
 
 SHOWN = 5  # file names listed before "and N more"
 

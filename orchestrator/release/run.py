@@ -5,7 +5,7 @@ them, each failed one with its error's class and exit code, and the exit code sa
 all succeeded (49 when any failed, whatever their errors). A failed quick bench is only a
 warning on its target; a target without a speed figure says why (emulated, skipped).
 release.json (signed) lists what the release publishes, from the folders' build.json; how
-each target's last build went is in logs/targets.json (release/release_json.py). A run
+each target's last build went is in logs/targets.json (release/targets/release_json.py). A run
 that builds nothing and finds every file current writes nothing.
 """
 
@@ -18,39 +18,39 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import BuildManifest
-from orchestrator.model.release_summary import EngineJobs, TargetSummary
-from orchestrator.model.reports import (
+from orchestrator.model.documents.records import BuildManifest
+from orchestrator.model.documents.release_summary import EngineJobs, TargetSummary
+from orchestrator.model.documents.reports import (
     ReleaseRunReport,
     SigningInfo,
 )
+from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress.board import TargetBoard
 from orchestrator.progress.reporter import Marks, in_ci, marks_for
-from orchestrator.release.action_cache import CacheLookup, look_up
-from orchestrator.release.compose import compose_release
+from orchestrator.release.assemble.compose import compose_release
 from orchestrator.release.ending import failed_tests_advice
-from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_per_engine
-from orchestrator.release.farm import Build, FarmReport, Work, build_on_engines
-from orchestrator.release.prefetch import PREFETCH_LOGS, Prefetcher
-from orchestrator.release.release_json import (
+from orchestrator.release.targets.action_cache import CacheLookup, look_up
+from orchestrator.release.targets.engine_jobs import cargo_jobs_on, jobs_per_engine
+from orchestrator.release.targets.farm import Build, FarmReport, Work, build_on_engines
+from orchestrator.release.targets.prefetch import PREFETCH_LOGS, Prefetcher
+from orchestrator.release.targets.release_json import (
     RELEASE_JSON,
     earlier_runs,
     write_release_json,
     write_target_runs,
 )
-from orchestrator.release.target import Target, TargetResult, build_target, measure_speedup
+from orchestrator.release.targets.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
 from orchestrator.supply.minisign import PublicKey, VerificationError
 
-__all__ = [  # RELEASE_JSON is release/release_json.py's; its callers read it here too
+__all__ = [  # RELEASE_JSON is release/targets/release_json.py's; its callers read it here too
     "RELEASE_JSON",
     "ReleaseIncompleteError",
     "incomplete_hint",
@@ -98,10 +98,10 @@ def run_release(
     jobs: Sequence[EngineJobs] | None = None,
 ) -> list[TargetResult]:
     """Build each planned target; a target whose published artifact is current
-    (release/action_cache.py) is `cached` instead, unless `force` or `retrain`. On one
+    (release/targets/action_cache.py) is `cached` instead, unless `force` or `retrain`. On one
     engine that builds one target at a time, they are built one after another, in order;
-    otherwise side by side (release/farm.py). `jobs`: each engine's targets at a time
-    (release/engine_jobs.py), worked out here when not given."""
+    otherwise side by side (release/targets/farm.py). `jobs`: each engine's targets at a time
+    (release/targets/engine_jobs.py), worked out here when not given."""
     pool = list(engines) if isinstance(engines, Sequence) else [engines]
     jobs = list(jobs or jobs_per_engine(options.engine_jobs, pool, len(planned)))
     side_by_side = len(pool) > 1 or any(item.jobs > 1 for item in jobs)
@@ -211,7 +211,7 @@ def _compose_and_sign(
     signer: Signer,
     announce: Callable[[str], None],
 ) -> bool:
-    """Compose the -auto folders from the published levels (release/compose.py), then sign
+    """Compose the -auto folders from the published levels (release/assemble/compose.py), then sign
     the release index with them; whether anything was written (a current -auto folder and
     an index that would come out the same are left as they are)."""
     release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
@@ -225,7 +225,7 @@ def _compose_and_sign(
 class _InOrder:
     """The release's targets in their order, each with its result: one whose published
     artifact is current is cached; the others are built, one after another with their
-    images made ahead (release/prefetch.py), or side by side. The action cache is asked
+    images made ahead (release/targets/prefetch.py), or side by side. The action cache is asked
     once per target: the prefetch asks ahead which later targets will be built."""
 
     def __init__(
@@ -307,7 +307,7 @@ def _build_side_by_side(
     *,
     jobs: Sequence[EngineJobs],
 ) -> None:
-    """Build the targets over the engines (release/farm.py); record where each went."""
+    """Build the targets over the engines (release/targets/farm.py); record where each went."""
     work = [
         Work(
             (result, plan),

@@ -21,8 +21,8 @@ from orchestrator.execute.optimize.pgo import MERGED
 from orchestrator.execute.steps.profiles import profile_slot
 from orchestrator.host.cache_read import S, UnusableRecord, read_sealed
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
-from orchestrator.model.cache_records import ProfileSidecar, StepEntryRecord
-from orchestrator.model.reports import StepNote
+from orchestrator.model.documents.cache_records import ProfileSidecar, StepEntryRecord
+from orchestrator.model.documents.reports import StepNote
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
     baseline_key,

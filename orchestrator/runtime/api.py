@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from orchestrator.host.system import process_alive
-from orchestrator.model.records import ContainerGrant, EngineRecord
+from orchestrator.model.documents.records import ContainerGrant, EngineRecord
 from orchestrator.runtime.gpu import GpuPassthrough
 from orchestrator.runtime.quirks import EngineKind, architecture
 from orchestrator.runtime.seccomp import added_syscalls, profile_json, profile_sha256

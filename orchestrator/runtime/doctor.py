@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.bolt_report import choose_mode
+from orchestrator.model.verdict.bolt_report import choose_mode
 from orchestrator.runtime import capabilities
 from orchestrator.runtime.capabilities import Check
 from orchestrator.runtime.engine import Engine, ImageInfo, Privileges

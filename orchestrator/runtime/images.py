@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.toolchains import AptSources, BaseSpec
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec
 from orchestrator.errors import CacheCorruptError, ImageBuildError
 from orchestrator.host.bootstrap import (
     PackageSet,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.host.cachedir import write_cache_json
-from orchestrator.model.bolt_report import PerfCapabilities
 from orchestrator.model.hashing import content_hash
+from orchestrator.model.verdict.bolt_report import PerfCapabilities
 from orchestrator.runtime.engine import Engine, Privileges
 from orchestrator.runtime.seccomp import PERF_PROFILE, profile_sha256
 

@@ -17,7 +17,7 @@ import re
 import tarfile
 from pathlib import PurePosixPath
 
-from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
+from orchestrator.config.resolve.archive_include import MAX_MEMBER_DEPTH
 
 DOC_PREFIXES = ("readme", "license", "licence", "copying", "unlicense", "changelog")
 LICENCE_PREFIXES = ("license", "licence", "copying", "unlicense")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from orchestrator.config.archive_include import MAX_MEMBER_DEPTH
+from orchestrator.config.resolve.archive_include import MAX_MEMBER_DEPTH
 
 ARCHIVE_SUFFIX = ".tar.xz"
 ZIP_SUFFIX = ".zip"

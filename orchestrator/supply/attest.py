@@ -22,11 +22,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.model.checksums import checksums_bytes
-from orchestrator.model.compose_record import COMPOSE_JSON
+from orchestrator.model.documents.checksums import checksums_bytes
+from orchestrator.model.documents.compose_record import COMPOSE_JSON
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.documents.run_logs import is_release_log
 from orchestrator.model.hashing import content_hash, sha256_file
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.model.run_logs import is_release_log
 from orchestrator.supply.archives import archive_folder
 from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.index_files import (
@@ -155,7 +155,7 @@ def release_artifacts(release_dir: Path) -> list[tuple[str, BuildManifest]]:
 
 def release_files(release_dir: Path, *, artifact_folders: set[str]) -> list[Path]:
     """The release's plain files outside its artifact folders, its signed index and its
-    unsigned logs/targets.json (model/run_logs.py): release.json, release.lock, bench
+    unsigned logs/targets.json (model/documents/run_logs.py): release.json, release.lock, bench
     reports. The release SHA256SUMS lists each."""
     if not release_dir.is_dir():
         return []

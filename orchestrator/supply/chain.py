@@ -1,7 +1,7 @@
 """What a published release's signed chain vouches for, read before anything is signed again.
 
 The release's `SHA256SUMS` is signed; it lists each artifact folder's own `SHA256SUMS`,
-which lists every file of that folder but its logs (model/run_logs.py: how the build went,
+which lists every file of that folder but its logs (model/documents/run_logs.py: how the build went,
 never signed). A file is vouched for when that chain, checked
 under the key about to sign, gives its exact sha256. Signing again re-signs only such
 files and the ones the running command wrote itself: a file added or edited by hand since
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.model.documents.run_logs import is_release_log
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.run_logs import is_release_log
 from orchestrator.supply.index_files import CHECKSUMS, SIGNATURE_SUFFIX, read_checksums
 from orchestrator.supply.minisign import (
     PublicKey,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.model.checksums import ChecksumsFormatError, parse_checksums
+from orchestrator.model.documents.checksums import ChecksumsFormatError, parse_checksums
 from orchestrator.supply.minisign import VerificationError
 
 CHECKSUMS = "SHA256SUMS"
@@ -30,7 +30,7 @@ INDEX_FILES = frozenset(
 
 def read_checksums(listing: Path) -> dict[str, str]:
     """`sha256sum` lines as name -> digest, escaped names read back as sha256sum -c reads
-    them (model/checksums.py); a line that is not one is refused."""
+    them (model/documents/checksums.py); a line that is not one is refused."""
     try:
         return dict(parse_checksums(listing.read_bytes()))
     except ChecksumsFormatError as exc:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
-from orchestrator.model.checksums import ChecksumsFormatError, parse_checksums
+from orchestrator.model.documents.checksums import ChecksumsFormatError, parse_checksums
+from orchestrator.model.documents.lockfile import LOCK_FILE
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import LOCK_FILE
 from orchestrator.supply.index_files import CHECKSUMS, PUBLIC_KEY, SIGNATURE_SUFFIX, read_checksums
 from orchestrator.supply.minisign import PublicKey, VerificationError, verify_file
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator import __version__
-from orchestrator.model.records import BuildManifest
+from orchestrator.model.documents.records import BuildManifest
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"

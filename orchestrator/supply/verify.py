@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
-from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, composed_digests
-from orchestrator.model.elf import loader_needs
+from orchestrator.model.binaries.elf import loader_needs
+from orchestrator.model.documents.compose_record import (
+    COMPOSE_JSON,
+    ComposeRecord,
+    composed_digests,
+)
+from orchestrator.model.documents.records import BuildManifest, PortabilityInfo, read_record
+from orchestrator.model.documents.run_logs import is_release_log
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.printable import printable
-from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
-from orchestrator.model.run_logs import is_release_log
 from orchestrator.supply.archives import (
     ARCHIVE_SUFFIX,
     ZIP_SUFFIX,
@@ -115,7 +119,8 @@ class Verifier:
     def coverage(self, folders: list[str]) -> None:
         """Every file of the release is reached from the signed SHA256SUMS: listed there, or
         listed by a folder's SHA256SUMS that is listed there. The logs/ records of how the
-        builds went (model/run_logs.py) are counted as unsigned; anything else was added."""
+        builds went (model/documents/run_logs.py) are counted as unsigned; anything else was
+        added."""
 
         def run() -> str:
             covered = set(_safe_listing(self.root / CHECKSUMS))

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.config.checks import check_ci_runners
-from orchestrator.config.ci_install import install_requirement
-from orchestrator.config.options import KNOWN_FLAVORS, Options
+from orchestrator.config.resolve.checks import check_ci_runners
+from orchestrator.config.resolve.ci_install import install_requirement
+from orchestrator.config.resolve.options import KNOWN_FLAVORS, Options
 from orchestrator.errors import ConfigError, OrchestratorError
 
 DEFAULT_OUTPUTS = {"github": ".github/workflows/release.yml", "gitlab": ".gitlab-ci.yml"}

@@ -6,7 +6,9 @@ ones (config, model, flavors, plan, supply) may also not import anything that ta
 Docker or spawns processes. No two modules may import each other, directly or around a
 circle (every import counts: lazy ones and those only for type checking too). Inside a
 package split into rooms (sub-packages), a room may import only the rooms listed for it.
-Run `python -m orchestrator.tools.layers`; exit 1 names every import that breaks a rule.
+No folder holds more than MAX_MODULES modules (its __init__.py aside): past that, a reader
+no longer finds a module by its folder, and the folder is split into rooms named for what
+they own. Run `python -m orchestrator.tools.layers`; exit 1 names every rule broken.
 """
 
 from __future__ import annotations
@@ -48,7 +50,27 @@ ALLOWED: dict[str, frozenset[str]] = {
 # machinery, then the verdict (validation, the gate), the optimizations (which validate
 # their output), shipping, and on top build.py, which maps every step to its room.
 _EXECUTE_LOWER = frozenset({"steps", "verdict", "optimize", "ship"})
+# model/'s: the helpers every room may use (hashing, layout, printable), then facts read
+# from a binary's bytes, the records of the files written (build.json holds binaries'
+# facts), and the verdicts (gates, tools' reports) that read those records.
+_MODEL_BASE = frozenset({"hashing", "layout", "printable"})
+# config/'s: the helpers every room may use (bounded TOML/JSON, did-you-mean, where our own
+# files live), then the settings declared, resolving them into Options, and on top init,
+# which scaffolds a config from the crate and checks the configured runs against Options.
+_CONFIG_BASE = frozenset({"nesting", "suggest", "resources"})
+# release/'s: its targets built on engines, then release.lock written from them and a
+# rebuild from it, then the folders assembled from other machines' targets (pinned as
+# well) and composed around the dispatcher; on top run.py, which runs a release and
+# composes its -auto folders, with how it ends, and the dry run that reports on it.
+_RELEASE_LOWER = frozenset({"targets", "lock", "assemble"})
 ROOMS: dict[str, dict[str, frozenset[str]]] = {
+    "config": {
+        "__init__": frozenset(),
+        **dict.fromkeys(_CONFIG_BASE, frozenset()),
+        "declarations": _CONFIG_BASE,
+        "resolve": _CONFIG_BASE | {"declarations"},
+        "init": _CONFIG_BASE | {"declarations", "resolve"},
+    },
     "execute": {
         "__init__": frozenset(),
         "steps": frozenset(),
@@ -58,6 +80,23 @@ ROOMS: dict[str, dict[str, frozenset[str]]] = {
         "build": _EXECUTE_LOWER,
         "train_export": _EXECUTE_LOWER | {"build"},
     },
+    "model": {
+        "__init__": frozenset(),
+        **dict.fromkeys(_MODEL_BASE, frozenset()),
+        "binaries": _MODEL_BASE,
+        "documents": _MODEL_BASE | {"binaries"},
+        "verdict": _MODEL_BASE | {"binaries", "documents"},
+    },
+    "release": {
+        "__init__": frozenset(),
+        "targets": frozenset(),
+        "lock": frozenset({"targets"}),
+        "assemble": frozenset({"targets", "lock"}),
+        "ending": frozenset({"targets"}),
+        "run": _RELEASE_LOWER | {"ending"},
+        "step_plan": frozenset(),
+        "dry_run": _RELEASE_LOWER | {"ending", "run", "step_plan"},
+    },
 }
 PURE = frozenset({"config", "model", "flavors", "plan", "supply"})
 # Modules that run processes or talk to the Docker Engine: never in a pure package.
@@ -65,6 +104,7 @@ IMPURE_MODULES = frozenset({"docker", "python_on_whales", "subprocess", "socket"
 # Import circles known and due to be untied (module names below orchestrator). Each must
 # still exist: an entry whose circle is gone fails too, so that the list only shrinks.
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset()
+MAX_MODULES = 20
 
 
 @dataclass(frozen=True)
@@ -92,7 +132,8 @@ def _imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def module_of(path: Path, root: Path) -> str:
-    """`config.options` for orchestrator/config/options.py, `flavors` for its __init__.py."""
+    """`config.resolve.options` for orchestrator/config/resolve/options.py, `flavors` for
+    orchestrator/flavors/__init__.py."""
     parts = path.relative_to(root).with_suffix("").parts
     if len(parts) > 1 and parts[-1] == "__init__":
         parts = parts[:-1]
@@ -214,8 +255,27 @@ def check_circles(root: Path, known: frozenset[frozenset[str]] = KNOWN_CIRCLES) 
     return violations
 
 
+def check_sizes(root: Path, most: int = MAX_MODULES) -> list[Violation]:
+    """Every folder of `root` (itself included) with more than `most` modules, __init__.py
+    not counted."""
+    folders: dict[Path, int] = {}
+    for path in root.rglob("*.py"):
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    return [
+        Violation(
+            folder / "__init__.py" if (folder / "__init__.py").exists() else folder,
+            1,
+            f"{folder.relative_to(root.parent)}/ holds {count} modules, more than {most}: split "
+            "it into rooms (sub-packages) named for what they own, each placed in ROOMS",
+        )
+        for folder, count in sorted(folders.items())
+        if count > most
+    ]
+
+
 def layer_of(path: Path, root: Path) -> str:
-    """`config` for orchestrator/config/options.py, `errors` for orchestrator/errors.py."""
+    """`config` for orchestrator/config/resolve/options.py, `errors` for orchestrator/errors.py."""
     relative = path.relative_to(root)
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
 
@@ -290,14 +350,17 @@ def check(root: Path) -> list[Violation]:
 
 def main() -> int:
     root = Path(__file__).resolve().parents[1]
-    violations = check(root) + check_circles(root)
+    violations = check(root) + check_circles(root) + check_sizes(root)
     for violation in violations:
         print(violation)
     if violations:
-        print(f"{len(violations)} import(s) break the layering", file=sys.stderr)
+        print(f"{len(violations)} rule(s) of the layering broken", file=sys.stderr)
         return 1
     known = f" but the {len(KNOWN_CIRCLES)} known" if KNOWN_CIRCLES else ""
-    print(f"layers ok: {len(list(root.rglob('*.py')))} modules, no import circle{known}")
+    print(
+        f"layers ok: {len(list(root.rglob('*.py')))} modules, no import circle{known}, no "
+        f"folder over {MAX_MODULES} modules"
+    )
     return 0
 
 

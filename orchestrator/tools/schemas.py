@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.resources import resource_dir
-from orchestrator.model.compose_record import ComposeRecord
-from orchestrator.model.lockfile import LockDocument
-from orchestrator.model.records import BuildManifest, Record
-from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
-from orchestrator.model.reports import (
+from orchestrator.model.documents.compose_record import ComposeRecord
+from orchestrator.model.documents.lockfile import LockDocument
+from orchestrator.model.documents.records import BuildManifest, Record
+from orchestrator.model.documents.release_summary import ReleaseSummary, TargetRuns
+from orchestrator.model.documents.reports import (
     BenchReport,
     BuildPlanReport,
     ConfigReport,
@@ -29,7 +29,7 @@ from orchestrator.model.reports import (
     ReleaseRunReport,
     VerifyReport,
 )
-from orchestrator.model.run_logs import BuildRun
+from orchestrator.model.documents.run_logs import BuildRun
 
 PUBLISHED: tuple[type[Record], ...] = (
     BuildManifest,

@@ -13,14 +13,14 @@ from typing import Any
 from hypothesis import given, reject
 from hypothesis import strategies as st
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import UnsafeArchiveError
 from orchestrator.host.archive import ArchiveLimits, safe_extract
-from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
-from orchestrator.model.elf import ElfReadError, hide_versions_above, read_loader_needs
-from orchestrator.model.lockfile import LockfileError, blobs, dumps, parse_lock
-from orchestrator.model.records import BuildManifest, Record, RecordError, parse_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.binaries.elf import ElfReadError, hide_versions_above, read_loader_needs
+from orchestrator.model.documents.cache_records import ProfileSidecar, VariantsRecord
+from orchestrator.model.documents.lockfile import LockfileError, blobs, dumps, parse_lock
+from orchestrator.model.documents.records import BuildManifest, Record, RecordError, parse_record
+from orchestrator.model.documents.release_summary import ReleaseSummary
 
 from ..unit.conftest import plan_for
 from ..unit.test_lockfile import lock_for

@@ -22,7 +22,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from orchestrator.model.elf import loader_needs
+from orchestrator.model.binaries.elf import loader_needs
 
 # What train.sh calls beyond the shell's builtins (uname, sha256sum, mkdir, rm, chmod, mv,
 # dirname, head, env: coreutils; grep; tar); apt brings their libraries.

@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
+from orchestrator.config.resolve.options import resolve_cache_dir
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 FIXTURE = REPO / "tests" / "fixtures" / "level-sensitive"

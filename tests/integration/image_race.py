@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from orchestrator.config.toolchains import load_base_spec
+from orchestrator.config.resolve.toolchains import load_base_spec
 from orchestrator.plan.images import ImagePlan
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Engine

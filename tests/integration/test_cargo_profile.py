@@ -17,8 +17,8 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import default_cache_dir
-from orchestrator.model.shipped_profile import DEBUG_PREFIXES, section_sizes
+from orchestrator.config.resolve.options import default_cache_dir
+from orchestrator.model.documents.shipped_profile import DEBUG_PREFIXES, section_sizes
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration

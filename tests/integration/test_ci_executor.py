@@ -32,7 +32,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
+from orchestrator.config.resolve.options import resolve_cache_dir
 from tests.ci_executor.github import Event, GitHub, JobRun
 from tests.ci_executor.gitlab import GitLab
 from tests.ci_executor.runner import checkout, git

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.dispatcher import DispatcherBuild, build_dispatcher
 from orchestrator.execute.steps.toolchain import plan_images
 from orchestrator.host.packing import single_file_tar
-from orchestrator.model import dispatch
-from orchestrator.model.dispatch import Choice, libexec_path, parse_show
+from orchestrator.model.binaries import dispatch
+from orchestrator.model.binaries.dispatch import Choice, libexec_path, parse_show
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.api import ContainerApi, ContainerSpec
 from orchestrator.runtime.engine import Engine

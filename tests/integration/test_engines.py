@@ -27,7 +27,7 @@ import certifi
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
+from orchestrator.config.resolve.options import resolve_cache_dir
 from tests.integration.conftest import REPO, STARTED_PIDS, Run, managed_containers, orchestrator
 from tests.integration.second_engine import SecondEngine, second_engine
 

@@ -12,8 +12,8 @@ import docker
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from orchestrator.config.options import resolve
-from orchestrator.model.relocations import static_relocation_sections
+from orchestrator.config.resolve.options import resolve
+from orchestrator.model.binaries.relocations import static_relocation_sections
 from tests.integration.conftest import (
     ARTIFACT,
     REPO,

@@ -20,8 +20,8 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
-from orchestrator.model.elf import loader_needs, version_tuple
+from orchestrator.config.resolve.options import resolve_cache_dir
+from orchestrator.model.binaries.elf import loader_needs, version_tuple
 from tests.integration.conftest import REPO, Run, orchestrator, release_copy
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from orchestrator.config.options import resolve_cache_dir
+from orchestrator.config.resolve.options import resolve_cache_dir
 from orchestrator.host.vault import Vault
 from tests.integration.conftest import (
     AARCH64_ARTIFACT,

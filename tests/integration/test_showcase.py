@@ -12,8 +12,8 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate import decide
+from orchestrator.model.verdict.callgrind import Counts
+from orchestrator.model.verdict.gate import decide
 from tests.integration.conftest import REPO, Run, managed_containers, orchestrator
 
 pytestmark = [pytest.mark.integration, pytest.mark.extended]

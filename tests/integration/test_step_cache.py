@@ -17,9 +17,9 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.options import default_cache_dir
-from orchestrator.model.dispatch import parse_show
-from orchestrator.release.dispatcher_cache import cache_folder
+from orchestrator.config.resolve.options import default_cache_dir
+from orchestrator.model.binaries.dispatch import parse_show
+from orchestrator.release.assemble.dispatcher_cache import cache_folder
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 
 pytestmark = pytest.mark.integration

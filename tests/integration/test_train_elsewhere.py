@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import pytest
 
-from orchestrator.config.toolchains import load_base_spec
+from orchestrator.config.resolve.toolchains import load_base_spec
 from tests.integration.arm_machine import arm64_rootfs, emulator_from, run_on_arm
 from tests.integration.conftest import REPO, managed_containers, orchestrator
 

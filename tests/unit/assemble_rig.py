@@ -14,18 +14,23 @@ import subprocess
 from contextlib import ExitStack
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.host.bootstrap import rootfs_recipe
+from orchestrator.model.documents.lockfile import LockedProfile, LockOutput, SharedPins
+from orchestrator.model.documents.records import (
+    BinaryFile,
+    BuildManifest,
+    read_record,
+    write_record,
+)
+from orchestrator.model.documents.release_summary import TargetSummary
+from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.lockfile import LockedProfile, LockOutput, SharedPins
-from orchestrator.model.records import BinaryFile, BuildManifest, read_record, write_record
-from orchestrator.model.release_summary import TargetSummary
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.release.binary_checks import planned_rustc
-from orchestrator.release.shard import folder_digests
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.binary_checks import planned_rustc
+from orchestrator.release.assemble.shard import folder_digests
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.sbom import SBOM_FILE
 
 from .execute_rig import make_options

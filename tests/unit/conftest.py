@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import (
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import (
     BaseSpec,
     ToolchainSpec,
     load_base_spec,

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.source import CRATES_IO
 from orchestrator.plan.build_plan import BuildPlan

@@ -9,12 +9,12 @@ from typing import Any, cast
 
 from rich.console import Console
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainReport
 from orchestrator.execute.ship.publish import _manifest
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
-from orchestrator.model.records import BuildManifest, FileDigest
+from orchestrator.model.documents.records import BuildManifest, FileDigest
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import Reporter
 from orchestrator.runtime.images import ImageOutcome

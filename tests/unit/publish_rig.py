@@ -6,8 +6,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainReport
 from orchestrator.execute.ship import publish
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.steps.profiles import ProfileRecord

@@ -15,20 +15,20 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
-import orchestrator.release.target as release_target
+import orchestrator.release.targets.target as release_target
 from orchestrator.cli.release_common import closing_lines
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship.publish import update_release_index
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.model.release_summary import ReleaseSummary
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.documents.release_summary import ReleaseSummary
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
-from orchestrator.release.action_cache import look_up
 from orchestrator.release.dry_run import dry_run
 from orchestrator.release.run import RELEASE_JSON, run_release, run_report
-from orchestrator.release.target import targets
+from orchestrator.release.targets.action_cache import look_up
+from orchestrator.release.targets.target import targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.chain import ReleaseKeyError, check_signing_key
 from orchestrator.supply.minisign import SecretKey

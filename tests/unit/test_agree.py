@@ -1,4 +1,4 @@
-"""The two-builder rule (release/agree.py): two intact folders of one target are compared
+"""The two-builder rule (release/assemble/agree.py): two intact folders of one target are compared
 by what ships before either is signed, on folders `build --target` really leaves."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.agree import settle, shipped_files
-from orchestrator.release.shard import AssembleError, check_folders_agreeing
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.agree import settle, shipped_files
+from orchestrator.release.assemble.shard import AssembleError, check_folders_agreeing
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.agreement import BuildersDisagreeError
 
 from .assemble_rig import describe, edit_to_match, ready_folder

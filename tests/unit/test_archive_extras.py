@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.archive_include import (
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.archive_include import (
     check_archive_formats,
     check_generate_entries,
     included_files,
 )
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError, GeneratedFileError, OrchestratorError
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish, archive_extras
+from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.release.pin import archive_outputs
+from orchestrator.release.lock.pin import archive_outputs
 from orchestrator.supply.archives import (
     GENERATED_DIR,
     ZIP_SUFFIX,

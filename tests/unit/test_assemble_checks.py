@@ -18,22 +18,22 @@ import pytest
 from rich.console import Console
 
 from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.model.documents.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
+from orchestrator.model.documents.records import BuildManifest, read_record, write_record
+from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
-from orchestrator.model.records import BuildManifest, read_record, write_record
-from orchestrator.model.target_folder import TARGET_RECORD, TargetFolder
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.assemble_checks import MAX_LOG_BYTES, check_folder
-from orchestrator.release.binary_checks import planned_rustc
-from orchestrator.release.run import RELEASE_JSON
-from orchestrator.release.shard import (
+from orchestrator.release.assemble.assemble_checks import MAX_LOG_BYTES, check_folder
+from orchestrator.release.assemble.binary_checks import planned_rustc
+from orchestrator.release.assemble.shard import (
     AssembleError,
     TargetFolderError,
     UnplannedBinaryError,
     assemble,
     check_folders,
 )
-from orchestrator.release.target import Target
+from orchestrator.release.run import RELEASE_JSON
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 from orchestrator.supply.verify import verify_release

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, ValidationError
 from orchestrator.execute.ship import publish
 from orchestrator.execute.steps.pipeline import BIN_DIR, run_workloads
 from orchestrator.execute.verdict import validate
 from orchestrator.host.source import CrateView, crate_snapshot
 from orchestrator.host.staging import staging_root
-from orchestrator.model.records import BuildManifest, RecordError, read_record
-from orchestrator.release.reproduce import Reproduced
+from orchestrator.model.documents.records import BuildManifest, RecordError, read_record
+from orchestrator.release.lock.reproduce import Reproduced
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file, write_key_pair
 from orchestrator.supply.sbom import SBOM_FILE, sbom_binaries

@@ -12,24 +12,24 @@ from typing import Any, cast
 
 import pytest
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize import bolt_others
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step
-from orchestrator.model.bolt_binaries import (
+from orchestrator.model.documents.records import BoltInfo, GateInfo
+from orchestrator.model.verdict.bolt_binaries import (
     binaries_in,
     binary_of_profile,
     counts_without,
     judge_binaries,
     other_profile_name,
 )
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.records import BoltInfo, GateInfo
+from orchestrator.model.verdict.callgrind import Counts
 from orchestrator.plan.step_keys import bolt_profile_inputs
-from orchestrator.release.pin import _locked_gate
-from orchestrator.release.reproduce import locked_unbolted
+from orchestrator.release.lock.pin import _locked_gate
+from orchestrator.release.lock.reproduce import locked_unbolted
 
 from .execute_rig import Rig, make_options, make_rig
 from .fakes import FakeEngine

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.toolchains import load_toolchain
+from orchestrator.config.resolve.options import Options, resolve
+from orchestrator.config.resolve.toolchains import load_toolchain
 from orchestrator.errors import ConfigError, ToolchainMismatchError
 from orchestrator.execute.optimize.c_code import c_code_record, compiled_by_clang
 from orchestrator.execute.steps.profiles import ProfileRecord
-from orchestrator.model.elf import comment_strings
+from orchestrator.model.binaries.elf import comment_strings
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.c_code import check_clang_major, profile_c_functions
 from orchestrator.plan.step_keys import baseline_key, optimized_key, pgo_key, release_key

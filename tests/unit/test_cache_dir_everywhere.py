@@ -23,11 +23,11 @@ import typer
 from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
-from orchestrator.config.options import resolve, resolve_cache_dir
-from orchestrator.config.settings import SETTINGS_BY_KEY
+from orchestrator.config.declarations.settings import SETTINGS_BY_KEY
+from orchestrator.config.resolve.options import resolve, resolve_cache_dir
 from orchestrator.host.cachedir import CACHE_MARKER
 from orchestrator.host.vault import Vault
-from orchestrator.model.lockfile import blobs
+from orchestrator.model.documents.lockfile import blobs
 
 from .conftest import plan_for, write_config
 from .test_cli_bad_input import docker_down  # noqa: F401 (a fixture)
@@ -100,7 +100,7 @@ def _vault_export(project: Path, cache: Path, mp: pytest.MonkeyPatch) -> list[st
     staged = project / "blob"
     staged.write_text("the one input\n")
     digest = Vault(cache / "vault").put(staged)  # only this cache's vault has it
-    mp.setattr("orchestrator.model.lockfile.blobs", lambda _doc: {digest: "the input"})
+    mp.setattr("orchestrator.model.documents.lockfile.blobs", lambda _doc: {digest: "the input"})
     return ["vault", "export", str(release), str(project / "out.tar")]
 
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.cargo_profiles import (
+from orchestrator.config.init.scaffold import detect, render
+from orchestrator.config.resolve.cargo_profiles import (
     check_profile,
     comes_from,
     crate_profiles,
     distribution_profile,
     profile_dir,
 )
-from orchestrator.config.options import resolve
-from orchestrator.config.scaffold import detect, render
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError
-from orchestrator.model.shipped_profile import debug_warning, shipped_profile
+from orchestrator.model.documents.shipped_profile import debug_warning, shipped_profile
 
 from .conftest import plan_for, write_config
 

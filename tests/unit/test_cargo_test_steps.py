@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.verdict import cargo_test
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
-from orchestrator.model.cache_records import StepEntryRecord
-from orchestrator.model.records import read_record
-from orchestrator.model.reports import BuildPlanReport
+from orchestrator.model.documents.cache_records import StepEntryRecord
+from orchestrator.model.documents.records import read_record
+from orchestrator.model.documents.reports import BuildPlanReport
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_summary
 from orchestrator.plan.step_keys import cargo_test_build_key, cargo_test_key, config_member

@@ -1,4 +1,4 @@
-"""The dispatcher a level's target folder carries (release/carried_dispatcher.py): which
+"""The dispatcher a level's target folder carries (release/assemble/carried_dispatcher.py): which
 targets carry it, the checks assemble makes of it, and the -auto folder composed from it
 on a machine with no Docker Engine, as a CI assemble job is."""
 
@@ -11,18 +11,18 @@ import pytest
 
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
-from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.records import read_record
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.records import read_record
-from orchestrator.release.carried_dispatcher import (
+from orchestrator.release.assemble.carried_dispatcher import (
     CARRIED_FILE,
     CarriedDispatcherError,
     carried_dispatchers,
     carries_dispatcher,
     check_carried,
 )
-from orchestrator.release.shard import compose_where_possible
-from orchestrator.release.target import Target
+from orchestrator.release.assemble.shard import compose_where_possible
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.host.staging import CHECKSUMS, write_checksums
-from orchestrator.model.checksums import (
+from orchestrator.model.documents.checksums import (
     ChecksumsFormatError,
     checksum_line,
     checksums_bytes,
@@ -23,7 +23,7 @@ from orchestrator.supply.verify import Verifier
 
 NAMES = [
     "plain.txt",
-    "notes/a\nb.log",  # recipe 3 (not logs/: those are unsigned, model/run_logs.py)
+    "notes/a\nb.log",  # recipe 3 (not logs/: those are unsigned, model/documents/run_logs.py)
     "c\rd",
     "back\\slash",
     "tab\there",

@@ -16,11 +16,11 @@ from typer.testing import CliRunner, Result
 
 from orchestrator.cli import app
 from orchestrator.config.nesting import MAX_NESTING, NestingError, loads_json
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import registry_crates
 from orchestrator.host.vault import Vault
-from orchestrator.model.lockfile import blobs
+from orchestrator.model.documents.lockfile import blobs
 from orchestrator.supply.minisign import SecretKey
 
 from .conftest import plan_for, write_config

@@ -16,18 +16,18 @@ import pytest
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
-import orchestrator.release.reproduce as release_reproduce
-import orchestrator.release.target as release_target
+import orchestrator.release.lock.reproduce as release_reproduce
+import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.execute.verdict import bench as bench_module
 from orchestrator.execute.verdict.bench import TIMER, BenchSetup
-from orchestrator.model.lockfile import LockDocument, dumps
-from orchestrator.model.records import BuildManifest, Record, read_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
-from orchestrator.model.reports import (
+from orchestrator.model.documents.lockfile import LockDocument, dumps
+from orchestrator.model.documents.records import BuildManifest, Record, read_record
+from orchestrator.model.documents.release_summary import ReleaseSummary, TargetRuns
+from orchestrator.model.documents.reports import (
     BenchReport,
     BuildPlanReport,
     ConfigReport,
@@ -36,7 +36,7 @@ from orchestrator.model.reports import (
     ReleaseRunReport,
     VerifyReport,
 )
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.steps import StepName
 from orchestrator.tools import schemas
 from orchestrator.tools.schemas import DEFAULT_DIR, PUBLISHED, schema_file_name, sync

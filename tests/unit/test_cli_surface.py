@@ -25,8 +25,8 @@ from orchestrator.cli.complete import (
     complete_target_cpu,
     complete_toolchain,
 )
-from orchestrator.config.flags import flag_specs
-from orchestrator.config.toolchains import available_toolchains
+from orchestrator.config.declarations.flags import flag_specs
+from orchestrator.config.resolve.toolchains import available_toolchains
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.execute.verdict import bench as bench_module
 from orchestrator.execute.verdict import bench_report

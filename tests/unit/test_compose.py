@@ -1,4 +1,4 @@
-"""The -auto folder (release/compose.py): which flavors compose, its layout and record, its
+"""The -auto folder (release/assemble/compose.py): which flavors compose, its layout and record, its
 archive, and `verify`'s check of it, on two level targets published by the real publish
 step (a fake Engine; the dispatcher taken from a seeded cache, so no compile)."""
 
@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.host.cache_seal import seal
-from orchestrator.model.cache_records import DispatcherCacheEntry
-from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.cache_records import DispatcherCacheEntry
+from orchestrator.model.documents.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo
+from orchestrator.model.documents.records import read_record, write_record
 from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.model.records import read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release import compose, dispatcher_cache
-from orchestrator.release.shard import compose_where_possible
-from orchestrator.release.target import Target, TargetResult
+from orchestrator.release.assemble import compose, dispatcher_cache
+from orchestrator.release.assemble.shard import compose_where_possible
+from orchestrator.release.targets.target import Target, TargetResult
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.archives import archived_files
 from orchestrator.supply.attest import Signer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import lock_blocker, resolve
+from orchestrator.config.resolve.options import lock_blocker, resolve
 from orchestrator.host.system import git_commit_time
 
 from .test_cli_bad_input import cli, docker_down, refused  # noqa: F401 (a fixture)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.model.reports import config_report
+from orchestrator.model.documents.reports import config_report
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import cargo_test_key, pgo_key
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for, write_config
 

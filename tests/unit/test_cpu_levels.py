@@ -1,4 +1,4 @@
-"""The CPU level a binary's instructions need (model/cpu_levels.py), on programs the host's
+"""The CPU level a binary's instructions need (model/binaries/cpu_levels.py), on programs the host's
 gcc compiles at each level, and the rule for binaries that pick code at run time."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.model.cpu_levels import (
+from orchestrator.model.binaries.cpu_levels import (
     DISPATCHED_SHARE,
     LevelScan,
     LevelUse,
     level_problem,
     scan_levels,
 )
-from orchestrator.model.elf import ElfReadError
+from orchestrator.model.binaries.elf import ElfReadError
 
 from .assemble_rig import compile_elf
 

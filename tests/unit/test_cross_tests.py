@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.serialize import action_key, cargo_test_record, plan_inputs
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
 

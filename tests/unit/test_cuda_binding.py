@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli.release_table import release_table
-from orchestrator.config.options import FlavorSettings
+from orchestrator.config.resolve.options import FlavorSettings
 from orchestrator.execute.ship import inventory
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import device
@@ -29,8 +29,8 @@ from orchestrator.flavors.cuda_binding import (
     run_time_requirement,
 )
 from orchestrator.flavors.gpu import DeviceCodeMissingError, GpuTargetError
-from orchestrator.model.release_summary import TargetSummary
-from orchestrator.release.target import Target, TargetResult
+from orchestrator.model.documents.release_summary import TargetSummary
+from orchestrator.release.targets.target import Target, TargetResult
 
 from .execute_rig import LOCK, Rig, answers, make_options, make_rig
 from .fakes import FakeEngine

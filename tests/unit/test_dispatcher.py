@@ -1,5 +1,5 @@
 """The dispatcher: its build through the Engine (a fake one), the checks on what gcc made,
-the contract between dispatcher.c and model/dispatch.py, and, where this host has gcc
+the contract between dispatcher.c and model/binaries/dispatch.py, and, where this host has gcc
 for x86_64, the program itself run against a folder of level binaries."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from orchestrator.execute.ship.dispatcher import (
     check_freestanding,
     dispatcher_source,
 )
-from orchestrator.model import dispatch
-from orchestrator.model.dispatch import (
+from orchestrator.model.binaries import dispatch
+from orchestrator.model.binaries.dispatch import (
     DISPATCH_LEVELS,
     Choice,
     dispatch_levels,

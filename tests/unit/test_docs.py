@@ -4,8 +4,9 @@
   (mkdocs.yml sets `validation.anchors: warn`, and --strict makes warnings fatal).
 - Every `--flag` named anywhere exists on some orchestrator command, and one named after
   `orchestrator COMMAND` exists on that command; every setting named (`section.key`,
-  `[section] key`, a key of a TOML example) is declared in config/settings.py; every step
-  in a step table is a `StepName`; every exit code mentioned is in the generated table.
+  `[section] key`, a key of a TOML example) is declared in config/declarations/settings.py;
+  every step in a step table is a `StepName`; every exit code mentioned is in the generated
+  table.
 - Every setting, every flag of every command and every step is documented in docs/:
   named outside the generated settings table (which documents everything by construction).
 
@@ -30,13 +31,17 @@ import typer.main
 
 from orchestrator.cli import app
 from orchestrator.cli.exit_codes import exit_codes_markdown
-from orchestrator.config.flavor_overrides import APPEND_SECTIONS, ARGS_APPEND, OVERRIDE_SECTIONS
-from orchestrator.config.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.declarations.settings import FLAVOR_SETTINGS, SETTINGS
+from orchestrator.config.resolve.flavor_overrides import (
+    APPEND_SECTIONS,
+    ARGS_APPEND,
+    OVERRIDE_SECTIONS,
+)
 from orchestrator.plan.steps import StepName
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-TABLE_START = "<!-- settings table: generated from orchestrator/config/settings.py -->"
+TABLE_START = "<!-- settings table: generated from orchestrator/config/declarations/settings.py -->"
 TABLE_END = "<!-- end of settings table -->"
 
 # `--flags` the pages name that belong to other programs, each with whose it is. A flag
@@ -78,7 +83,7 @@ FOREIGN_FLAGS = {
     "--tokens": "tinyllm",
     "--backend": "tinyllm",
     "--model": "a workload's argument",
-    # a workload's arguments that init and the dry runs flag (config/workload_hazards.py)
+    # a workload's arguments that init and the dry runs flag (config/init/workload_hazards.py)
     "--chat": "a workload's argument",
     "--interactive": "a workload's argument",
     "--repl": "a workload's argument",
@@ -303,7 +308,7 @@ def problems(
                     found.append(f"{page}: `orchestrator {path}` has no option {flag}")
         for name in sorted(set(named_settings(text))):
             if name not in settings and name not in fields and name not in FOREIGN_SETTINGS:
-                found.append(f"{page}: {name} is no setting (config/settings.py)")
+                found.append(f"{page}: {name} is no setting (config/declarations/settings.py)")
         for name in sorted(set(step_table_names(text))):
             if name not in steps:
                 found.append(f"{page}: step {name} is no StepName")
@@ -428,9 +433,11 @@ def test_the_checks_see_what_is_not_there() -> None:
     found = problems(made_up, flags, all_settings())
     assert "page.md: --no-such-flag is no option of any orchestrator command" in found
     assert "page.md: `orchestrator verify` has no option --retrain" in found
-    assert "page.md: bolt.no_such_key is no setting (config/settings.py)" in found
-    assert "page.md: gate.no_such_key is no setting (config/settings.py)" in found
-    assert "page.md: train.no_such_workloads is no setting (config/settings.py)" in found
+    assert "page.md: bolt.no_such_key is no setting (config/declarations/settings.py)" in found
+    assert "page.md: gate.no_such_key is no setting (config/declarations/settings.py)" in found
+    assert (
+        "page.md: train.no_such_workloads is no setting (config/declarations/settings.py)" in found
+    )
     assert "page.md: step no-such-step is no StepName" in found
     assert "page.md: exit 99 is no exit code of orchestrator" in found
     assert not any("--gate" in line for line in found)

@@ -19,17 +19,22 @@ from typer.testing import CliRunner
 import orchestrator.release.run as release_run
 from orchestrator.cli import app
 from orchestrator.cli.release_common import closing_lines
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
-from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import TargetRuns
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import read_record
+from orchestrator.model.documents.release_summary import TargetRuns
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
-from orchestrator.release.engine_jobs import cargo_jobs_on, jobs_of, jobs_per_engine, jobs_text
 from orchestrator.release.run import run_release, run_report
-from orchestrator.release.schedule import Job, Needs, Schedule
-from orchestrator.release.target import TargetResult, targets
+from orchestrator.release.targets.engine_jobs import (
+    cargo_jobs_on,
+    jobs_of,
+    jobs_per_engine,
+    jobs_text,
+)
+from orchestrator.release.targets.schedule import Job, Needs, Schedule
+from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.runtime.api import EngineFacts, engine_facts
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey

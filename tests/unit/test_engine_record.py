@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-from orchestrator.model.records import EngineRecord
+from orchestrator.model.documents.records import EngineRecord
 from orchestrator.runtime.api import ContainerSpec, Limits, engine_record
 from orchestrator.runtime.engine import Engine
 from tests.unit.fakes import FakeEngine

@@ -1,5 +1,5 @@
-"""Several engines: which engine takes which target (release/schedule.py), and targets
-moving off an engine that stops answering (release/farm.py), with fake engines."""
+"""Several engines: which engine takes which target (release/targets/schedule.py), and targets
+moving off an engine that stops answering (release/targets/farm.py), with fake engines."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any, cast
 import docker
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError
-from orchestrator.release.farm import Work, build_on_engines
-from orchestrator.release.schedule import Job, Needs, Schedule, needs_by_flavor
+from orchestrator.release.targets.farm import Work, build_on_engines
+from orchestrator.release.targets.schedule import Job, Needs, Schedule, needs_by_flavor
 from orchestrator.runtime.api import LABEL_SESSION, EngineFacts
 from orchestrator.runtime.contexts import EngineEndpoint
 from orchestrator.runtime.engine import Engine

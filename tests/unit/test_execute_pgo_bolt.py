@@ -14,10 +14,10 @@ from orchestrator.execute.optimize import bolt, pgo
 from orchestrator.execute.steps import pipeline as pipeline_module
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.steps.profiles import store_profile
-from orchestrator.model.bolt_report import PerfCapabilities
-from orchestrator.model.cache_records import ProfileSidecar
+from orchestrator.model.documents.cache_records import ProfileSidecar
+from orchestrator.model.documents.records import read_record
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import read_record
+from orchestrator.model.verdict.bolt_report import PerfCapabilities
 from orchestrator.plan.step_keys import bolt_profile_inputs
 from orchestrator.plan.steps import StepName
 from orchestrator.runtime.engine import Privileges

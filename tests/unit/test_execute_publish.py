@@ -21,10 +21,10 @@ from orchestrator.host.bootstrap import MANIFEST
 from orchestrator.host.packing import single_file_tar
 from orchestrator.host.source import CRATES_IO
 from orchestrator.host.staging import staging_root
+from orchestrator.model.documents.records import BuildManifest, GateInfo, read_record
+from orchestrator.model.documents.run_logs import BUILD_RUN, BuildRun
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import BuildManifest, GateInfo, read_record
-from orchestrator.model.run_logs import BUILD_RUN, BuildRun
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import (
     ProfileError,
     SourceError,

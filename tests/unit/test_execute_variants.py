@@ -17,10 +17,10 @@ from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.execute.verdict import cargo_test
 from orchestrator.host.source import snapshot
-from orchestrator.model.cache_records import VariantsRecord
+from orchestrator.model.documents.cache_records import VariantsRecord
+from orchestrator.model.documents.records import read_record
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
-from orchestrator.model.records import read_record
 
 from .conftest import plan_for
 from .execute_rig import answers, make_options, make_rig

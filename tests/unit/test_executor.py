@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import BoltError, ProfileError, StepFailedError
 from orchestrator.execute.build import EXECUTORS, StepExecutor, run_steps
 from orchestrator.execute.steps.pipeline import Pipeline

@@ -17,7 +17,7 @@ from orchestrator.cli.exit_codes import (
 from orchestrator.config.resources import repository_root
 from orchestrator.errors import BuildInterruptedError, ConfigError, OrchestratorError
 from orchestrator.host.vault import VaultCorruptError
-from orchestrator.model.records import RecordError
+from orchestrator.model.documents.records import RecordError
 
 
 def _docs_table() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from orchestrator.model.failed_tests import (
+from orchestrator.model.verdict.failed_tests import (
     MAX_FOUND,
     MAX_NAME,
     failing_tests,

@@ -15,12 +15,12 @@ from typer._click import Command, Parameter
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.flags import flag_specs
-from orchestrator.config.options import resolve
-from orchestrator.config.setting import Setting
-from orchestrator.config.settings import SETTINGS
-from orchestrator.config.target_cpus import check_recorded_cpu, recorded_target_cpus
-from orchestrator.config.typos import (
+from orchestrator.config.declarations.flags import flag_specs
+from orchestrator.config.declarations.setting import Setting
+from orchestrator.config.declarations.settings import SETTINGS
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.target_cpus import check_recorded_cpu, recorded_target_cpus
+from orchestrator.config.resolve.typos import (
     DIRECT_VARIABLES,
     check_environment,
     check_flag_conflicts,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
-from orchestrator.config.toolchains import load_base_spec, load_toolchain
+from orchestrator.config.resolve.options import KNOWN_FLAVORS, FlavorSettings, Options, resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError
-from orchestrator.flavors import FLAVORS, get_flavor
+from orchestrator.flavors import FLAVORS, FlavorView, get_flavor
 from orchestrator.flavors.gpu import (
     DeviceCodeMissingError,
     GpuTargetError,
@@ -26,7 +26,7 @@ from orchestrator.flavors.gpu import (
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.dockerfiles import render_dockerfile
 from orchestrator.plan.images import base_image_plan, toolchain_image_plan
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for, write_config
 
@@ -111,6 +111,27 @@ def test_aarch64_refuses_an_explicit_x86_level_and_sampled_bolt(project: Path) -
     with pytest.raises(ConfigError, match=r"bolt\.mode sample cannot work for the aarch64"):
         _plan(sampled, "aarch64")
     assert _plan(sampled, "cpu").bolt is not None
+
+
+def test_a_flavor_answers_from_its_view_of_the_options_alone(project: Path) -> None:
+    flagged = resolve(
+        project / "orchestrator.toml",
+        env={"SOURCE_DATE_EPOCH": "1"},
+        cli={"build.target_cpu": "x86-64-v3"},
+    )
+    view = FlavorView.from_options(flagged)
+    assert (view.target_cpu, view.target_cpu_source) == ("x86-64-v3", "flag")
+    assert view.settings_for("cuda") == flagged.settings_for("cuda")
+    with pytest.raises(ConfigError, match="x86_64 level"):
+        FLAVORS["aarch64"].validate(view)
+    # a view made by hand, no Options at all: the same answers from the same few fields
+    levels = ("x86-64-v2", "x86-64-v3")
+    from_file = FlavorView("znver4", "file", {"cpu": FlavorSettings(levels=levels)})
+    assert FLAVORS["cpu"].levels(from_file) == levels
+    assert FLAVORS["cpu"].artifact_suffix(from_file) == "-znver4"
+    assert FLAVORS["cpu"].rustflags(from_file) == ["-Ctarget-cpu=znver4"]
+    FLAVORS["aarch64"].validate(replace(from_file, target_cpu="x86-64-v3"))  # the file's: kept
+    assert FLAVORS["aarch64"].target_cpu(replace(from_file, target_cpu="x86-64-v3")) == "generic"
 
 
 def test_gpu_plans_export_targets_and_check_device_code(options: Options) -> None:
@@ -214,7 +235,10 @@ def test_release_targets_cover_flavors_and_levels(options: Options) -> None:
         },
     )
     found = targets(configured, ["cpu", "cuda", "rocm", "aarch64"])
-    names = [(t.flavor, get_flavor(t.flavor).artifact_suffix(t.options)) for t in found]
+    names = [
+        (t.flavor, get_flavor(t.flavor).artifact_suffix(FlavorView.from_options(t.options)))
+        for t in found
+    ]
     assert names == [
         ("cpu", ""),
         ("cpu", "-v3"),

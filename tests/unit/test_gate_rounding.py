@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate import (
+from orchestrator.model.documents.records import GateInfo
+from orchestrator.model.verdict.callgrind import Counts
+from orchestrator.model.verdict.gate import (
     BASELINE,
     basis_points,
     cycles_change,
@@ -18,14 +19,13 @@ from orchestrator.model.gate import (
     percent_change,
     saved_change,
 )
-from orchestrator.model.gate_table import (
+from orchestrator.model.verdict.gate_table import (
     gate_splits,
     release_column,
     splits,
     table_lines,
     workload_rows,
 )
-from orchestrator.model.records import GateInfo
 
 
 @pytest.mark.parametrize(

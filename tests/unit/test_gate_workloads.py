@@ -20,21 +20,21 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from orchestrator.cli.release_table import CYCLES_COLUMN, release_table, shipped_text
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step
-from orchestrator.model import callgrind
-from orchestrator.model.callgrind import Counts
-from orchestrator.model.gate_table import (
+from orchestrator.model.documents.records import GateInfo
+from orchestrator.model.verdict import callgrind
+from orchestrator.model.verdict.callgrind import Counts
+from orchestrator.model.verdict.gate_table import (
     gate_splits,
     release_column,
     splits,
     table_lines,
     workload_rows,
 )
-from orchestrator.model.records import GateInfo
 from orchestrator.plan import serialize, step_keys
-from orchestrator.release.target import Target, TargetResult
+from orchestrator.release.targets.target import Target, TargetResult
 
 from .conftest import plan_for
 from .execute_rig import Rig, make_options, make_rig
@@ -327,8 +327,8 @@ def test_a_release_shows_the_gate_s_figures_and_its_split_for_every_target(
 ) -> None:
     """Through `orchestrator release`: the cycles column for the counted target, "-" for
     the emulated one, and the split among the target's warnings and in release.json."""
-    import orchestrator.release.reproduce as release_reproduce  # noqa: PLC0415
-    import orchestrator.release.target as release_target  # noqa: PLC0415
+    import orchestrator.release.lock.reproduce as release_reproduce  # noqa: PLC0415
+    import orchestrator.release.targets.target as release_target  # noqa: PLC0415
     from orchestrator.cli import app  # noqa: PLC0415
     from orchestrator.execute.build import BuildOutcome  # noqa: PLC0415
 

@@ -16,22 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.config.toolchains import load_base_spec, load_distros, load_toolchain
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros, load_toolchain
 from orchestrator.execute.optimize import variants
 from orchestrator.flavors import get_flavor
 from orchestrator.host.git_facts import read_git_facts, shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import snapshot
-from orchestrator.model.git_facts import GitFacts
+from orchestrator.model.documents.git_facts import GitFacts
+from orchestrator.model.documents.lockfile import LockInputs, dumps, parse_lock
 from orchestrator.model.layout import PATHS
-from orchestrator.model.lockfile import LockInputs, dumps, parse_lock
 from orchestrator.plan.build_plan import BuildPlan, make_plan
 from orchestrator.plan.dockerfiles import image_packages, render_dockerfile
 from orchestrator.plan.git_shim import IMAGE_PATH, SHIM_PATH, SHIM_SEARCH_PATH, render_shim
 from orchestrator.plan.serialize import action_key, plan_inputs
 from orchestrator.plan.step_keys import baseline_key, cargo_test_key
-from orchestrator.release.reproduce import differing_inputs
+from orchestrator.release.lock.reproduce import differing_inputs
 
 from .conftest import FAKE_SOURCE, plan_for
 from .execute_rig import make_options, make_rig

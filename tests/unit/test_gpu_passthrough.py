@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from docker.types import HostConfig
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, GpuUnavailableError
+from orchestrator.flavors import FlavorView
 from orchestrator.flavors.cuda import CudaFlavor
 from orchestrator.runtime.api import ContainerSpec, Limits
 from orchestrator.runtime.doctor import run_checks
@@ -147,9 +148,11 @@ def test_gpu_mode_is_declared_per_flavor_and_checked(project: Path) -> None:
     options = _options(project, '[flavors.cuda]\ngpu = "require"\n')
     assert options.settings_for("cuda").gpu == "require"
     assert options.settings_for("rocm").gpu == "auto"
-    CudaFlavor().validate(options)
+    CudaFlavor().validate(FlavorView.from_options(options))
     with pytest.raises(ConfigError) as caught:
-        CudaFlavor().validate(_options(project, '[flavors.cuda]\ngpu = "yes"\n'))
+        CudaFlavor().validate(
+            FlavorView.from_options(_options(project, '[flavors.cuda]\ngpu = "yes"\n'))
+        )
     assert "flavors.cuda.gpu = 'yes'" in caught.value.message
 
 

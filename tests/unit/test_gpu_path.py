@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.config.options import FlavorSettings
+from orchestrator.config.resolve.options import FlavorSettings
 from orchestrator.execute.verdict.gpu_path import NVIDIA_QUERY, devices_seen, record_gpu_path
 from orchestrator.runtime.gpu import AMD, CDI
 from orchestrator.runtime.gpu_probe import CDI_NVIDIA, KFD_AMD

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import orchestrator.release.reproduce as release_reproduce
-import orchestrator.release.target as release_target
+import orchestrator.release.lock.reproduce as release_reproduce
+import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
 from orchestrator.cli.app import INTERRUPTED
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import SourceError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.host.source import CrateView, crate_snapshot
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.lockfile import (
     LOCK_FILE,
     LockDocument,
     LockfileError,
@@ -37,17 +37,17 @@ from orchestrator.model.lockfile import (
     read_lock,
 )
 from orchestrator.plan.steps import StepName
-from orchestrator.release import pin
 from orchestrator.release.ending import changed_note, interrupted, published_marks
-from orchestrator.release.locked_sources import config_folders, lay_out_sources
+from orchestrator.release.lock import pin
+from orchestrator.release.lock.locked_sources import config_folders, lay_out_sources
 from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint
-from orchestrator.release.sources_at_start import (
+from orchestrator.release.targets.sources_at_start import (
     SourcesAtStart,
     changed_files,
     changed_since_start,
     sources_at_start,
 )
-from orchestrator.release.target import Target, TargetResult, targets
+from orchestrator.release.targets.target import Target, TargetResult, targets
 
 from .conftest import plan_for
 from .test_cli_commands import configure

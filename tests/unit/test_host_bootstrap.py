@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import BootstrapError, CacheCorruptError
 from orchestrator.host import bootstrap
 from orchestrator.host.bootstrap import (

@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import orchestrator.release.reproduce as repro
-from orchestrator.config.checks import memory_bytes
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
+import orchestrator.release.lock.reproduce as repro
+from orchestrator.config.resolve.checks import memory_bytes
+from orchestrator.config.resolve.options import Options, resolve
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import ConfigError, ImageBuildError, ResourceLimitError, StepFailedError
 from orchestrator.execute.steps.commands import run
 from orchestrator.host.bootstrap import PackageSet
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.model.lockfile import LockLimits, parse_lock
+from orchestrator.model.documents.lockfile import LockLimits, parse_lock
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan, base_image_plan
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress.reporter import StepLog
-from orchestrator.release.reproduce import ReproduceRun, private_images
-from orchestrator.release.target import Target
+from orchestrator.release.lock.reproduce import ReproduceRun, private_images
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime import images
 from orchestrator.runtime.engine import LABEL_INPUT_HASH, ContainerSpec, Limits
 from orchestrator.runtime.imagelock import (

@@ -17,14 +17,14 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.clap_source import read_commands
-from orchestrator.config.run_files import (
+from orchestrator.config.init.clap_source import read_commands
+from orchestrator.config.init.run_files import (
     is_placeholder,
     looks_like_path,
     missing_files,
     path_arguments,
 )
-from orchestrator.config.workload_scan import find_workloads
+from orchestrator.config.init.workload_scan import find_workloads
 
 from .test_cli_bad_input import docker_down  # noqa: F401 (a fixture)
 

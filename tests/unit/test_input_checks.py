@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.config.toolchains import load_base_spec, load_toolchain
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.toolchains import load_base_spec, load_toolchain
 from orchestrator.errors import ConfigError, DockerUnavailableError, StepFailedError
 from orchestrator.execute.steps import toolchain
 from orchestrator.execute.steps.commands import cargo
@@ -31,10 +31,10 @@ from orchestrator.flavors.gpu import (
     cuda_embedded,
     cuda_supported,
 )
-from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
-from orchestrator.model.lockfile import LockfileError, read_lock
-from orchestrator.model.records import BuildManifest, RecordError, read_record
-from orchestrator.model.release_summary import ReleaseSummary
+from orchestrator.model.documents.cache_records import ProfileSidecar, VariantsRecord
+from orchestrator.model.documents.lockfile import LockfileError, read_lock
+from orchestrator.model.documents.records import BuildManifest, RecordError, read_record
+from orchestrator.model.documents.release_summary import ReleaseSummary
 from orchestrator.runtime.engine import API_TIMEOUT_S, Engine
 from orchestrator.runtime.reach import _endpoint
 from orchestrator.supply.minisign import PublicKey, SecretKey, SigningError, VerificationError

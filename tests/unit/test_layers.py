@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from graphlib import TopologicalSorter
 from pathlib import Path
 
+import pytest
+
 import orchestrator
-from orchestrator.tools.layers import KNOWN_CIRCLES, ROOMS, check, check_circles, room_of
+from orchestrator.tools.layers import (
+    KNOWN_CIRCLES,
+    MAX_MODULES,
+    ROOMS,
+    check,
+    check_circles,
+    check_sizes,
+    room_of,
+)
 
 
 def test_the_package_keeps_its_layers() -> None:
@@ -32,17 +43,17 @@ def test_a_pure_module_importing_the_runtime_is_refused(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
-            "model/plan.py": "from orchestrator.runtime.engine import Engine\n",
+            "model/layout.py": "from orchestrator.runtime.engine import Engine\n",
             "runtime/engine.py": "import docker\n",
         },
     )
     [violation] = check(root)
-    assert violation.file.name == "plan.py"
+    assert violation.file.name == "layout.py"
     assert "model must not import orchestrator.runtime.engine" in violation.message
 
 
 def test_a_lazy_import_of_subprocess_in_config_is_refused(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {"config/options.py": "def f():\n    import subprocess\n"})
+    root = _tree(tmp_path, {"config/resolve/options.py": "def f():\n    import subprocess\n"})
     [violation] = check(root)
     assert violation.line == 2
     assert "config is pure" in violation.message
@@ -120,7 +131,38 @@ def test_a_room_imports_only_the_rooms_below_it(tmp_path: Path) -> None:
     ]
 
 
-def test_the_rooms_of_execute_are_each_in_the_table() -> None:
+@pytest.mark.parametrize("layer", sorted(ROOMS))
+def test_the_rooms_of_a_split_package_are_each_in_the_table(layer: str) -> None:
     root = Path(orchestrator.__file__).parent
-    rooms = {room_of(path, root) for path in (root / "execute").rglob("*.py")}
-    assert rooms == set(ROOMS["execute"])
+    rooms = {room_of(path, root) for path in (root / layer).rglob("*.py")}
+    assert rooms == set(ROOMS[layer])
+
+
+@pytest.mark.parametrize("layer", sorted(ROOMS))
+def test_the_rooms_of_a_package_import_each_other_one_way(layer: str) -> None:
+    rooms = ROOMS[layer]
+    assert all(set(allowed) <= set(rooms) for allowed in rooms.values())
+    order = list(TopologicalSorter(rooms).static_order())  # CycleError on a circle
+    assert set(order) == set(rooms)
+
+
+def test_no_folder_of_the_package_holds_more_than_the_most_modules() -> None:
+    root = Path(orchestrator.__file__).parent
+    assert [str(v) for v in check_sizes(root)] == []
+    assert MAX_MODULES == 20
+
+
+def test_a_folder_over_the_most_modules_is_refused_and_init_not_counted(tmp_path: Path) -> None:
+    files = {f"release/m{n}.py": "x = 1\n" for n in range(4)}
+    files |= {"release/__init__.py": "", "release/rooms/a.py": "", "release/rooms/b.py": ""}
+    files |= {f"model/m{n}.py": "" for n in range(3)} | {"errors.py": "", "cli.py": ""}
+    root = _tree(tmp_path, files)
+    [violation] = check_sizes(root, most=3)
+    assert violation.file == root / "release" / "__init__.py"
+    assert "orchestrator/release/ holds 4 modules, more than 3" in violation.message
+    assert check_sizes(root, most=4) == []  # model/ with 3, release/rooms/ with 2, the top 2
+    (root / "model" / "m3.py").write_text("")
+    bare, release = check_sizes(root, most=3)
+    assert (bare.file, bare.line) == (root / "model", 1)  # no __init__.py: the folder itself
+    assert "orchestrator/model/ holds 4 modules" in bare.message
+    assert release.file == violation.file

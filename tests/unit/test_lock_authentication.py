@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.attest import CHECKSUMS, PUBLIC_KEY, SIGNATURE_SUFFIX
 from orchestrator.supply.lock_trust import UnsignedLockError, authenticate_lock

@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.execute.steps.profiles import load_profile
 from orchestrator.host.vault import Vault
-from orchestrator.model.cache_records import ProfileSidecar
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.cache_records import ProfileSidecar
+from orchestrator.model.documents.lockfile import (
     SCHEMA_VERSION,
     LockDocument,
     LockfileError,
@@ -28,11 +28,11 @@ from orchestrator.model.lockfile import (
     read_lock,
     write_lock,
 )
-from orchestrator.model.records import read_record
+from orchestrator.model.documents.records import read_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
-from orchestrator.release.locked_sources import lay_out_sources
-from orchestrator.release.reproduce import differing_inputs, read_locked, seed_cache
+from orchestrator.release.lock.locked_sources import lay_out_sources
+from orchestrator.release.lock.reproduce import differing_inputs, read_locked, seed_cache
 from orchestrator.runtime.images import package_set_dir
 
 from .conftest import plan_for

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import OrchestratorError
 from orchestrator.host.vault import Vault, VaultCorruptError, VaultError
-from orchestrator.model.lockfile import (
+from orchestrator.model.documents.lockfile import (
     SCHEMA_VERSION,
     LockDocument,
     LockedTarget,

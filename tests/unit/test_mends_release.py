@@ -13,14 +13,14 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
-import orchestrator.release.target as release_target
-from orchestrator.config.options import FlavorSettings, Options, resolve
+import orchestrator.release.targets.target as release_target
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import OrchestratorError, StepFailedError
 from orchestrator.execute.build import BuildOutcome
 from orchestrator.execute.verdict.bench import VariantStats
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
 from tests.unit.conftest import plan_for

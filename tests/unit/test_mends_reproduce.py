@@ -12,15 +12,15 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import orchestrator.release.reproduce as repro
+import orchestrator.release.lock.reproduce as repro
 from orchestrator.cli import app
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ForeignFolderError, SourceError
 from orchestrator.host.cachedir import WORKDIR_MARKER, prepare_workdir
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.release.locked_sources import lay_out_sources
-from orchestrator.release.reproduce import Reproduced, ReproduceRun, diffoscope_report
-from orchestrator.release.target import Target
+from orchestrator.release.lock.locked_sources import lay_out_sources
+from orchestrator.release.lock.reproduce import Reproduced, ReproduceRun, diffoscope_report
+from orchestrator.release.targets.target import Target
 from orchestrator.runtime.engine import Engine
 from tests.unit.conftest import plan_for
 from tests.unit.fakes import FakeEngine

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from orchestrator.execute.steps.commands import cargo
-from orchestrator.model.pgo_report import (
+from orchestrator.model.verdict.pgo_report import (
     is_missing_profile_line,
     missing_functions,
     summarised_output,

@@ -17,14 +17,14 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
-import orchestrator.release.target as release_target
-from orchestrator.config.options import FlavorSettings, Options
+import orchestrator.release.targets.target as release_target
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
-from orchestrator.model.record_io import read_record
-from orchestrator.model.release_summary import ReleaseSummary, TargetRuns
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.record_io import read_record
+from orchestrator.model.documents.release_summary import ReleaseSummary, TargetRuns
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.release.run import RELEASE_JSON, run_release
-from orchestrator.release.target import TargetResult, targets
+from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 from orchestrator.supply.verify import verify_release

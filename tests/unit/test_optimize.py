@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import BoltError, ProfileError
-from orchestrator.model.bolt_report import PerfCapabilities, choose_mode, parse_report
-from orchestrator.model.outputs import compare_outputs, render_diff
-from orchestrator.model.pgo_report import Coverage, missing_functions, parse_profdata_show
+from orchestrator.model.verdict.bolt_report import PerfCapabilities, choose_mode, parse_report
+from orchestrator.model.verdict.outputs import compare_outputs, render_diff
+from orchestrator.model.verdict.pgo_report import Coverage, missing_functions, parse_profdata_show
 
 NOTHING = PerfCapabilities(lbr=False, sampling=False, grant="none")
 SAMPLING = PerfCapabilities(lbr=False, sampling=True, grant="cap-add SYS_ADMIN")

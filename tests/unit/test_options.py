@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FALLBACK_SOURCE_DATE_EPOCH, resolve
+from orchestrator.config.resolve.options import FALLBACK_SOURCE_DATE_EPOCH, resolve
 from orchestrator.errors import ConfigError
 from tests.unit.conftest import write_config
 

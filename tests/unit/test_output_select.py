@@ -4,7 +4,7 @@ may differ."""
 
 from __future__ import annotations
 
-from orchestrator.model.outputs import Captured, compare_captured, compare_outputs
+from orchestrator.model.verdict.outputs import Captured, compare_captured, compare_outputs
 
 CPU = "backend: cpu\ntoken 17 the\ntoken 42 cat\nchecksum 0.123456789\nelapsed 1.20 s\n"
 GPU = "backend: cuda\ntoken 17 the\ntoken 42 cat\nchecksum 0.123456801\nelapsed 0.05 s\n"

@@ -5,11 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.config.toolchains import BaseSpec, ToolchainSpec, load_base_spec, load_toolchain
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.toolchains import (
+    BaseSpec,
+    ToolchainSpec,
+    load_base_spec,
+    load_toolchain,
+)
 from orchestrator.errors import ConfigError
-from orchestrator.model.lockfile import LockInputs
+from orchestrator.model.documents.lockfile import LockInputs
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import (
     TEST_FLAGS,
@@ -18,7 +23,7 @@ from orchestrator.plan.serialize import (
     plan_inputs,
     plan_summary,
 )
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
 

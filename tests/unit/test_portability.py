@@ -22,14 +22,14 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
-from orchestrator.config.toolchains import load_base_spec, load_distros
+from orchestrator.config.resolve.toolchains import load_base_spec, load_distros
 from orchestrator.errors import PortabilityError, StepFailedError
 from orchestrator.execute.steps import sysroot as sysroot_step
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import portability
 from orchestrator.flavors import get_flavor
 from orchestrator.host.bootstrap import rootfs_recipe
-from orchestrator.model.elf import (
+from orchestrator.model.binaries.elf import (
     ElfReadError,
     LoaderNeeds,
     hide_versions_above,
@@ -37,9 +37,9 @@ from orchestrator.model.elf import (
     read_loader_needs,
     version_tuple,
 )
-from orchestrator.model.outputs import Captured
-from orchestrator.model.portability import from_loader_needs
-from orchestrator.model.records import PortabilityInfo
+from orchestrator.model.binaries.portability import from_loader_needs
+from orchestrator.model.documents.records import PortabilityInfo
+from orchestrator.model.verdict.outputs import Captured
 from orchestrator.plan.images import base_image_plan
 from orchestrator.plan.portable import GLIBC_LIBRARIES, distro_plan
 from orchestrator.plan.steps import StepName

@@ -1,5 +1,5 @@
 """engines.prefetch: while one target compiles, the next target's images are made in the
-background (release/prefetch.py), where an engine builds one target at a time on this
+background (release/targets/prefetch.py), where an engine builds one target at a time on this
 host with room; a failure there is a warning on the target that needed the images, and a
 stop leaves no prefetch running."""
 
@@ -17,17 +17,17 @@ import pytest
 from rich.console import Console
 
 import orchestrator.release.run as release_run
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ImageBuildError
-from orchestrator.model.records import read_record
-from orchestrator.model.release_summary import TargetRuns
-from orchestrator.model.run_logs import TARGET_RUNS
+from orchestrator.model.documents.records import read_record
+from orchestrator.model.documents.release_summary import TargetRuns
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.progress.reporter import StepLog
-from orchestrator.release import prefetch
-from orchestrator.release.engine_jobs import jobs_of, jobs_per_engine, prefetch_of
 from orchestrator.release.run import run_release
-from orchestrator.release.target import TargetResult, targets
+from orchestrator.release.targets import prefetch
+from orchestrator.release.targets.engine_jobs import jobs_of, jobs_per_engine, prefetch_of
+from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
 

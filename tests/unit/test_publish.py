@@ -16,7 +16,7 @@ def test_checksums_pass_sha256sum_check(tmp_path: Path) -> None:
     (tmp_path / "logs" / "01-build.log").write_text("+ cargo build\n")
     write_checksums(tmp_path)
     lines = (tmp_path / "SHA256SUMS").read_text().splitlines()
-    # the step log says how the build went: not signed (model/run_logs.py)
+    # the step log says how the build went: not signed (model/documents/run_logs.py)
     assert [line.split("  ")[1] for line in lines] == ["tool"]
     if shutil.which("sha256sum"):
         subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=tmp_path, check=True)

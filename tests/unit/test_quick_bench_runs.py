@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli.release_common import QUICK_BENCH_RUNS, quick_bench_runs
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 
 from .fakes import FakeEngine
 

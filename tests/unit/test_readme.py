@@ -1,12 +1,12 @@
 """The settings table of docs/configuration.md (the configuration reference) is the one made
-from config/settings.py, not a copy."""
+from config/declarations/settings.py, not a copy."""
 
 from __future__ import annotations
 
-from orchestrator.config.flags import settings_table_markdown
+from orchestrator.config.declarations.flags import settings_table_markdown
 from orchestrator.config.resources import repository_root
 
-START = "<!-- settings table: generated from orchestrator/config/settings.py -->\n"
+START = "<!-- settings table: generated from orchestrator/config/declarations/settings.py -->\n"
 END = "\n<!-- end of settings table -->"
 
 

@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.model import record_io
-from orchestrator.model.cache_records import ProfileSidecar, VariantsRecord
-from orchestrator.model.records import (
+from orchestrator.config.resolve.options import resolve
+from orchestrator.model.documents import record_io
+from orchestrator.model.documents.cache_records import ProfileSidecar, VariantsRecord
+from orchestrator.model.documents.records import (
     BuildManifest,
     FileDigest,
     RecordError,
@@ -21,7 +21,11 @@ from orchestrator.model.records import (
     record_text,
     write_record,
 )
-from orchestrator.model.release_summary import PublishedTarget, ReleaseSummary, TargetSummary
+from orchestrator.model.documents.release_summary import (
+    PublishedTarget,
+    ReleaseSummary,
+    TargetSummary,
+)
 
 from .conftest import plan_for
 from .manifests import produced_manifest

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, Options, resolve
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
 from orchestrator.errors import ConfigError
+from orchestrator.flavors import FlavorView
 from orchestrator.flavors.cpu import CpuFlavor
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 
 @pytest.fixture
@@ -27,7 +28,11 @@ def test_levels_become_targets_with_suffixes(options: Options) -> None:
     )
     found = targets(levelled, ["cpu"])
     assert [t.options.target_cpu for t in found] == ["x86-64-v2", "x86-64-v3", "znver4"]
-    assert [flavor.artifact_suffix(t.options) for t in found] == ["", "-v3", "-znver4"]
+    assert [flavor.artifact_suffix(FlavorView.from_options(t.options)) for t in found] == [
+        "",
+        "-v3",
+        "-znver4",
+    ]
 
 
 def test_native_is_refused_for_releases(options: Options) -> None:

@@ -16,16 +16,16 @@ from orchestrator.cli import app
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship import publish
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish
-from orchestrator.model.records import BuildManifest, read_record
-from orchestrator.model.target_folder import TARGET_RECORD
+from orchestrator.model.documents.records import BuildManifest, read_record
+from orchestrator.model.documents.target_folder import TARGET_RECORD
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.release.shard import (
+from orchestrator.release.assemble.shard import (
     AssembleError,
     TargetFolderError,
     check_folders,
     pick_target,
 )
-from orchestrator.release.target import Target
+from orchestrator.release.targets.target import Target
 from orchestrator.supply.archives import archive_name
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.installer import INSTALLER

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.model.records import BuildManifest, read_record
+from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 

@@ -17,22 +17,22 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import orchestrator.release.run as release_run
-import orchestrator.release.target as release_target
+import orchestrator.release.targets.target as release_target
 from orchestrator.cli import app
-from orchestrator.config.options import FlavorSettings, Options, resolve
-from orchestrator.model.record_io import record_text
-from orchestrator.model.records import read_record, write_record
-from orchestrator.model.release_summary import (
+from orchestrator.config.resolve.options import FlavorSettings, Options, resolve
+from orchestrator.model.documents.record_io import record_text
+from orchestrator.model.documents.records import read_record, write_record
+from orchestrator.model.documents.release_summary import (
     PublishedTarget,
     ReleaseSummary,
     TargetFacts,
     TargetRuns,
     TargetSummary,
 )
-from orchestrator.model.run_logs import TARGET_RUNS
-from orchestrator.release.release_json import write_release_json
+from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
-from orchestrator.release.target import no_speedup_reason, targets
+from orchestrator.release.targets.release_json import write_release_json
+from orchestrator.release.targets.target import no_speedup_reason, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer, resolve_signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.resolve.toolchains import load_toolchain
 from orchestrator.config.resources import repository_root
-from orchestrator.config.toolchains import load_toolchain
 from orchestrator.errors import ConfigError, StaleRenderError
 from orchestrator.flavors import FLAVORS, get_flavor
 from orchestrator.flavors.cpu import CpuFlavor

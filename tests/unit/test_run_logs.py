@@ -1,4 +1,4 @@
-"""Which files are the unsigned records of how a build went (model/run_logs.py): only
+"""Which files are the unsigned records of how a build went (model/documents/run_logs.py): only
 those, so that `verify` still flags anything else no signature covers; and what of a
 build's record goes there rather than into the signed build.json."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.model.record_io import record_text
-from orchestrator.model.run_logs import ImageRun, is_build_log, is_release_log, split_run
+from orchestrator.config.resolve.options import resolve
+from orchestrator.model.documents.record_io import record_text
+from orchestrator.model.documents.run_logs import ImageRun, is_build_log, is_release_log, split_run
 
 from .conftest import plan_for
 from .manifests import produced_manifest

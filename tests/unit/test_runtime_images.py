@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.toolchains import AptSources, BaseSpec, load_base_spec
+from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, load_base_spec
 from orchestrator.errors import ImageBuildError
 from orchestrator.host.bootstrap import MANIFEST, PackageFile, PackageSet
 from orchestrator.host.vault import VaultError

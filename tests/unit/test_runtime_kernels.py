@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings, resolve
+from orchestrator.config.resolve.options import FlavorSettings, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import device

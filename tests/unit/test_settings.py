@@ -1,4 +1,4 @@
-"""The declarations in orchestrator.config.settings and what is derived from them."""
+"""The declarations in orchestrator.config.declarations.settings and what is derived from them."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.flags import flag_specs, settings_table_markdown
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options, resolve
-from orchestrator.config.settings import (
+from orchestrator.config.declarations.flags import flag_specs, settings_table_markdown
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.declarations.settings import (
     FLAVOR_SETTINGS,
     SETTINGS,
     SETTINGS_BY_KEY,
     Setting,
 )
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError
 from tests.unit.conftest import write_config
 

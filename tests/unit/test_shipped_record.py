@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.model.records import GateInfo
+from orchestrator.model.documents.records import GateInfo
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import __version__
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.supply.attest import refuse_inside_repository
 from orchestrator.supply.minisign import (
     PublicKey,

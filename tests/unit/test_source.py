@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from orchestrator.cli.release_common import refuse_dirty
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import SourceError
 from orchestrator.host.source import (
     CrateView,

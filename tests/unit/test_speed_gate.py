@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import resolve
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError, SpeedGateError, StepFailedError, ValidationError
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import gate as gate_step
-from orchestrator.model.callgrind import Counts, cycles_ratio, geometric_mean, parse_totals
-from orchestrator.model.gate import decide, gain
-from orchestrator.model.lockfile import LockDriftError
+from orchestrator.model.documents.lockfile import LockDriftError
+from orchestrator.model.verdict.callgrind import Counts, cycles_ratio, geometric_mean, parse_totals
+from orchestrator.model.verdict.gate import decide, gain
 
 from .conftest import plan_for, write_config
 from .execute_rig import Rig, make_options, make_rig
@@ -222,9 +222,9 @@ def test_the_release_summary_shows_what_shipped_and_what_it_saves(
     from typing import Any, cast  # noqa: PLC0415
 
     from orchestrator.cli.release_table import shipped_text  # noqa: PLC0415
-    from orchestrator.model.records import BoltInfo, GateInfo  # noqa: PLC0415
-    from orchestrator.model.release_summary import bolt_summary  # noqa: PLC0415
-    from orchestrator.release.target import Target, TargetResult  # noqa: PLC0415
+    from orchestrator.model.documents.records import BoltInfo, GateInfo  # noqa: PLC0415
+    from orchestrator.model.documents.release_summary import bolt_summary  # noqa: PLC0415
+    from orchestrator.release.targets.target import Target, TargetResult  # noqa: PLC0415
 
     gate = GateInfo(
         policy="best",

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import orchestrator.release.reproduce as repro
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import FlavorSettings, Options
+import orchestrator.release.lock.reproduce as repro
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute import build as build_module
 from orchestrator.execute.optimize import bolt, pgo, variants
@@ -27,8 +27,8 @@ from orchestrator.execute.verdict import cargo_test, gate
 from orchestrator.host.source import snapshot
 from orchestrator.host.step_cache import ENTRY_FILE, StepCache
 from orchestrator.host.vault import Vault, VaultError
-from orchestrator.model.cache_records import StepEntryRecord
-from orchestrator.model.records import FileDigest, read_record, write_record
+from orchestrator.model.documents.cache_records import StepEntryRecord
+from orchestrator.model.documents.records import FileDigest, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.cargo_commands import split_test_args
 from orchestrator.plan.step_keys import (
@@ -47,8 +47,8 @@ from orchestrator.plan.step_keys import (
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.dry_run import dry_run
-from orchestrator.release.reproduce import Reproduced, ReproduceRun
-from orchestrator.release.target import Target, targets
+from orchestrator.release.lock.reproduce import Reproduced, ReproduceRun
+from orchestrator.release.targets.target import Target, targets
 from tests.unit.test_lockfile import lock_for
 
 from .conftest import plan_for

@@ -18,17 +18,17 @@ from orchestrator.execute.optimize import relocations
 from orchestrator.execute.optimize.variants import keep_variants
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.host.step_cache import StepCache
-from orchestrator.model.elf import ElfReadError
-from orchestrator.model.records import BuildManifest, parse_record
-from orchestrator.model.relocations import (
+from orchestrator.model.binaries.elf import ElfReadError
+from orchestrator.model.binaries.relocations import (
     StaticRelocations,
     StrippedBinary,
     static_relocation_sections,
 )
+from orchestrator.model.documents.records import BuildManifest, parse_record
 from orchestrator.plan.serialize import action_key, plan_summary
 from orchestrator.plan.steps import StepName
 from orchestrator.release.dry_run import dry_run
-from orchestrator.release.target import targets
+from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
 from .execute_rig import Rig, answers, make_options, make_rig

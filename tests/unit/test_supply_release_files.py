@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import NotAReleaseError
 from orchestrator.execute.ship.publish import update_release_index
 from orchestrator.host.staging import write_checksums
-from orchestrator.model.records import write_record
+from orchestrator.model.documents.records import write_record
 from orchestrator.supply import minisign
 from orchestrator.supply.attest import (
     CHECKSUMS,

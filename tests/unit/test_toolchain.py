@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
-from orchestrator.config.toolchains import (
+from orchestrator.config.resolve.options import resolve
+from orchestrator.config.resolve.toolchains import (
     available_toolchains,
     check_coherence,
     check_toolchain_name,

@@ -24,7 +24,7 @@ from orchestrator.execute.optimize.train_bundle import (
 )
 from orchestrator.execute.optimize.train_profiles import load_manifest, read_profiles
 from orchestrator.execute.optimize.train_script import bundle_word
-from orchestrator.model.training_bundle import BundleWorkload, TrainingManifest
+from orchestrator.model.documents.training_bundle import BundleWorkload, TrainingManifest
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, verify_file
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import FlavorSettings
+from orchestrator.config.resolve.options import FlavorSettings
 from orchestrator.errors import BundleError, GpuPathError, ValidationError
 from orchestrator.execute.optimize.train_bundle import MANIFEST, TRAIN_SH, write_bundle
 from orchestrator.execute.optimize.train_elsewhere import gpu_checks
@@ -29,8 +29,12 @@ from orchestrator.execute.optimize.train_profiles import (
 )
 from orchestrator.execute.optimize.train_script import render_train_sh
 from orchestrator.execute.verdict.gpu_path import record_gpu_path
-from orchestrator.model.outputs import Captured, compare_captured
-from orchestrator.model.training_bundle import BundleGpuCheck, BundleWorkload, TrainingManifest
+from orchestrator.model.documents.training_bundle import (
+    BundleGpuCheck,
+    BundleWorkload,
+    TrainingManifest,
+)
+from orchestrator.model.verdict.outputs import Captured, compare_captured
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
 

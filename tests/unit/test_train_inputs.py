@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config.options import Options, resolve
+from orchestrator.config.resolve.options import Options, resolve
 from orchestrator.errors import ConfigError, SourceError, UnsafeArchiveError
 from orchestrator.execute.optimize import variants
 from orchestrator.execute.steps.pipeline import run_workloads
@@ -26,8 +26,8 @@ from orchestrator.execute.verdict.bench import BenchSetup, measure
 from orchestrator.host.inputs import pack_input, pack_inputs, unpack_locked_inputs
 from orchestrator.host.source import snapshot
 from orchestrator.host.vault import Vault
+from orchestrator.model.documents.lockfile import LockfileError, blobs, dumps, read_lock
 from orchestrator.model.layout import PATHS
-from orchestrator.model.lockfile import LockfileError, blobs, dumps, read_lock
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.serialize import plan_inputs, plan_summary
 

@@ -12,7 +12,7 @@ from orchestrator.errors import ValidationError
 from orchestrator.execute.steps.pipeline import BIN_DIR
 from orchestrator.execute.verdict import validate
 from orchestrator.execute.verdict.validate import NondeterministicOutputError
-from orchestrator.model.outputs import Captured
+from orchestrator.model.verdict.outputs import Captured
 
 from .execute_rig import Rig, make_options, make_rig
 from .fakes import FakeEngine

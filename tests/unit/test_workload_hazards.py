@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.config.workload_hazards import CliFacts, read_cli_facts, workload_hazards
+from orchestrator.config.init.workload_hazards import CliFacts, read_cli_facts, workload_hazards
 
 from .test_cli_bad_input import docker_down  # noqa: F401 (a fixture)
 

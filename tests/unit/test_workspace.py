@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.options import resolve
+from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import ConfigError
 from orchestrator.supply.sbom import crates_from_metadata
 

@@ -21,7 +21,7 @@ from orchestrator.execute.steps.profiles import ProfileRecord, load_profile, sto
 from orchestrator.execute.steps.step_reuse import look_up, mark_reused, store
 from orchestrator.execute.verdict.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry, files_tar
-from orchestrator.model.bolt_report import BoltReport, ModeChoice, choose_mode, parse_report
+from orchestrator.model.verdict.bolt_report import BoltReport, ModeChoice, choose_mode, parse_report
 from orchestrator.plan.bolt import BoltPlan
 from orchestrator.plan.step_keys import bolt_optimize_key, bolt_profile_inputs
 from orchestrator.plan.steps import StepName

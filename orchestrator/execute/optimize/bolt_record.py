@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.execute.steps.pipeline import Pipeline
-from orchestrator.model.records import BoltBinary
+from orchestrator.model.documents.records import BoltBinary
 
 
 def bolt_binaries_shipped(pipeline: Pipeline) -> dict[str, bool]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.execute.steps.pipeline import Pipeline
-from orchestrator.model.elf import ElfReadError, comment_strings
-from orchestrator.model.records import CCodeInfo
+from orchestrator.model.binaries.elf import ElfReadError, comment_strings
+from orchestrator.model.documents.records import CCodeInfo
 
 
 def compiled_by_clang(comment: list[str]) -> bool:

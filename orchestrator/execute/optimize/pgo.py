@@ -24,7 +24,7 @@ from orchestrator.execute.steps.step_reuse import (
     mark_reused,
     store,
 )
-from orchestrator.model.pgo_report import parse_profdata_show
+from orchestrator.model.verdict.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
 from orchestrator.plan.c_code import profile_c_functions
 from orchestrator.plan.step_keys import pgo_key

@@ -21,12 +21,12 @@ from orchestrator.execute.steps.pipeline import BIN_DIR, Pipeline, variant_binar
 from orchestrator.execute.steps.step_reuse import look_up, store
 from orchestrator.execute.verdict.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry, files_tar
-from orchestrator.model.hashing import sha256_file
-from orchestrator.model.relocations import (
+from orchestrator.model.binaries.relocations import (
     StaticRelocations,
     StrippedBinary,
     static_relocation_sections,
 )
+from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import strip_key
 from orchestrator.plan.steps import StepName

@@ -14,16 +14,16 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.run_files import path_arguments
+from orchestrator.config.init.run_files import path_arguments
 from orchestrator.errors import BundleError
 from orchestrator.execute.optimize.train_script import render_train_sh
-from orchestrator.model.hashing import sha256_bytes, sha256_file
-from orchestrator.model.training_bundle import (
+from orchestrator.model.documents.training_bundle import (
     BundleFile,
     BundleGpuCheck,
     BundleWorkload,
     TrainingManifest,
 )
+from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.supply.attest import Signer
 
 MANIFEST = "manifest.json"

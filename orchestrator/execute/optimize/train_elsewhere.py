@@ -25,8 +25,12 @@ from orchestrator.execute.optimize.train_profiles import (
 from orchestrator.execute.steps.commands import fetch_file, put_file
 from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.host.archive import safe_extract
+from orchestrator.model.documents.training_bundle import (
+    BundleGpuCheck,
+    BundleWorkload,
+    TrainingManifest,
+)
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.training_bundle import BundleGpuCheck, BundleWorkload, TrainingManifest
 from orchestrator.progress.reporter import StepLog
 from orchestrator.supply.attest import Signer
 

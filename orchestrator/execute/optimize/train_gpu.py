@@ -18,9 +18,14 @@ from orchestrator.errors import BundleError, GpuPathError
 from orchestrator.execute.optimize.train_profiles import TrainedElsewhere
 from orchestrator.execute.optimize.train_script import GPU_SUMS, NO_GPU
 from orchestrator.execute.verdict.gpu_path import devices_seen, exercised
+from orchestrator.model.documents.training_bundle import BundleGpuCheck, TrainingManifest
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.outputs import Captured, compare_captured, compare_outputs, render_diff
-from orchestrator.model.training_bundle import BundleGpuCheck, TrainingManifest
+from orchestrator.model.verdict.outputs import (
+    Captured,
+    compare_captured,
+    compare_outputs,
+    render_diff,
+)
 
 THROUGH_BUNDLE = "through the training bundle"
 _TAIL = 12  # lines of a failed run's stderr quoted in the error

@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from orchestrator.errors import BundleError, UnsafeArchiveError
 from orchestrator.execute.optimize.train_script import GPU_DIR, GPU_SUMS, MACHINE_TXT
 from orchestrator.host.archive import ArchiveLimits, MemberCheck, copy_exactly, reading_tar
+from orchestrator.model.documents.training_bundle import TrainingManifest
 from orchestrator.model.hashing import sha256_bytes
-from orchestrator.model.training_bundle import TrainingManifest
 
 PROFILE_LIMITS = ArchiveLimits(max_entries=20_000, max_total_bytes=8 << 30, max_expansion=1)
 _MAX_MACHINE_TXT = 4096

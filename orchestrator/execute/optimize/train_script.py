@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from orchestrator.errors import ConfigError
-from orchestrator.model.training_bundle import BundleFile, BundleGpuCheck, BundleWorkload
+from orchestrator.model.documents.training_bundle import BundleFile, BundleGpuCheck, BundleWorkload
 
 # /build/src and /build/inputs in an argument become the bundle's src/ and inputs/.
 _CONTAINER_ROOT = re.compile(r"/build/(src|inputs)(?=/|$)")

@@ -25,11 +25,11 @@ from orchestrator.execute.steps.step_reuse import (
 from orchestrator.host.git_facts import shim_archive
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import CrateView, crate_snapshot
-from orchestrator.model.cache_records import VariantsRecord
+from orchestrator.model.documents.cache_records import VariantsRecord
+from orchestrator.model.documents.records import FileDigest, write_record
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
-from orchestrator.model.pgo_report import Coverage, missing_functions
-from orchestrator.model.records import FileDigest, write_record
+from orchestrator.model.verdict.pgo_report import Coverage, missing_functions
 from orchestrator.plan.git_shim import SHIM_PATH
 from orchestrator.plan.step_keys import (
     baseline_key,

@@ -14,10 +14,10 @@ from pathlib import Path
 from orchestrator.errors import GeneratedFileError, StepFailedError
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.verdict.validate import capture
+from orchestrator.model.documents.records import GeneratedFile
 from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import render_diff
-from orchestrator.model.records import GeneratedFile
+from orchestrator.model.verdict.outputs import render_diff
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 from orchestrator.supply.archives import GENERATED_DIR

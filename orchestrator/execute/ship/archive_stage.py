@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.archive_include import check_include_pattern, included_files
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.archive_include import check_include_pattern, included_files
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import PublishError
+from orchestrator.model.documents.records import BuildManifest
 from orchestrator.model.hashing import content_hash, sha256_bytes
-from orchestrator.model.records import BuildManifest
 from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import (
     GENERATED_DIR,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator import __version__
-from orchestrator.config.kinds import Run
-from orchestrator.config.options import Options
+from orchestrator.config.declarations.kinds import Run
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record, bolt_binaries_shipped
 from orchestrator.execute.optimize.c_code import c_code_record
@@ -27,11 +27,7 @@ from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import CrateView, crate_identity
 from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
-from orchestrator.model.bolt_binaries import other_profile_name
-from orchestrator.model.callgrind import FORMULA
-from orchestrator.model.hashing import sha256_file
-from orchestrator.model.layout import release_dir_name
-from orchestrator.model.records import (
+from orchestrator.model.documents.records import (
     ArtifactInfo,
     BinaryFile,
     BoltInfo,
@@ -55,8 +51,12 @@ from orchestrator.model.records import (
     ToolchainInfo,
     write_record,
 )
-from orchestrator.model.run_logs import BUILD_RUN, LOGS_DIR, split_run
-from orchestrator.model.shipped_profile import debug_warning, shipped_profile
+from orchestrator.model.documents.run_logs import BUILD_RUN, LOGS_DIR, split_run
+from orchestrator.model.documents.shipped_profile import debug_warning, shipped_profile
+from orchestrator.model.hashing import sha256_file
+from orchestrator.model.layout import release_dir_name
+from orchestrator.model.verdict.bolt_binaries import other_profile_name
+from orchestrator.model.verdict.callgrind import FORMULA
 from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog

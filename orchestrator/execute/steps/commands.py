@@ -13,9 +13,9 @@ from pathlib import Path, PurePosixPath
 from orchestrator.errors import ConfigError, ResourceLimitError, SourceError, StepFailedError
 from orchestrator.host.archive import ChunkReader, safe_extract
 from orchestrator.host.packing import single_file_tar
-from orchestrator.model.failed_tests import failing_tests
 from orchestrator.model.layout import PATHS
-from orchestrator.model.pgo_report import is_missing_profile_line, missing_profile_note
+from orchestrator.model.verdict.failed_tests import failing_tests
+from orchestrator.model.verdict.pgo_report import is_missing_profile_line, missing_profile_note
 from orchestrator.plan.build_plan import CargoCommand
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Container, Limits

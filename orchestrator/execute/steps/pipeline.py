@@ -15,19 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.options import Options
-from orchestrator.config.toolchains import ToolchainReport
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import ToolchainReport
 from orchestrator.errors import ProfileError, StepFailedError
 from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.scratch import scratch_dir
 from orchestrator.host.staging import staging_area
 from orchestrator.host.step_cache import StepCache, StepEntry
-from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import Captured
-from orchestrator.model.pgo_report import Coverage
-from orchestrator.model.portability import Portability
-from orchestrator.model.records import (
+from orchestrator.model.binaries.portability import Portability
+from orchestrator.model.binaries.relocations import StaticRelocations
+from orchestrator.model.documents.records import (
     BuildManifest,
     CudaRuntimeInfo,
     DistroRun,
@@ -36,8 +34,10 @@ from orchestrator.model.records import (
     GeneratedFile,
     ReusedStep,
 )
-from orchestrator.model.relocations import StaticRelocations
-from orchestrator.model.shipped_profile import ShippedProfile
+from orchestrator.model.documents.shipped_profile import ShippedProfile
+from orchestrator.model.layout import PATHS
+from orchestrator.model.verdict.outputs import Captured
+from orchestrator.model.verdict.pgo_report import Coverage
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.runs import INPUTS_DIR
 from orchestrator.plan.steps import StepName
@@ -74,7 +74,7 @@ class BuildState:
     # The other binaries before BOLT, and those BOLT rewrote and validation passed
     unbolted_others: dict[str, str] = field(default_factory=dict)
     bolted_others: dict[str, str] = field(default_factory=dict)
-    # What BOLT did to each binary, main one first (model/records.py BoltBinary)
+    # What BOLT did to each binary, main one first (model/documents/records.py BoltBinary)
     bolt_binaries: dict[str, dict[str, object]] = field(default_factory=dict)
     bolt_other_profiles: dict[str, ProfileRecord] = field(default_factory=dict)
     pgo: ProfileRecord | None = None
@@ -131,7 +131,7 @@ class Pipeline:
     unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS
-    # CARGO_BUILD_JOBS in the build container (release/engine_jobs.py); None: cargo's
+    # CARGO_BUILD_JOBS in the build container (release/targets/engine_jobs.py); None: cargo's
     # default. Never in the plan: no key or recorded command depends on it.
     cargo_jobs: int | None = None
     _volume: str | None = None

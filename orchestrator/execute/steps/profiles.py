@@ -14,9 +14,9 @@ from pathlib import Path
 from orchestrator.errors import ProfileError
 from orchestrator.host.cache_read import UnusableRecord, read_sealed
 from orchestrator.host.cache_seal import seal
-from orchestrator.model.cache_records import ProfileSidecar
+from orchestrator.model.documents.cache_records import ProfileSidecar
+from orchestrator.model.documents.records import write_record
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.records import write_record
 
 
 @dataclass

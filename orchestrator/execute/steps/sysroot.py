@@ -2,7 +2,7 @@
 
 The toolchain's sysroot holds Debian 11's glibc (2.31). For a floor below it, its libraries
 are fetched from the build container, every symbol version newer than the floor is hidden
-(model/elf.py), and they go back into a folder the linker searches first, beside linker
+(model/binaries/elf.py), and they go back into a folder the linker searches first, beside linker
 scripts `libc.so`, `libm.so`... that name them. Nothing in the image changes; the folder
 lives in the build container only, and the loaded libraries on users' systems are their own.
 """
@@ -13,7 +13,7 @@ from orchestrator.errors import StepFailedError
 from orchestrator.execute.steps.commands import fetch_file, run
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.packing import single_file_tar
-from orchestrator.model.elf import ElfReadError, hide_versions_above
+from orchestrator.model.binaries.elf import ElfReadError, hide_versions_above
 from orchestrator.plan.portable import GLIBC_LIBRARIES, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog

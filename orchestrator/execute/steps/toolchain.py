@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
+from orchestrator.config.resolve.toolchains import check_coherence
 from orchestrator.config.suggest import suggest
-from orchestrator.config.toolchains import check_coherence
 from orchestrator.errors import ConfigError, StepFailedError
 from orchestrator.execute.steps.commands import run
 from orchestrator.execute.steps.pipeline import Pipeline

@@ -18,14 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.config.options import Options
+from orchestrator.config.resolve.options import Options
 from orchestrator.errors import BenchError, StepFailedError
-from orchestrator.flavors import get_flavor
+from orchestrator.flavors import FlavorView, get_flavor
 from orchestrator.host.inputs import pack_inputs
 from orchestrator.host.source import CrateView, crate_snapshot
-from orchestrator.model.cache_records import VariantsRecord
+from orchestrator.model.documents.cache_records import VariantsRecord
+from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, release_dir_name
-from orchestrator.model.records import BuildManifest, read_record
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
@@ -195,7 +195,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
     release = options.artifacts_dir / release_dir_name(options.binary, options.version)
     artifact = release / (
         artifact_dir_name(options.binary, options.version, flavor.arch, flavor.artifact_flavor)
-        + flavor.artifact_suffix(options)
+        + flavor.artifact_suffix(FlavorView.from_options(options))
     )
     cache_dir = options.cache_dir
     manifest_path = artifact / "build.json"

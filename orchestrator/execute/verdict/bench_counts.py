@@ -1,7 +1,7 @@
 """`orchestrator bench --metric callgrind`: every variant's bench command and the workloads
 the speed gate counts, under callgrind, in one container of the build's image.
 
-The counts are repeatable (model/callgrind.py): the same binary and input give the same
+The counts are repeatable (model/verdict/callgrind.py): the same binary and input give the same
 numbers on a second run, so a 1% difference is a real one. Each variant is compared with
 the baseline by the geometric mean over the runs of its estimated cycles ratio.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.verdict.bench import (
     BENCH_DIR,
@@ -20,9 +20,9 @@ from orchestrator.execute.verdict.bench import (
     bench_box,
     kept_variants,
 )
-from orchestrator.model.callgrind import Counts, cycles_ratio, parse_totals
+from orchestrator.model.documents.reports import CountedRun, CountedVariant
 from orchestrator.model.layout import PATHS
-from orchestrator.model.reports import CountedRun, CountedVariant
+from orchestrator.model.verdict.callgrind import Counts, cycles_ratio, parse_totals
 from orchestrator.plan.gate import callgrind_argv
 from orchestrator.runtime.engine import Engine
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.execute.verdict.bench import LABELS, NO_DIFFERENCE, BenchSetup, VariantStats
-from orchestrator.model.callgrind import FORMULA, Counts
-from orchestrator.model.records import record_text
-from orchestrator.model.reports import BenchReport, BenchVariant, CountedVariant
+from orchestrator.model.documents.records import record_text
+from orchestrator.model.documents.reports import BenchReport, BenchVariant, CountedVariant
+from orchestrator.model.verdict.callgrind import FORMULA, Counts
 
 
 def markdown_table(stats: Sequence[VariantStats], title: str) -> str:

@@ -24,9 +24,9 @@ from orchestrator.execute.steps.step_reuse import (
     store,
 )
 from orchestrator.host.step_cache import StepEntry, file_tar
-from orchestrator.model.failed_tests import skip_hint
 from orchestrator.model.layout import PATHS
-from orchestrator.model.pgo_report import summarised_output
+from orchestrator.model.verdict.failed_tests import skip_hint
+from orchestrator.model.verdict.pgo_report import summarised_output
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import cargo_test_build_key, cargo_test_key
 from orchestrator.plan.steps import StepName

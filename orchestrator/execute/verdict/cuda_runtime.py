@@ -21,7 +21,7 @@ from orchestrator.flavors.cuda_binding import (
     run_time_requirement,
 )
 from orchestrator.flavors.gpu import GpuTargetError, nvcc_release
-from orchestrator.model.records import CudaRuntimeInfo
+from orchestrator.model.documents.records import CudaRuntimeInfo
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 

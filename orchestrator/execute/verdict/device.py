@@ -24,7 +24,7 @@ from orchestrator.flavors.gpu import (
     rocm_supported,
     runtime_compiler_use,
 )
-from orchestrator.model.records import CudaRuntimeInfo
+from orchestrator.model.documents.records import CudaRuntimeInfo
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 

@@ -1,5 +1,5 @@
 """The speed gate (`speed-gate`): count each variant's workloads under callgrind, then ship
-the best validated variant (model/gate.py decides).
+the best validated variant (model/verdict/gate.py decides).
 
 It runs in the build container (no network, no capabilities), after validation: the
 variant it picks is validated against the baseline before it replaces the shipped one.
@@ -15,11 +15,11 @@ from orchestrator.execute.verdict.gate_binaries import judge_bolted, pin_bolted
 from orchestrator.execute.verdict.gate_counts import CountRun, parallel_runs, run_counts
 from orchestrator.execute.verdict.validate import validate_binaries
 from orchestrator.host.step_cache import StepEntry
-from orchestrator.model.callgrind import Counts, parse_totals
-from orchestrator.model.gate import BASELINE, cycles_change, decide, gain
-from orchestrator.model.gate_table import splits, table_lines, workload_rows
-from orchestrator.model.lockfile import LockDriftError
-from orchestrator.model.records import GateInfo
+from orchestrator.model.documents.lockfile import LockDriftError
+from orchestrator.model.documents.records import GateInfo
+from orchestrator.model.verdict.callgrind import Counts, parse_totals
+from orchestrator.model.verdict.gate import BASELINE, cycles_change, decide, gain
+from orchestrator.model.verdict.gate_table import splits, table_lines, workload_rows
 from orchestrator.plan.gate import GatePlan
 from orchestrator.plan.step_keys import count_key
 from orchestrator.plan.steps import StepName

@@ -3,7 +3,7 @@
 The BOLT variant holds every binary BOLT rewrote (execute/optimize/bolt_others.py). Before the gate
 picks a variant, each of the other binaries keeps its BOLT output only if the workloads
 that run it count at least gate.min_gain fewer estimated cycles than with the unBOLTed
-build (model/bolt_binaries.py); one that does not is put back unBOLTed in the BOLT variant,
+build (model/verdict/bolt_binaries.py); one that does not is put back unBOLTed in the BOLT variant,
 and its workloads count as unBOLTed in the variant's totals. The main binary's BOLT is the
 BOLT variant itself: the gate's choice of variant decides it, as before (its own gain is
 recorded). Under gate.policy require-all every BOLT output stays (that policy ships every
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from orchestrator.execute.steps.pipeline import Pipeline
-from orchestrator.model.bolt_binaries import binaries_in, counts_without, judge_binaries
-from orchestrator.model.callgrind import Counts
+from orchestrator.model.verdict.bolt_binaries import binaries_in, counts_without, judge_binaries
+from orchestrator.model.verdict.callgrind import Counts
 from orchestrator.progress.reporter import StepLog
 
 

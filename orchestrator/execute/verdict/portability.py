@@ -15,11 +15,11 @@ from orchestrator.errors import PortabilityError, StepFailedError
 from orchestrator.execute.steps.commands import fetch_file, run
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.verdict.validate import capture
-from orchestrator.model.elf import ElfReadError, loader_needs, version_tuple
+from orchestrator.model.binaries.elf import ElfReadError, loader_needs, version_tuple
+from orchestrator.model.binaries.portability import from_loader_needs
+from orchestrator.model.documents.records import DistroRun
 from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import compare_captured, render_diff
-from orchestrator.model.portability import from_loader_needs
-from orchestrator.model.records import DistroRun
+from orchestrator.model.verdict.outputs import compare_captured, render_diff
 from orchestrator.plan.portable import DistroPlan, SysrootPlan
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog

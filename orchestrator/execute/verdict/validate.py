@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from orchestrator.config.kinds import Run
+from orchestrator.config.declarations.kinds import Run
 from orchestrator.errors import ValidationError
 from orchestrator.execute.steps.commands import fetch_file, run
 from orchestrator.execute.steps.pipeline import Pipeline, variant_binary
 from orchestrator.model.layout import PATHS
-from orchestrator.model.outputs import Captured, compare_captured, render_diff
+from orchestrator.model.verdict.outputs import Captured, compare_captured, render_diff
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
 from orchestrator.runtime.engine import Container
