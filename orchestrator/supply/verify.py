@@ -13,8 +13,10 @@ from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
 from orchestrator.model.compose_record import COMPOSE_JSON, ComposeRecord, composed_digests
+from orchestrator.model.dispatch import dispatch_levels
 from orchestrator.model.elf import loader_needs
 from orchestrator.model.hashing import sha256_file
+from orchestrator.model.level_map import map_levels, shipped_cycles
 from orchestrator.model.printable import printable
 from orchestrator.model.records import BuildManifest, PortabilityInfo, read_record
 from orchestrator.model.run_logs import is_release_log
@@ -251,6 +253,7 @@ class Verifier:
                 for binary, digest in shipped.items():
                     if sha256_file(self.root / source.target / binary) != digest:
                         raise VerificationError(f"{source.target}/{binary} is not its build's")
+            left_out = _check_level_map(self.root, folder.name, record)
             present = {
                 path.relative_to(folder).as_posix()
                 for path in folder.rglob("*")
@@ -265,7 +268,8 @@ class Verifier:
                     raise VerificationError(f"{name} is not the file compose.json records")
             levels = ", ".join(record.levels)
             copies = len(expected) - len(record.binaries) - len(record.docs)
-            return f"dispatcher, {copies} copies of {levels} and {len(record.docs)} documents"
+            gone = f"; left out: {', '.join(left_out)}" if left_out else ""
+            return f"dispatcher, {copies} copies of {levels} and {len(record.docs)} documents{gone}"
 
         self._record(folder / COMPOSE_JSON, "composed", run)
 
@@ -288,6 +292,33 @@ class Verifier:
             return f"{len(files)} files match {folder.name}/"
 
         self._record(archive, "archive", run)
+
+
+def _check_level_map(root: Path, folder: str, record: ComposeRecord) -> list[str]:
+    """compose.json's kept and left-out levels are what the level folders' signed gate
+    counts give (model/level_map.py), and the kept ones are exactly those it ships; the
+    levels left out. A folder composed before levels were judged records none."""
+    if not record.decisions:
+        return []
+    order = dispatch_levels(record.decisions)
+    if len(order) != len(record.decisions):
+        raise VerificationError(f"compose.json judges levels it cannot ship: {record.decisions}")
+    counts = []
+    for level in order:
+        target = record.decisions[level].target
+        if Path(target).name != target or target == folder:
+            raise VerificationError(f"{level}: {target!r} is no level folder")
+        manifest = read_record(root / target / "build.json", BuildManifest)
+        counts.append(shipped_cycles(level, target, manifest.gate))
+    if map_levels(counts) != record.decisions:
+        raise VerificationError(
+            "compose.json's kept and left-out levels are not what the level folders' gate "
+            "counts give"
+        )
+    kept = {level: d.target for level, d in record.decisions.items() if d.kept}
+    if kept != {level: source.target for level, source in record.levels.items()}:
+        raise VerificationError("compose.json ships other levels than it kept")
+    return [level for level in order if level not in kept]
 
 
 def _safe_listing(listing: Path) -> list[str]:
