@@ -29,6 +29,7 @@ from orchestrator.model.hashing import sha256_bytes
 from orchestrator.model.records import GateInfo, GateWorkload, read_record, write_record
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release import compose, dispatcher_cache
+from orchestrator.release.shard import compose_where_possible
 from orchestrator.release.target import Target, TargetResult
 from orchestrator.supply.archives import archived_files
 from orchestrator.supply.attest import Signer
@@ -156,6 +157,34 @@ def test_a_level_counting_more_cycles_is_left_out_of_the_auto_folder(
     checks, _ = verify_release(release, public)
     failed = {c.check: c.detail for c in checks if not c.ok}
     assert "gate counts give" in failed["composed"]
+
+
+def test_assemble_from_copied_level_folders_composes_the_same_bytes(
+    project: Path, tmp_path: Path
+) -> None:
+    """`release assemble` composes from level folders built elsewhere and copied in, with
+    the dispatcher they carried: the decision reads only their signed build.json, so
+    compose.json and the archive come out byte for byte as on one machine."""
+    release, _said, _detail, _public = _compose(project, tmp_path)
+    options = replace(make_options(project), flavor_settings={"cpu": FlavorSettings(levels=LEVELS)})
+    built = _built(options)
+    elsewhere = tmp_path / "assembled" / release.name
+    for _result, plan in built:
+        shutil.copytree(release / plan.artifact_dir, elsewhere / plan.artifact_dir)
+    record = read_record(release / FOLDER / COMPOSE_JSON, ComposeRecord)
+    carried = {built[0][1].image.reference: (record.dispatcher, DISPATCHER)}
+    written = compose_where_possible(
+        options,
+        elsewhere,
+        built,
+        Signer(SecretKey.generate(), False, "another key"),
+        announce=print,
+        warn=print,
+        carried=carried,
+    )
+    assert FOLDER in written
+    for name in (f"{FOLDER}/{COMPOSE_JSON}", f"{FOLDER}.tar.xz"):
+        assert (elsewhere / name).read_bytes() == (release / name).read_bytes()
 
 
 def test_without_gate_counts_every_level_ships_as_before(project: Path, tmp_path: Path) -> None:
