@@ -133,6 +133,8 @@ def _from_lock(entry: LockedTarget, step: StepName) -> str:
         return "the BOLT profile comes from the lock"
     if step == StepName.FETCH_CRATES:
         return "the vendored crates come from the vault"
+    if step == StepName.DISTROS:  # a reproduction is offline (execute/verdict/portability.py)
+        return "offline: the distros' root filesystems are not pinned"
     return ""
 
 

@@ -91,6 +91,7 @@ def test_two_levels_build_the_baseline_and_the_images_once(project: Path, tmp_pa
         for step in (StepName.PGO_INSTRUMENT, StepName.PGO_TRAIN, StepName.PGO_MERGE):
             assert shared[artifact, step] == "the PGO profile comes from the lock"
         assert (artifact, StepName.FETCH_CRATES) in shared
+        assert (artifact, StepName.DISTROS) in shared  # offline: the release checked them
         # what reads target-cpu runs for each level
         for step in (StepName.BUILD_RELEASE, StepName.BUILD_OPTIMIZED):
             assert (artifact, step) in running
