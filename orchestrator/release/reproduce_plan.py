@@ -4,9 +4,10 @@ A reproduction shares steps across targets as a release does: every step keyed b
 inputs (release/step_plan.py) that an earlier target of the same reproduction ran is
 reused from the reproduction's own step cache, which starts empty in its fresh work
 folder, so nothing comes from a cache this reproduction did not fill. The plain `cargo
-build --release` baseline of two levels reads no target-cpu: it is built once. The PGO
-and BOLT profiles, and the vendored crates, come from the lock (the vault), never trained
-or fetched again; images are built once per reproduction and reused by the targets after.
+build --release` baseline of two levels reads no target-cpu: it is built once, and so is
+the `cargo test` the levels share. The PGO and BOLT profiles, the gate's pick and the
+vendored crates come from the lock (the vault), never trained, counted or fetched again;
+images are built once per reproduction and reused by the targets after.
 
 The estimate adds up, for each step that will run, the seconds the release recorded for
 it in that target's unsigned logs/run.json (model/run_logs.py; build.json's own `steps` in
@@ -124,13 +125,18 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
 
 
-def _from_lock(entry: LockedTarget, step: StepName) -> str:
+MAIN_BOLT_PROFILES = ("bolt.fdata", "bolt.unshipped.fdata")  # release/pin.py's names
+
+
+def _from_lock(entry: LockedTarget, plan: BuildPlan, step: StepName) -> str:
     """Why `step` of `entry` needs no run: its output is pinned in the lock ("": it runs)."""
     profiles = entry.resolved.profiles
     if step in PGO_STEPS and any(name.startswith("pgo.") for name in profiles):
         return "the PGO profile comes from the lock"
-    if step == StepName.BOLT_PROFILE and "bolt.fdata" in profiles:
+    if step == StepName.BOLT_PROFILE and any(name in profiles for name in MAIN_BOLT_PROFILES):
         return "the BOLT profile comes from the lock"
+    if step == StepName.SPEED_GATE and plan.gate is not None and plan.gate.pinned:
+        return "the gate's pick comes from the lock: nothing is counted"
     if step == StepName.FETCH_CRATES:
         return "the vendored crates come from the vault"
     if step == StepName.DISTROS:  # a reproduction is offline (execute/verdict/portability.py)
@@ -163,7 +169,7 @@ def plan_reproduction(
         found = found or bool(times.seconds)
         notes = {note.step: note for note in planner.notes(plan)}
         for step in plan.steps:
-            reason = _from_lock(entry, step.name)
+            reason = _from_lock(entry, plan, step.name)
             note = notes.get(step.name)
             if not reason and note is not None and note.reused:
                 reason = note.reason

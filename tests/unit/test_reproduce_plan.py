@@ -98,6 +98,30 @@ def test_two_levels_build_the_baseline_and_the_images_once(project: Path, tmp_pa
     assert len(running) == len(every) - len(shared)
 
 
+def test_the_locked_bolt_profile_and_gate_pick_leave_nothing_to_profile_or_count(
+    project: Path, tmp_path: Path
+) -> None:
+    """The release shipped pgo, so its main BOLT profile is kept as unshipped; the gate's
+    pick is pinned (reproduce's plan): neither BOLT profiling nor counting runs again."""
+    options = replace(make_options(project), gate_pinned="pgo")
+    plan = plan_for(options)
+    entry = lock_for(plan).targets[0]
+    profiles = dict(entry.resolved.profiles)
+    profiles["bolt.unshipped.fdata"] = profiles["pgo.profdata"]
+    entry = entry.model_copy(
+        update={"resolved": entry.resolved.model_copy(update={"profiles": profiles})}
+    )
+    reasons = {
+        s.step: s.reason for s in plan_reproduction([(entry, plan)], tmp_path, tmp_path).steps
+    }
+    assert reasons[StepName.BOLT_PROFILE] == "the BOLT profile comes from the lock"
+    assert reasons[StepName.SPEED_GATE].startswith("the gate's pick comes from the lock")
+    # unpinned, with no BOLT profile locked: both run
+    counted = plan_for(make_options(project))
+    runs = plan_reproduction([(lock_for(counted).targets[0], counted)], tmp_path, tmp_path)
+    assert {s.step for s in runs.running()} >= {StepName.SPEED_GATE, StepName.BOLT_PROFILE}
+
+
 def test_the_estimate_adds_the_release_s_recorded_times_of_what_runs(
     project: Path, tmp_path: Path
 ) -> None:
