@@ -269,7 +269,8 @@ class Verifier:
             levels = ", ".join(record.levels)
             copies = len(expected) - len(record.binaries) - len(record.docs)
             gone = f"; left out: {', '.join(left_out)}" if left_out else ""
-            return f"dispatcher, {copies} copies of {levels} and {len(record.docs)} documents{gone}"
+            copied = f"{copies} {'copy' if copies == 1 else 'copies'} of {levels}"
+            return f"dispatcher, {copied} and {len(record.docs)} documents{gone}"
 
         self._record(folder / COMPOSE_JSON, "composed", run)
 
