@@ -93,7 +93,8 @@ def _compositions(options: Options, planned: Sequence[PlannedTarget]) -> list[st
     groups, _ = compose_groups(options, built)
     return [
         f"composes: {group.folder} (bin/{options.binary} runs the best of "
-        f"{', '.join(level for level, _ in group.levels)} for the CPU it starts on)"
+        f"{', '.join(level for level, _ in group.levels)} for the CPU it starts on; a level "
+        "the gate counts no faster than the one below it is left out)"
         for group in groups
     ]
 

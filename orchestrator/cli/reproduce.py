@@ -234,7 +234,8 @@ def reproduce(
             result.expected[:16],
             result.got[:16] or "-",
             Text("yes", "green") if result.identical else Text("NO", "red"),
-            f"{result.seconds:.0f}s",
+            f"{result.seconds:.0f}s"
+            + ("" if result.expected_seconds is None else f" (~{result.expected_seconds:.0f}s)"),
             f"{type(failure).__name__} (exit {failure.exit_code})" if failure else "-",
         )
     console.print(table)

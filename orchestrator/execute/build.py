@@ -125,7 +125,8 @@ def run_build(
 ) -> BuildOutcome:
     """Run the plan's steps and publish. `step_cache`: "use" skips a step whose outputs
     the step cache holds and stores what runs; "refresh" (release --force) runs every
-    step and stores; "off" (reproduce: everything from the lock) neither reads nor writes.
+    step and stores; "off" neither reads nor writes (reproduce uses "use" on a step cache of
+    its own, empty when it starts).
     Without a `signer` the finished folder is moved, unsigned, into `unsigned_out`
     (`build --target`; `release assemble` signs and publishes it). `cargo_jobs`: cargo's
     share of the engine's cores when targets build side by side (CARGO_BUILD_JOBS).

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import NotAReleaseError, OrchestratorError
+from orchestrator.model.binaries.dispatch import dispatch_levels
 from orchestrator.model.binaries.elf import loader_needs
 from orchestrator.model.documents.compose_record import (
     COMPOSE_JSON,
@@ -22,6 +23,7 @@ from orchestrator.model.documents.records import BuildManifest, PortabilityInfo,
 from orchestrator.model.documents.run_logs import is_release_log
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.printable import printable
+from orchestrator.model.verdict.level_map import map_levels, shipped_cycles
 from orchestrator.supply.archives import (
     ARCHIVE_SUFFIX,
     ZIP_SUFFIX,
@@ -256,6 +258,7 @@ class Verifier:
                 for binary, digest in shipped.items():
                     if sha256_file(self.root / source.target / binary) != digest:
                         raise VerificationError(f"{source.target}/{binary} is not its build's")
+            left_out = _check_level_map(self.root, folder.name, record)
             present = {
                 path.relative_to(folder).as_posix()
                 for path in folder.rglob("*")
@@ -270,7 +273,9 @@ class Verifier:
                     raise VerificationError(f"{name} is not the file compose.json records")
             levels = ", ".join(record.levels)
             copies = len(expected) - len(record.binaries) - len(record.docs)
-            return f"dispatcher, {copies} copies of {levels} and {len(record.docs)} documents"
+            gone = f"; left out: {', '.join(left_out)}" if left_out else ""
+            copied = f"{copies} {'copy' if copies == 1 else 'copies'} of {levels}"
+            return f"dispatcher, {copied} and {len(record.docs)} documents{gone}"
 
         self._record(folder / COMPOSE_JSON, "composed", run)
 
@@ -293,6 +298,33 @@ class Verifier:
             return f"{len(files)} files match {folder.name}/"
 
         self._record(archive, "archive", run)
+
+
+def _check_level_map(root: Path, folder: str, record: ComposeRecord) -> list[str]:
+    """compose.json's kept and left-out levels are what the level folders' signed gate
+    counts give (model/verdict/level_map.py), and the kept ones are exactly those it ships; the
+    levels left out. A folder composed before levels were judged records none."""
+    if not record.decisions:
+        return []
+    order = dispatch_levels(record.decisions)
+    if len(order) != len(record.decisions):
+        raise VerificationError(f"compose.json judges levels it cannot ship: {record.decisions}")
+    counts = []
+    for level in order:
+        target = record.decisions[level].target
+        if Path(target).name != target or target == folder:
+            raise VerificationError(f"{level}: {target!r} is no level folder")
+        manifest = read_record(root / target / "build.json", BuildManifest)
+        counts.append(shipped_cycles(level, target, manifest.gate))
+    if map_levels(counts) != record.decisions:
+        raise VerificationError(
+            "compose.json's kept and left-out levels are not what the level folders' gate "
+            "counts give"
+        )
+    kept = {level: d.target for level, d in record.decisions.items() if d.kept}
+    if kept != {level: source.target for level, source in record.levels.items()}:
+        raise VerificationError("compose.json ships other levels than it kept")
+    return [level for level in order if level not in kept]
 
 
 def _safe_listing(listing: Path) -> list[str]:

@@ -59,9 +59,10 @@ _MODEL_BASE = frozenset({"hashing", "layout", "printable"})
 # which scaffolds a config from the crate and checks the configured runs against Options.
 _CONFIG_BASE = frozenset({"nesting", "suggest", "resources"})
 # release/'s: its targets built on engines, then release.lock written from them and a
-# rebuild from it, then the folders assembled from other machines' targets (pinned as
-# well) and composed around the dispatcher; on top run.py, which runs a release and
-# composes its -auto folders, with how it ends, and the dry run that reports on it.
+# rebuild from it (its steps planned by step_plan.py, as the dry run's are), then the
+# folders assembled from other machines' targets (pinned as well) and composed around
+# the dispatcher; on top run.py, which runs a release and composes its -auto folders,
+# with how it ends, and the dry run that reports on it.
 _RELEASE_LOWER = frozenset({"targets", "lock", "assemble"})
 ROOMS: dict[str, dict[str, frozenset[str]]] = {
     "config": {
@@ -90,7 +91,7 @@ ROOMS: dict[str, dict[str, frozenset[str]]] = {
     "release": {
         "__init__": frozenset(),
         "targets": frozenset(),
-        "lock": frozenset({"targets"}),
+        "lock": frozenset({"targets", "step_plan"}),
         "assemble": frozenset({"targets", "lock"}),
         "ending": frozenset({"targets"}),
         "run": _RELEASE_LOWER | {"ending"},

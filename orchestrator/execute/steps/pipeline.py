@@ -127,7 +127,7 @@ class Pipeline:
     keep_containers: bool = False
     retrain: bool = False
     profiles_from: Path | None = None  # `build --profiles`: a train.sh's profiles.tar
-    step_cache: StepCache | None = None  # None: no step is skipped or stored (reproduce)
+    step_cache: StepCache | None = None  # None: no step is skipped or stored
     unsigned_out: Path | None = None  # where an unsigned target folder goes
     state: BuildState = field(default_factory=BuildState)
     perf: PerfAccess = NO_ACCESS

@@ -3,8 +3,9 @@ binaries back where the step would have left them, or store what the step made.
 
 Every lookup checks the inputs the plan cannot know (the vendored crates' digest) against
 those the entry recorded; a tampered entry is ignored with a warning on the console and
-the step runs again. Reproduce has no step cache (`pipeline.step_cache` None): nothing is
-read or stored.
+the step runs again. Without a step cache (`pipeline.step_cache` None) nothing is read
+or stored; reproduce has one of its own, empty when it starts, so its targets share what
+an earlier one of the same reproduction ran (release/lock/reproduce_plan.py).
 """
 
 from __future__ import annotations

@@ -38,6 +38,21 @@ class ComposedLevel(Record):
     binaries: dict[FileName, str]
 
 
+class LevelDecision(Record):
+    """Whether one built level ships in the composed folder, and the gate's counts that
+    decided it (model/verdict/level_map.py): a level counting no fewer estimated cycles than the
+    highest level kept below it is left out, and its CPUs run that one."""
+
+    target: FileName  # the level's artifact folder (published either way)
+    kept: bool
+    reason: str  # "kept: 2.1% fewer estimated cycles than x86-64-v2 (...)", "left out: ..."
+    against: str | None = None  # the kept level below it that it was compared with
+    workloads: int = 0  # the gate workloads both counted (0: not compared)
+    cycles: int | None = None  # its shipped binary's estimated cycles, summed over them
+    against_cycles: int | None = None  # the same of the level compared with
+    ratio: float | None = None  # geometric mean of the per-workload ratios (< 1: fewer)
+
+
 class ComposeRecord(Record):
     """compose.json of `<crate>-<version>-linux-x86_64-<flavor>-auto/`."""
 
@@ -50,12 +65,16 @@ class ComposeRecord(Record):
     version: str
     flavor: str
     binaries: list[FileName]  # each is bin/<binary>, the dispatcher
-    levels: dict[str, ComposedLevel]  # rustc's CPU name (x86-64-v3) -> where it came from
+    # rustc's CPU name (x86-64-v3) -> where it came from: the levels that ship (kept)
+    levels: dict[str, ComposedLevel]
     dispatcher: DispatcherInfo
     rule: str = DISPATCH_RULE
     # the crate's README, licences and the files they name, beside bin/ (path -> sha256),
     # as every level's archive carries them; none in folders composed before they were
     docs: dict[str, str] = Field(default_factory=dict)
+    # every level built, kept or left out, with the counts that decided it; none in
+    # folders composed before levels were judged (every built level shipped)
+    decisions: dict[str, LevelDecision] = Field(default_factory=dict)
 
 
 def composed_digests(record: ComposeRecord) -> dict[str, str]:

@@ -2,7 +2,9 @@
 `<crate>-<version>-linux-x86_64-<flavor>-auto/`, whose `bin/<binary>` is the dispatcher
 (execute/ship/dispatcher.c) and whose `libexec/<binary>/<binary>-<level>` are the level targets'
 shipped binaries, byte-equal, beside the crate's README and licences as every archive
-carries them; compose.json records all of them, and `<folder>.tar.xz` packs it.
+carries them; compose.json records all of them, and `<folder>.tar.xz` packs it. A level
+that the gate counted no faster than the one below it is left out (model/verdict/level_map.py):
+its CPUs run the lower one, and compose.json says why, with the counts.
 
 The folder is built from published level folders only, so it needs no build of its own: the
 dispatcher is compiled once per (toolchain image, source) and kept in the cache, sealed
@@ -37,6 +39,7 @@ from orchestrator.model.documents.compose_record import (
 from orchestrator.model.documents.records import BuildManifest, read_record, record_text
 from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.model.layout import artifact_dir_name
+from orchestrator.model.verdict.level_map import LevelCounts, map_levels, shipped_cycles
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble.dispatcher_cache import cached_dispatcher
 from orchestrator.release.targets.target import TargetResult
@@ -104,8 +107,10 @@ def _beside_bin(path: str) -> bool:
 def compose_record(
     options: Options, group: ComposeGroup, release_dir: Path, dispatcher: DispatcherInfo
 ) -> ComposeRecord:
-    """compose.json of `group`, from the level folders' build.json (their shipped binaries)."""
-    levels: dict[str, ComposedLevel] = {}
+    """compose.json of `group`, from the level folders' build.json (their shipped binaries,
+    and the gate's counts that decide which levels ship: model/verdict/level_map.py)."""
+    built: dict[str, ComposedLevel] = {}
+    counts: list[LevelCounts] = []
     names: list[str] | None = None
     for level, target in group.levels:
         manifest = read_record(release_dir / target / "build.json", BuildManifest)
@@ -116,15 +121,18 @@ def compose_record(
                 f"{target} ships {', '.join(order)}, another level ships {', '.join(names)}"
             )
         names = order
-        levels[level] = ComposedLevel(target=target, binaries=shipped)
+        built[level] = ComposedLevel(target=target, binaries=shipped)
+        counts.append(shipped_cycles(level, target, manifest.gate))
+    decisions = map_levels(counts)
     return ComposeRecord(
         name=options.binary,
         version=options.version,
         flavor=group.flavor,
         binaries=names or [],
-        levels=levels,
+        levels={level: built[level] for level, decision in decisions.items() if decision.kept},
         dispatcher=dispatcher,
         docs={path: sha256_bytes(data) for path, data in group.docs},
+        decisions=decisions,
     )
 
 
@@ -336,6 +344,9 @@ def compose_release(
             f"compose:{sha256_file(release_dir / group.folder / COMPOSE_JSON)[:16]}"
         )
         written += [*names, signer.sign(archive, trusted_comment=comment).name]
-        levels = ", ".join(level for level, _ in group.levels)
+        levels = ", ".join(record.levels)
         announce(f"  composed {group.folder}: dispatcher ({info.size} bytes) over {levels}")
+        for level, decision in record.decisions.items():
+            if not decision.kept:
+                announce(f"    {level} {decision.reason}")
     return written

@@ -48,10 +48,12 @@ from orchestrator.model.verdict.bolt_binaries import binary_of_profile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.images import ImagePlan
 from orchestrator.plan.serialize import plan_inputs
+from orchestrator.plan.step_keys import config_member
 from orchestrator.plan.steps import Step
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.lock.locked_sources import config_folders, lay_out_sources
 from orchestrator.release.lock.pin import check_lock, record_release, vault_for
+from orchestrator.release.lock.reproduce_plan import plan_reproduction
 from orchestrator.release.targets.target import Target, targets
 from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
@@ -90,6 +92,7 @@ class Reproduced:
     expected: str
     got: str = ""
     seconds: float = 0.0
+    expected_seconds: float | None = None  # from the release's recorded step times
     error: str = ""  # the first line of the error's message
     inputs_differing: list[str] = field(default_factory=list)
     # other binaries and the archive, by name
@@ -112,6 +115,9 @@ class Reproduced:
             "got_sha256": self.got or None,
             "identical": self.identical,
             "seconds": round(self.seconds, 1),
+            "expected_seconds": (
+                None if self.expected_seconds is None else round(self.expected_seconds, 1)
+            ),
             "error": self.error or None,
             "error_class": type(self.exception).__name__ if self.exception else None,
             "exit_code": self.exception.exit_code if self.exception else None,
@@ -278,19 +284,43 @@ def reproduce(
         # Build scripts' `git` answers what it answered then, not what a checkout says now
         plan = prepare_plan(target.options, target.flavor, git=document.source.git)
         configured.setdefault(plan.artifact_dir, (target, plan))
+    # The step cache starts empty: a step is reused only from an earlier target of this
+    # reproduction, never from anything a build before it left in the work folder.
+    shutil.rmtree(cache / "steps", ignore_errors=True)
+    entries = sorted(document.targets, key=lambda t: t.inputs.artifact)
+    results: list[Reproduced] = []
+    pinned: dict[str, tuple[Target, BuildPlan]] = {}
+    for entry in entries:
+        name = entry.inputs.artifact
+        results.append(Reproduced(name, entry.output.sha256))
+        if name in configured:
+            target, plan = configured[name]
+            results[-1].inputs_differing = differing_inputs(document, entry, plan)
+            pinned[name] = pin_resolved(document, entry, target, plan)
+            seed_cache(document, pinned[name][1], entry, cache, vault)
+    # What runs and what is shared, and how long the release's record says it takes
+    schedule = plan_reproduction(
+        [
+            (entry, pinned[entry.inputs.artifact][1])
+            for entry in entries
+            if entry.inputs.artifact in pinned
+        ],
+        cache,
+        release_dir,
+        config_member(options.config_path, options.crate_dir),
+    )
+    for line in schedule.lines():
+        announce(line)
     run = ReproduceRun(
         document, release_dir, connect(), vault, console, signer, cache, fresh_images, announce
     )
-    results = []
     try:
-        for entry in sorted(document.targets, key=lambda t: t.inputs.artifact):
-            name = entry.inputs.artifact
-            result = Reproduced(name, entry.output.sha256)
-            results.append(result)
-            if name not in configured:
+        for entry, result in zip(entries, results, strict=True):
+            result.expected_seconds = schedule.expected_seconds(result.artifact)
+            if result.artifact not in pinned:
                 result.fail(LockDriftError("the locked config no longer yields this target"))
                 continue
-            _reproduce_one(run, entry, *configured[name], result)
+            _reproduce_one(run, entry, *pinned[result.artifact], result)
     finally:
         # Only what this run built: images that existed before, or that another run uses
         # or built, stay (they were never touched: other references).
@@ -329,11 +359,11 @@ def locked_unbolted(entry: LockedTarget, others: Sequence[str]) -> tuple[str, ..
     return tuple(name for name in others if name in put_back or name not in profiled)
 
 
-def _reproduce_one(
-    run: ReproduceRun, entry: LockedTarget, target: Target, plan: BuildPlan, result: Reproduced
-) -> None:
-    result.inputs_differing = differing_inputs(run.document, entry, plan)
-    options = target.options  # with what the release resolved on its machine
+def pin_resolved(
+    document: LockDocument, entry: LockedTarget, target: Target, plan: BuildPlan
+) -> tuple[Target, BuildPlan]:
+    """The target and its plan with what the release resolved on its machine."""
+    options = target.options
     locked_mode = entry.resolved.bolt.mode if entry.resolved.bolt else None
     if plan.bolt is not None and locked_mode and plan.bolt.mode != locked_mode:
         # `auto` picks a BOLT mode from what perf can do on this machine; the release's
@@ -347,10 +377,15 @@ def _reproduce_one(
             gate_pinned=entry.resolved.gate.shipped,
             gate_pinned_unbolted=locked_unbolted(entry, plan.binaries[1:]),
         )
-    if options is not target.options:  # planned once more, with both
-        target = replace(target, options=options)
-        plan = prepare_plan(options, target.flavor, git=run.document.source.git)
-    seed_cache(run.document, plan, entry, run.cache, run.vault)
+    if options is target.options:
+        return target, plan
+    target = replace(target, options=options)  # planned once more, with both
+    return target, prepare_plan(options, target.flavor, git=document.source.git)
+
+
+def _reproduce_one(
+    run: ReproduceRun, entry: LockedTarget, target: Target, plan: BuildPlan, result: Reproduced
+) -> None:
     if run.fresh_images:
         plan = private_images(plan, run.engine.session)
         run.built_images.update((plan.base_image.reference, plan.image.reference))
@@ -361,9 +396,10 @@ def _reproduce_one(
     reporter = Reporter(run.console, run.cache / "runs" / run.engine.session / result.artifact)
     started = time.monotonic()
     try:
-        # Everything from the lock: no step's outputs come from a cache.
+        # Everything from the lock: the step cache is this reproduction's own, empty at
+        # its start, so a step is only ever reused from an earlier target of this run.
         outcome = run_build(
-            target.options, plan, run.engine, reporter, signer=run.signer, step_cache="off"
+            target.options, plan, run.engine, reporter, signer=run.signer, step_cache="use"
         )
     except OrchestratorError as error:
         result.fail(error)
