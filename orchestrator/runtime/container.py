@@ -90,6 +90,11 @@ class Container:
             chunks, _stat = self._sdk.get_archive(path)
         except docker.errors.NotFound:
             raise ContainerError(f"{path} does not exist in the build container") from None
+        except docker.errors.APIError as exc:  # a path the Engine refuses (400), a gone box
+            reason = str(exc.explanation or exc)
+            raise ContainerError(
+                f"could not copy {path!r} out of the container: {reason}"
+            ) from None
         return iter(chunks)
 
     def cgroup(self) -> cgroups.Reading:

@@ -40,6 +40,21 @@ def run(
     return output
 
 
+def output_of(box: Container, argv: Sequence[str], log: StepLog, step: str) -> str:
+    """The output of a command that must print something (a path, a digest). Under load an
+    Engine has been seen to pass on nothing from a quick exec that exited 0; asked once more
+    before the step fails, so an empty answer never becomes a path or a digest."""
+    for attempt in (1, 2):
+        output = run(box, argv, log, step, keep_output=True).strip()
+        if output:
+            return output
+        log.line(f"`{' '.join(argv)}` exited 0 with no output (try {attempt} of 2)")
+    raise StepFailedError(
+        f"step {step}: `{' '.join(argv)}` exited 0 but the Engine passed on no output, twice; "
+        "run the build again (the step cache keeps the steps before it)"
+    )
+
+
 def shown_environment(environment: Mapping[str, str] | None) -> dict[str, str]:
     """The environment as a command's log line shows it: RUSTFLAGS readable, not encoded."""
     shown = {k: v for k, v in (environment or {}).items() if k != "CARGO_ENCODED_RUSTFLAGS"}

@@ -10,7 +10,7 @@ lives in the build container only, and the loaded libraries on users' systems ar
 from __future__ import annotations
 
 from orchestrator.errors import StepFailedError
-from orchestrator.execute.steps.commands import fetch_file, run
+from orchestrator.execute.steps.commands import fetch_file, output_of, run
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.host.packing import single_file_tar
 from orchestrator.model.binaries.elf import ElfReadError, hide_versions_above
@@ -38,7 +38,7 @@ def glibc_view(pipeline: Pipeline, log: StepLog) -> None:
     hidden_in_all = 0
     for soname in GLIBC_LIBRARIES:
         linked = f"{sysroot.root}/lib/{sysroot.multiarch}/{soname}"
-        real = run(box, ["readlink", "-f", linked], log, step, keep_output=True).strip()
+        real = output_of(box, ["readlink", "-f", linked], log, step)
         local = fetch_file(box, real, pipeline.scratch / "glibc-view")
         try:
             data, hidden = hide_versions_above(local.read_bytes(), sysroot.floor)
