@@ -98,16 +98,6 @@ def build(
             help="With --target: where its folder goes (default: <artifacts>/targets).",
         ),
     ] = None,
-    image_cache: Annotated[
-        Path | None,
-        typer.Option(
-            "--image-cache",
-            metavar="DIR",
-            help="With --target: load the toolchain image from its archive in DIR (a CI "
-            "cache) when it is sealed with the cache key and is the image the plan names, "
-            "and after the build save it there when DIR holds no archive of it.",
-        ),
-    ] = None,
     bench_runs: Annotated[
         int | None,
         typer.Option(
@@ -203,13 +193,11 @@ def build(
             bench_runs=bench_runs,
             retrain=retrain,
             dry_run=dry_run,
-            image_cache=image_cache,
         )
         return
-    if out is not None or image_cache is not None:
+    if out is not None:
         raise ConfigError(
-            f"{'--out' if out is not None else '--image-cache'} goes with --target",
-            hint="--artifacts-dir sets where a build goes.",
+            "--out goes with --target", hint="--artifacts-dir sets where a build goes."
         )
     options = resolve_options(
         config,
@@ -327,10 +315,8 @@ def _build_release_target(
     bench_runs: int | None,
     retrain: bool,
     dry_run: bool,
-    image_cache: Path | None,
 ) -> None:
-    """`build --target NAME`: the release's plan for that target, built unsigned; with
-    `image_cache`, its toolchain image loaded from there and saved there."""
+    """`build --target NAME`: the release's plan for that target, built unsigned."""
     from orchestrator.cli.release_common import quick_bench_runs
     from orchestrator.host.cachedir import ensure_cache_dir
     from orchestrator.model.reports import BuildPlanReport
@@ -339,7 +325,6 @@ def _build_release_target(
     from orchestrator.release.shard import build_target_folder, pick_target
     from orchestrator.release.target import targets
     from orchestrator.runtime.engine import Engine
-    from orchestrator.runtime.image_archive import load_image_archive, save_image_archive
 
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
@@ -358,8 +343,6 @@ def _build_release_target(
     console.print(
         f"building {plan.artifact_dir} (target-cpu {plan.target_cpu}) unsigned into {destination}"
     )
-    if image_cache is not None:
-        load_image_archive(engine, plan.image, image_cache, _say, _warn)
     folder = build_target_folder(
         target,
         plan,
@@ -370,17 +353,7 @@ def _build_release_target(
         retrain=retrain,
         force=False,
     )
-    if image_cache is not None:
-        save_image_archive(engine, plan.image, image_cache, _say, _warn)
     console.print(styled("built", "bold green", f" {folder} (unsigned)"))
     console.print(
         "  next    orchestrator release assemble <every target's folder>  (where the key is)"
     )
-
-
-def _say(line: str) -> None:
-    console.print(line, markup=False, highlight=False)
-
-
-def _warn(line: str) -> None:
-    err_console.print(styled("warning:", "yellow bold", f" {line}"))
