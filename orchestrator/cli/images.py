@@ -72,7 +72,8 @@ def images_load(folder: FolderArgument, target: TargetOption, config: ConfigOpti
     from orchestrator.runtime.engine import Engine
     from orchestrator.runtime.image_archive import load_image_archive
 
-    load_image_archive(Engine.connect(), _image_of(config, target), folder, _say, _warn)
+    image = _image_of(config, target)  # a config error before the engine is asked
+    load_image_archive(Engine.connect(), image, folder, _say, _warn)
 
 
 @images_app.command("save")
@@ -82,4 +83,5 @@ def images_save(folder: FolderArgument, target: TargetOption, config: ConfigOpti
     from orchestrator.runtime.engine import Engine
     from orchestrator.runtime.image_archive import save_image_archive
 
-    save_image_archive(Engine.connect(), _image_of(config, target), folder, _say, _warn)
+    image = _image_of(config, target)  # a config error before the engine is asked
+    save_image_archive(Engine.connect(), image, folder, _say, _warn)
