@@ -89,11 +89,14 @@ def _index_member(tar: tarfile.TarFile, name: str) -> object:
         raise ArchiveRefused(f"its {name} is not JSON") from None
 
 
-def check_archive(archive: Path, plan: ImagePlan, image_id: str) -> None:
-    """ArchiveRefused unless `archive` is a regular file whose index files name the image
-    `image_id` under `plan.reference` and nothing else."""
+def check_archive(archive: Path, plan: ImagePlan, record: ImageArchiveRecord) -> None:
+    """ArchiveRefused unless `archive` is a regular file of the recorded size whose index
+    files name the recorded image under `plan.reference` and nothing else."""
     if archive.is_symlink() or not archive.is_file():
         raise ArchiveRefused(f"{archive.name} is not a regular file")
+    if archive.stat().st_size != record.size:
+        raise ArchiveRefused(f"{archive.name} is not the {record.size} bytes recorded")
+    image_id = record.image_id
     repository, tag = plan.reference.rsplit(":", 1)
     digest = image_id.removeprefix("sha256:")
     try:
@@ -154,7 +157,7 @@ def load_image_archive(
             say(f"image cache: no archive of {plan.reference} in {folder}: it is built")
             return False
         _, archive = archive_paths(folder, plan)
-        check_archive(archive, plan, record.image_id)
+        check_archive(archive, plan, record)
     except ArchiveRefused as why:
         warn(f"image cache: not used, the image is built instead: {why}")
         return False
@@ -163,21 +166,37 @@ def load_image_archive(
         say(f"image cache: {plan.reference} is on this engine already ({same}): nothing loaded")
         return False
     with engine.image_lock(plan.reference, on_wait=say):
-        if engine.image(plan.reference) is None:
-            try:
-                engine.load_image(archive)
-            except OrchestratorError as error:
-                warn(f"image cache: {archive.name} did not load ({error.message}): it is built")
-                return False
-        loaded = engine.image(plan.reference)
-        if loaded is None or (loaded.id, loaded.labels.get(LABEL_INPUT_HASH)) != (
-            record.image_id,
-            plan.input_hash,
-        ):
-            if loaded is not None:
-                engine.remove_image(plan.reference, unused_only=True)
-            warn(f"image cache: {archive.name} loaded another image than sealed: it is built")
-            return False
+        return _load_checked(engine, plan, archive, record, say=say, warn=warn)
+
+
+def _load_checked(
+    engine: EngineApi,
+    plan: ImagePlan,
+    archive: Path,
+    record: ImageArchiveRecord,
+    *,
+    say: Say,
+    warn: Say,
+) -> bool:
+    """`docker load` of the checked `archive`, under the engine's lock for the reference;
+    the loaded image is kept only if it is the sealed one."""
+    if engine.image(plan.reference) is not None:  # another run's, made meanwhile
+        say(f"image cache: {plan.reference} was made meanwhile: nothing loaded")
+        return False
+    try:
+        engine.load_image(archive)
+    except OrchestratorError as error:
+        warn(f"image cache: {archive.name} did not load ({error.message}): it is built")
+        return False
+    loaded = engine.image(plan.reference)
+    if loaded is None or (loaded.id, loaded.labels.get(LABEL_INPUT_HASH)) != (
+        record.image_id,
+        plan.input_hash,
+    ):
+        if loaded is not None:
+            engine.remove_image(plan.reference, unused_only=True)
+        warn(f"image cache: {archive.name} loaded another image than sealed: it is built")
+        return False
     say(f"image cache: loaded {plan.reference} ({record.size / 1e9:.2f} GB), id {record.image_id}")
     return True
 

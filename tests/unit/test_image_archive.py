@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from orchestrator.host.cache_seal import seal
 from orchestrator.model.cache_records import ImageArchiveRecord
 from orchestrator.model.record_io import read_record, write_record
 from orchestrator.plan.images import ImagePlan
-from orchestrator.runtime.api import LABEL_INPUT_HASH
+from orchestrator.runtime.api import LABEL_INPUT_HASH, OutputSink
 from orchestrator.runtime.image_archive import (
     SLOT,
     archive_paths,
@@ -193,3 +195,32 @@ def test_save_without_the_image_warns_and_writes_nothing(tmp_path: Path) -> None
     assert not save_image_archive(FakeEngine(), PLAN, tmp_path / "i", said.say, said.warn)
     assert not (tmp_path / "i").exists()
     assert "not on this engine" in said.warnings[0]
+
+
+def test_an_archive_of_another_size_than_recorded_is_not_loaded(tmp_path: Path) -> None:
+    folder, _ = _saved(tmp_path)
+    _, archive = archive_paths(folder, PLAN)
+    with archive.open("ab") as handle:
+        handle.write(b"\0" * 512)
+    loaded, engine, said = _load(folder)
+    assert not loaded and engine.loaded_archives == []
+    assert "recorded" in said.warnings[0]
+
+
+def test_an_image_made_meanwhile_is_left_alone(tmp_path: Path) -> None:
+    """Another run on the engine made the image while this one waited for the lock: it is
+    used as it is, never removed, whatever its id."""
+
+    class Racing(FakeEngine):
+        @contextmanager
+        def image_lock(self, reference: str, *, on_wait: OutputSink) -> Iterator[bool]:
+            self.add_image(reference, {LABEL_INPUT_HASH: HASH})  # the other run finished
+            yield True
+
+    folder, _ = _saved(tmp_path)
+    engine = Racing()
+    engine.add_image("orchestrator/other:1")
+    loaded, _, said = _load(folder, engine)
+    assert not loaded and engine.loaded_archives == [] and engine.removed_images == []
+    assert engine.image(PLAN.reference) is not None
+    assert "made meanwhile" in said.lines[-1]
