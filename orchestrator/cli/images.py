@@ -68,7 +68,12 @@ def _warn(line: str) -> None:
 def images_load(folder: FolderArgument, target: TargetOption, config: ConfigOption = None) -> None:
     """Load the target's toolchain image from its archive in DIR, if the archive is sealed
     with this machine's cache key (ORCHESTRATOR_CACHE_KEY) and holds the very image the
-    plan names; otherwise say why, and the build makes it. Exit 0 either way."""
+    plan names; otherwise say why, and the build makes it. Exit 0 either way.
+
+    \b
+    Examples:
+      orchestrator images load ~/.cache/orchestrator-images --target linux-x86_64-cpu
+    """
     from orchestrator.runtime.engine import Engine
     from orchestrator.runtime.image_archive import load_image_archive
 
@@ -79,7 +84,12 @@ def images_load(folder: FolderArgument, target: TargetOption, config: ConfigOpti
 @images_app.command("save")
 def images_save(folder: FolderArgument, target: TargetOption, config: ConfigOption = None) -> None:
     """Save the target's toolchain image into DIR (a `docker save` archive and its sealed
-    record), unless DIR holds it already; archives of other images there are removed."""
+    record), unless DIR holds it already; archives of other images there are removed.
+
+    \b
+    Examples:
+      orchestrator images save ~/.cache/orchestrator-images --target linux-x86_64-cpu
+    """
     from orchestrator.runtime.engine import Engine
     from orchestrator.runtime.image_archive import save_image_archive
 
