@@ -154,7 +154,8 @@ def load_image_archive(
     try:
         record = _sealed_record(folder, plan)
         if record is None:
-            say(f"image cache: no archive of {plan.reference} in {folder}: it is built")
+            then = "the engine holds the image" if present else "the build makes the image"
+            say(f"image cache: no archive of {plan.reference} in {folder}: {then}")
             return False
         _, archive = archive_paths(folder, plan)
         check_archive(archive, plan, record)
