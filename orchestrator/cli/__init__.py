@@ -14,7 +14,17 @@ from orchestrator import __version__
 # `--help` lists the commands in the order they are registered: build, then bench.
 from orchestrator.cli import build  # isort: split
 
-from orchestrator.cli import assemble, bench, ci, lock, maintain, release, reproduce, signing
+from orchestrator.cli import (
+    assemble,
+    bench,
+    ci,
+    images,
+    lock,
+    maintain,
+    release,
+    reproduce,
+    signing,
+)
 from orchestrator.cli.app import INTERRUPTED, app, console, err_console
 from orchestrator.host.signals import stop_on_signals
 
@@ -24,6 +34,7 @@ __all__ = [
     "bench",
     "build",
     "ci",
+    "images",
     "lock",
     "main",
     "maintain",

@@ -17,7 +17,11 @@ from typing import TypeVar
 
 from orchestrator.config.nesting import loads_json
 from orchestrator.host.cache_seal import KEY_ENV, seal_matches
-from orchestrator.model.documents.cache_records import ProfileSidecar, StepEntryRecord
+from orchestrator.model.documents.cache_records import (
+    ImageArchiveRecord,
+    ProfileSidecar,
+    StepEntryRecord,
+)
 from orchestrator.model.documents.record_io import RecordError, parse_record
 from orchestrator.model.printable import printable
 
@@ -31,7 +35,7 @@ UNSEALED = (
 
 
 # The records that carry a seal over their fields and their cache slot.
-S = TypeVar("S", ProfileSidecar, StepEntryRecord)
+S = TypeVar("S", ProfileSidecar, StepEntryRecord, ImageArchiveRecord)
 
 
 class UnusableRecord(Exception):  # noqa: N818 - a reason to skip, never shown as an error

@@ -349,6 +349,7 @@ def _reuse(result: TargetResult, manifest: BuildManifest, entry: TargetSummary |
     result.size, result.sha256 = manifest.artifact.size, manifest.artifact.sha256
     result.take_build_facts(manifest)
     if entry is not None:
+        result.gpu_path = result.gpu_path or entry.gpu_path  # logs/targets.json's word
         result.speedup = entry.speedup_vs_baseline
         result.speedup_note = entry.speedup_note or ""
         result.warnings = list(entry.warnings)

@@ -28,7 +28,6 @@ from orchestrator.errors import (
     ImageBuildError,
     OrchestratorError,
 )
-from orchestrator.host.system import process_alive
 from orchestrator.runtime.api import (
     BUILD_ID_ARG,
     LABEL_BUILD_ID,
@@ -55,7 +54,14 @@ from orchestrator.runtime.container import Container
 from orchestrator.runtime.contexts import EngineEndpoint
 from orchestrator.runtime.gpu import CDI, GpuPassthrough
 from orchestrator.runtime.imagelock import LOCK_KIND, image_lock
-from orchestrator.runtime.imageops import image_info, import_tar, remove_image
+from orchestrator.runtime.imageops import (
+    image_info,
+    import_tar,
+    load_image,
+    remove_image,
+    remove_intermediate_stages,
+    save_image,
+)
 from orchestrator.runtime.libpod import run_with_cdi
 from orchestrator.runtime.lockstore import EngineLocks
 from orchestrator.runtime.quirks import PODMAN_COMPONENT, EngineKind, binds, detect
@@ -217,24 +223,19 @@ class Engine:
         except docker.errors.APIError as exc:
             raise ImageBuildError(f"building {reference} failed: {exc}") from exc
         finally:
-            self._remove_intermediate_stages(build_id)
+            remove_intermediate_stages(self._client, self.kind(), build_id)
         info = self.image(reference)
         if info is None or (image_id is not None and info.id != image_id):
             raise ImageBuildError(f"build of {reference} finished without the tagged image")
         return info.id
 
-    def _remove_intermediate_stages(self, build_id: str) -> None:
-        """Drop the untagged install stage (gigabytes of .debs) of this build, and those of
-        builds whose process is gone; never a stage a concurrent build still needs."""
-        for image in self._client.images.list(
-            filters={"label": f"{LABEL_STAGE}=install", "dangling": True}
-        ):
-            owner = str((image.labels or {}).get(LABEL_BUILD_ID, ""))
-            pid = owner.split("-", 1)[0]
-            if owner != build_id and pid.isdigit() and process_alive(int(pid)):
-                continue
-            with suppress(docker.errors.APIError):  # Podman: never forced (imageops.py)
-                remove_image(self._client, self.kind(), str(image.id), unused_only=False)
+    def save_image(self, reference: str, into: Path) -> None:
+        """`docker save` of `reference` into the file `into`."""
+        save_image(self._client, reference, into)
+
+    def load_image(self, archive: Path) -> None:
+        """`docker load` of a `docker save` archive (what it names is checked beforehand)."""
+        load_image(self._client, archive)
 
     def remove_image(self, reference: str, *, unused_only: bool = False) -> bool:
         """Remove an image (its tags, and its layers where nothing else needs them);

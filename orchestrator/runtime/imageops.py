@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from contextlib import suppress
+from pathlib import Path
 
 import docker
 import docker.errors
@@ -13,7 +14,8 @@ import requests
 from docker.models.images import Image as SdkImage
 
 from orchestrator.errors import ImageBuildError
-from orchestrator.runtime.api import ImageInfo
+from orchestrator.host.system import process_alive
+from orchestrator.runtime.api import LABEL_BUILD_ID, LABEL_STAGE, ImageInfo
 from orchestrator.runtime.quirks import EngineKind
 
 
@@ -105,3 +107,39 @@ def remove_image(
             return False  # a container started from it in the meantime
         raise
     return True
+
+
+def remove_intermediate_stages(
+    client: docker.DockerClient, kind: EngineKind, build_id: str
+) -> None:
+    """Drop the untagged install stage (gigabytes of .debs) of the build `build_id`, and
+    those of builds whose process is gone; never a stage a concurrent build still needs."""
+    for image in client.images.list(filters={"label": f"{LABEL_STAGE}=install", "dangling": True}):
+        owner = str((image.labels or {}).get(LABEL_BUILD_ID, ""))
+        pid = owner.split("-", 1)[0]
+        if owner != build_id and pid.isdigit() and process_alive(int(pid)):
+            continue
+        with suppress(docker.errors.APIError):  # Podman: never forced (see remove_image)
+            remove_image(client, kind, str(image.id), unused_only=False)
+
+
+def save_image(client: docker.DockerClient, reference: str, into: Path) -> None:
+    """`docker save` of `reference` into the file `into`, streamed (gigabytes)."""
+    try:
+        with into.open("wb") as handle:
+            for chunk in client.api.get_image(reference):
+                handle.write(chunk)
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker save of {reference} failed: {exc}") from exc
+
+
+def load_image(client: docker.DockerClient, archive: Path) -> None:
+    """`docker load` of `archive`; the engine checks every layer against the image's
+    config (whose sha256 is the image id) as it loads."""
+    try:
+        with archive.open("rb") as handle:
+            for event in client.api.load_image(handle, quiet=True) or ():  # type: ignore[no-untyped-call]
+                if isinstance(event, dict) and event.get("error"):
+                    raise ImageBuildError(f"docker load of {archive}: {event['error']}")
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker load of {archive} failed: {exc}") from exc

@@ -11,6 +11,9 @@ from orchestrator.supply.workflows import (
     AGREE,
     CACHED_FOLDERS,
     CI_SECRETS,
+    IMAGE_DIR,
+    IMAGE_RESTORE_IF,
+    IMAGE_RULE,
     CiSpec,
     file_header,
     fill,
@@ -87,7 +90,7 @@ jobs:
               digest = hashlib.sha256(os.environ["GITHUB_REF_NAME"].encode()).hexdigest()
               again = [plan["targets"][int(digest, 16) % len(plan["targets"])]]
           targets = [
-              {key: target[key] for key in ("artifact", "flavor", "level")}
+              {key: target[key] for key in ("artifact", "flavor", "level", "image")}
               | {"builder": builder}
               | {"runner": runners[builder].get(target["flavor"], ["ubuntu-latest"])}
               for builder, chosen in (("a", plan["targets"]), ("b", again))
@@ -138,6 +141,23 @@ jobs:
 @CACHE_PATHS@          key: @CACHE_KEY@${{ hashFiles(@CACHE_FILES@) }}
           restore-keys: |
             @CACHE_KEY@
+      # The toolchain image (the compiler) as a `docker save` archive, keyed by the hash of
+      # its pinned inputs (its tag); `images load` uses it only when it is sealed with
+      # @CACHE_SECRET@ and is the planned image, else the build makes it.
+      # @IMAGE_RULE@
+      - name: Restore the toolchain image
+        id: image
+        if: @IMAGE_IF@
+        uses: @CACHE_RESTORE@
+        with:
+          path: @IMAGE_DIR@
+          key: @IMAGE_KEY@
+      - name: Load the toolchain image
+        if: steps.image.outputs.cache-hit == 'true'
+        env:
+          ARTIFACT: ${{ matrix.target.artifact }}
+          ORCHESTRATOR_CACHE_KEY: ${{ secrets.@CACHE_SECRET@ }}
+        run: orchestrator images load @IMAGE_DIR@ --target "$ARTIFACT"
       - name: Check the runner
         run: orchestrator doctor || echo "::warning::orchestrator doctor found a blocker"
       - name: Build ${{ matrix.target.artifact }}
@@ -158,6 +178,18 @@ jobs:
           path: ${{ runner.temp }}/${{ matrix.target.artifact }}-${{ matrix.target.builder }}.tar
           if-no-files-found: error
           retention-days: 7
+      - name: Save the toolchain image
+        if: (@IMAGE_IF@) && steps.image.outputs.cache-hit != 'true'
+        env:
+          ARTIFACT: ${{ matrix.target.artifact }}
+          ORCHESTRATOR_CACHE_KEY: ${{ secrets.@CACHE_SECRET@ }}
+        run: orchestrator images save @IMAGE_DIR@ --target "$ARTIFACT"
+      - name: Keep the toolchain image
+        if: (@IMAGE_IF@) && steps.image.outputs.cache-hit != 'true'
+        uses: @CACHE_SAVE@
+        with:
+          path: @IMAGE_DIR@
+          key: @IMAGE_KEY@
       # Saved from every ref, tags included: a ref's entries are restored by later runs of
       # that ref (a tag's re-run) and, from the default branch, by every ref.
       - name: Save the crates and stored profiles
@@ -278,6 +310,12 @@ def render_github(spec: CiSpec) -> str:
         ),
         "@RUNNERS@": "'" + json.dumps(runners, separators=(",", ":")) + "'",
         "@VERIFY@": yaml_quote(spec.verify),
+        "@IMAGE_IF@": IMAGE_RESTORE_IF[spec.verify],
+        "@IMAGE_RULE@": IMAGE_RULE[spec.verify],
+        "@IMAGE_DIR@": IMAGE_DIR,
+        "@IMAGE_KEY@": (
+            "orchestrator-image-${{ matrix.target.builder }}-${{ matrix.target.image }}"
+        ),
         "@AGREE@": AGREE[spec.verify],
         "@CACHE_FILES@": ", ".join(f"'{path}'" for path in spec.cache_files),
         "@VERIFY_KEY@": verify_key,

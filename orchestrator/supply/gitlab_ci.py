@@ -5,6 +5,8 @@ Docker-in-Docker for the builds, and the generic package registry for the files.
 
 from __future__ import annotations
 
+import hashlib
+
 from orchestrator.supply.workflows import (
     AGREE,
     CACHED_FOLDERS,
@@ -110,11 +112,11 @@ _GITLAB_BUILD = """\
   # (sealed with @CACHE_SECRET@), apart for each builder; never the step cache: a
   # release's binaries are all compiled by its own build jobs (docs/trust.md)
   cache:
-    key:
-      files:
-@CACHE_FILES@      prefix: orchestrator-@TOOLCHAIN@-$FLAVOR-$LEVEL-$BUILDER
-    paths:
-@CACHE_PATHS@  script:
+    - key:
+        files:
+@CACHE_FILES@        prefix: orchestrator-@TOOLCHAIN@-$FLAVOR-$LEVEL-$BUILDER
+      paths:
+@CACHE_PATHS@@IMAGE_CACHE@  script:
     - apt-get update -qq
     - apt-get install -y -qq --no-install-recommends mmdebstrap
     - >-
@@ -125,8 +127,8 @@ _GITLAB_BUILD = """\
       if [ -z "${@CACHE_SECRET@:-}" ]; then
         echo "warning: no CI/CD variable @CACHE_SECRET@: no restored profile is used"
       fi
-    - orchestrator build --target "$artifact" --out .orchestrator/targets
-    # a tar keeps the files' modes
+@IMAGE_LOAD@    - orchestrator build --target "$artifact" --out .orchestrator/targets
+@IMAGE_SAVE@    # a tar keeps the files' modes
     - tar -cf ".orchestrator/$artifact-$BUILDER.tar" -C .orchestrator/targets "$artifact"
   artifacts:
     paths:
@@ -188,6 +190,44 @@ _CHOOSE = """\
           again.write(chosen + "\\n")
       print("built again by builder b:", chosen)
 """
+# The toolchain image's archive (`orchestrator images`), inside the cache folder (which is
+# never read as the crate's sources), keyed by the config and the orchestrator installed;
+# an archive of another image there is not loaded (its name is the image's own key) and is
+# replaced. Every GitLab job here is a tag's build, whose binaries are signed: only builder
+# a of ci.verify = "rebuild" restores the image (the compiler), because builder b makes its
+# own and the two must agree (supply/workflows.py IMAGE_RESTORE_IF, docs/trust.md).
+_IMAGE_CACHE = """\
+    # the toolchain image (docker save), only here: builder b makes its own
+    - key:
+        files:
+          - @CONFIG@
+        prefix: orchestrator-image-@TOOLCHAIN@-$FLAVOR-$BUILDER-@INSTALLED@
+      paths:
+        - @IMAGE_FOLDER@
+"""
+IMAGE_FOLDER = ".orchestrator-cache/image-archive"
+
+
+def _image_cache(spec: CiSpec, builder: str) -> dict[str, str]:
+    if spec.verify != "rebuild" or builder != "a":
+        return {"@IMAGE_CACHE@": "", "@IMAGE_LOAD@": "", "@IMAGE_SAVE@": ""}
+    cache = fill(
+        _IMAGE_CACHE,
+        {
+            "@CONFIG@": yaml_quote(spec.config),
+            "@TOOLCHAIN@": spec.toolchain,
+            "@INSTALLED@": hashlib.sha256(spec.install_spec.encode()).hexdigest()[:16],
+            "@IMAGE_FOLDER@": IMAGE_FOLDER,
+        },
+    )
+    command = f'orchestrator images %s {IMAGE_FOLDER} --target "$artifact"\n'
+    return {
+        "@IMAGE_CACHE@": cache,
+        "@IMAGE_LOAD@": "    - " + command % "load",
+        "@IMAGE_SAVE@": "    - " + command % "save",
+    }
+
+
 _SKIP = """\
     - |
       if [ "$artifact" != "$(cat .orchestrator/rebuild-one)" ]; then
@@ -259,8 +299,9 @@ def render_gitlab(spec: CiSpec) -> str:
                 ),
                 "@CACHE_FILES@": "".join(f"          - {yaml_quote(path)}\n" for path in key_files),
                 "@CACHE_PATHS@": "".join(
-                    f"      - .orchestrator-cache/{folder}\n" for folder in CACHED_FOLDERS
+                    f"        - .orchestrator-cache/{folder}\n" for folder in CACHED_FOLDERS
                 ),
+                **_image_cache(spec, builder),
                 "@CACHE_SECRET@": CI_SECRETS["cache"],
                 "@TOOLCHAIN@": spec.toolchain,
                 "@SKIP@": _SKIP if builder == "b" and spec.verify == "rebuild-one" else "",

@@ -70,6 +70,22 @@ AGREE = {"off": "", "rebuild": " --agree all", "rebuild-one": " --agree one"}
 # are sealed, so a tag's build may restore them; the step cache (built binaries), the
 # rootfs and the .debs are never restored (a tag build makes them itself).
 CACHED_FOLDERS = ("crates", "profiles")
+# The toolchain image's archive (`orchestrator images save`), outside the orchestrator cache.
+# The image is the compiler, so a tag's build (whose binaries are signed) restores it only
+# where a second builder checks the result: builder a of ci.verify = "rebuild", whose
+# builder b always builds its images from Debian's archive; a compiler forged into the
+# cache then makes bytes that b's do not, and assemble refuses to sign (docs/trust.md).
+IMAGE_DIR = "~/.cache/orchestrator-images"
+IMAGE_RESTORE_IF = {
+    "off": "github.ref_type != 'tag'",
+    "rebuild": "github.ref_type != 'tag' || matrix.target.builder == 'a'",
+    "rebuild-one": "github.ref_type != 'tag'",
+}
+IMAGE_RULE = {
+    "off": "A tag's build makes it: no second builder checks the binaries it signs.",
+    "rebuild": "A tag's build restores it for builder a only; b makes its own (they must agree).",
+    "rebuild-one": "A tag's build makes it: the second builder checks one target only.",
+}
 _REPO_PATH = re.compile(r"[A-Za-z0-9._/+-]+")
 
 

@@ -205,9 +205,13 @@ class _Pipeline:
                 raise WorkflowError(f"job {title} needs {need}, which has not run")
             for _, artifacts in self.done[need]:
                 shutil.copytree(artifacts, project, dirs_exist_ok=True)
-        cache = job.get("cache")
-        key = self._cache_key(cache, variables, project) if cache else None
-        if cache and key:
+        # cache: one, or a list of them (GitLab takes up to four)
+        given = job.get("cache") or []
+        caches = [
+            (cache, self._cache_key(cache, variables, project))
+            for cache in (given if isinstance(given, list) else [given])
+        ]
+        for cache, key in caches:
             self._restore(cache, key, project)
         script = [
             *(
@@ -228,7 +232,7 @@ class _Pipeline:
         artifacts = runner.root / "artifacts"
         artifacts.mkdir()
         if code == 0:
-            if cache and key:
+            for cache, key in caches:
                 self._save(cache, key, project)
             for pattern in (job.get("artifacts") or {}).get("paths", []):
                 for match in matching(project / pattern):

@@ -249,6 +249,38 @@ def _cargo_builds(runs: list[JobRun], logs: Path) -> int:
     return count
 
 
+def _image_builds(logs: Path) -> int:
+    """Toolchain images the build jobs made themselves (their logs/run.json, extracted by
+    _cargo_builds): not found on the engine, nor loaded from the CI cache."""
+    runs = [json.loads(path.read_text()) for path in logs.rglob("logs/run.json")]
+    assert runs, f"no run.json below {logs}"
+    return sum(1 for run in runs if run["images"]["toolchain"]["built_this_run"])
+
+
+def _image_cache_used(first: list[JobRun], second: list[JobRun]) -> None:
+    """The toolchain image's archive: saved by builder a's jobs of the tag's first run,
+    restored and checked by them on the re-run (this machine's one engine holds the image
+    already, so it is compared, not loaded: the same image id); builder b's jobs of a tag
+    neither restore nor save it (they make their own compiler)."""
+    for runs, wanted in (
+        (first, r"image cache: (saved|\S+ holds) orchestrator/cpu:\S+"),
+        (
+            second,
+            r"image cache: (loaded orchestrator/cpu:\S+|orchestrator/cpu:\S+ is on this "
+            r"engine already \(the archive's\))",
+        ),
+    ):
+        for run in runs:
+            if run.job != "build" or run.runner is None:
+                continue
+            log = run.runner.log.read_text()
+            if run.matrix["target"]["builder"] == "a":
+                assert re.search(wanted, log), log[-3000:]
+            else:
+                assert "image cache:" not in log, log[-3000:]
+                assert "orchestrator-image-" not in log, log[-3000:]
+
+
 def _report(what: str, runs: list[JobRun]) -> None:
     lines = [f"{what}: {sum(r.seconds for r in runs):.0f} s of jobs"]
     lines += [f"  {r.title:<60} {r.status:<8} {r.seconds:6.1f} s" for r in runs]
@@ -299,6 +331,10 @@ def test_a_tag_through_github_actions_publishes_the_one_shot_release(
     builds = [_cargo_builds(first, tmp_path / "logs-1"), _cargo_builds(second, tmp_path / "logs-2")]
     sys.stdout.write(f"cargo builds: first run {builds[0]}, re-run {builds[1]}\n")
     assert builds[1] < builds[0]
+    images = [_image_builds(tmp_path / "logs-1"), _image_builds(tmp_path / "logs-2")]
+    sys.stdout.write(f"toolchain images built: first run {images[0]}, re-run {images[1]}\n")
+    assert images[1] <= images[0]
+    _image_cache_used(first, second)
     for run in second:
         if run.job == "build" and run.runner is not None:
             # the entry its own builder saved in the first run, on this tag

@@ -255,7 +255,9 @@ def test_a_crate_that_loads_cuda_at_run_time_gets_a_cuda_artifact(
     assert (cuda["crate"], cuda["binding"]) == ("cudarc 0.11.9", "run time")
     assert cuda["cuda_api"] == "12.5"  # its cuda-12050 feature
     assert cuda["toolkit_check"].startswith("skipped: cudarc 0.11.9 binds CUDA at run time")
-    assert cuda["driver_check"] == "not checked (no GPU)"
+    run_log = json.loads((directory / "logs" / "run.json").read_text())
+    assert cuda["driver_check"] is None  # this builder's GPU: its logs/run.json
+    assert run_log["cuda_driver_check"] == "not checked (no GPU)"
     assert "release 12.4" in manifest["device_code"]["compiler"]  # older than what it names
     # No libnvrtc file name in the binary (cudarc 0.11 formats it): the graph vouches.
     loads = manifest["device_code"]["binary"]["loads"]

@@ -6,8 +6,11 @@ record what is exec'd in them and answer through a responder; archives are kept 
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import socket
+import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -215,6 +218,9 @@ class FakeEngine:
         self.builds: list[BuildCall] = []
         self.imports: list[ImportCall] = []
         self.removed_images: list[str] = []
+        self.saved_images: list[str] = []
+        self.loaded_archives: list[Path] = []
+        self.load_ids: dict[str, str] = {}  # config digest -> the id a load gives it
         self.containers: list[FakeContainer] = []  # every one started, removed or not
         self.managed: list[Managed] = []  # managed containers, as managed_containers() lists
         self.volumes: list[Managed] = []
@@ -282,6 +288,37 @@ class FakeEngine:
         if self.build_hook is not None:
             self.build_hook(call, on_output)  # may raise ImageBuildError
         return self.add_image(reference, labels).id
+
+    def save_image(self, reference: str, into: Path) -> None:
+        """A `docker save` archive of the image as Docker 20 writes one: its config under
+        its id, and manifest.json naming it with its tag."""
+        info = self.images[reference]
+        digest = info.id.removeprefix("sha256:")
+        manifest = [{"Config": f"{digest}.json", "RepoTags": [reference], "Layers": []}]
+        members = {
+            f"{digest}.json": json.dumps({"config": {"Labels": info.labels}}).encode(),
+            "manifest.json": json.dumps(manifest).encode(),
+        }
+        with tarfile.open(into, "w") as tar:
+            for name, data in members.items():
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        self.saved_images.append(reference)
+
+    def load_image(self, archive: Path) -> None:
+        """What `docker load` does with such an archive: each image its manifest names,
+        under each of its tags (the id: `load_ids` where a test sets one for the config)."""
+        self.loaded_archives.append(archive)
+        with tarfile.open(archive) as tar:
+            manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+            for entry in manifest:
+                config = json.load(tar.extractfile(entry["Config"]))  # type: ignore[arg-type]
+                digest = entry["Config"].rsplit("/", 1)[-1].removesuffix(".json")
+                image_id = self.load_ids.get(digest, f"sha256:{digest}")
+                labels = dict(config["config"]["Labels"])
+                for tag in entry["RepoTags"]:
+                    self.images[tag] = ImageInfo(id=image_id, tags=(tag,), labels=labels, size=0)
 
     def remove_image(self, reference: str, *, unused_only: bool = False) -> bool:
         removed = False

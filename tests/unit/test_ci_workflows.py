@@ -486,7 +486,20 @@ def test_rebuild_builds_every_target_twice_and_assemble_needs_them_to_agree(
     assert document["build-cpu-b"]["tags"] == ["self-hosted"]
     assert "tags" not in document["build-cpu"]
     assert document["build-cuda-b"]["tags"] == ["gpu-lab"]
-    assert document["build-cpu-b"]["cache"]["key"]["prefix"].endswith("-$LEVEL-$BUILDER")
+    assert document["build-cpu-b"]["cache"][0]["key"]["prefix"].endswith("-$LEVEL-$BUILDER")
+    # the toolchain image: restored by builder a only (every GitLab job is a tag's build)
+    image = ".orchestrator-cache/image-archive"
+    assert [c["paths"] for c in document["build-cpu-b"]["cache"]] == [
+        [".orchestrator-cache/crates", ".orchestrator-cache/profiles"]
+    ]
+    assert document["build-cpu"]["cache"][1]["paths"] == [image]
+    script = document["build-cpu"]["script"]
+    build = script.index('orchestrator build --target "$artifact" --out .orchestrator/targets')
+    assert script[build - 1 : build + 2 : 2] == [
+        f'orchestrator images load {image} --target "$artifact"',
+        f'orchestrator images save {image} --target "$artifact"',
+    ]
+    assert not [line for line in document["build-cpu-b"]["script"] if "images" in line]
     assert document["assemble"]["needs"] == [
         "plan", "build-cpu", "build-cuda", "build-cpu-b", "build-cuda-b",
     ]  # fmt: skip
@@ -551,7 +564,11 @@ def test_the_caches_hold_no_built_binaries(tmp_path: Path, gpu_project: Path) ->
     assert cli("ci", "github", "-c", config, "-o", str(github)).exit_code == 0
     assert cli("ci", "gitlab", "-c", config, "-o", str(gitlab)).exit_code == 0
     steps = _jobs(_yaml(github))["build"]["steps"]
-    caches = [s for s in steps if "actions/cache/" in s.get("uses", "")]
+    caches = [
+        s
+        for s in steps
+        if "actions/cache/" in s.get("uses", "") and "orchestrator-images" not in s["with"]["path"]
+    ]
     assert [s["uses"].split("@")[0] for s in caches] == [
         "actions/cache/restore",
         "actions/cache/save",
@@ -564,7 +581,57 @@ def test_the_caches_hold_no_built_binaries(tmp_path: Path, gpu_project: Path) ->
     build = next(s for s in steps if s.get("name", "").startswith("Build "))
     assert build["env"]["ORCHESTRATOR_CACHE_KEY"] == "${{ secrets.ORCHESTRATOR_CACHE_KEY }}"
     for job in ("build-cpu", "build-cuda"):
-        assert _yaml(gitlab)[job]["cache"]["paths"] == [
+        assert _yaml(gitlab)[job]["cache"][0]["paths"] == [
             ".orchestrator-cache/crates",
             ".orchestrator-cache/profiles",
         ]
+
+
+@pytest.mark.parametrize(
+    ("verify", "on_tags"),
+    [
+        ("off", "github.ref_type != 'tag'"),
+        ("rebuild", "github.ref_type != 'tag' || matrix.target.builder == 'a'"),
+        ("rebuild-one", "github.ref_type != 'tag'"),
+    ],
+)
+def test_the_toolchain_image_is_restored_only_where_a_second_builder_checks_it(
+    tmp_path: Path, gpu_project: Path, verify: str, on_tags: str
+) -> None:
+    """The image is the compiler: a tag's build (whose binaries are signed) restores its
+    archive only as builder a of `verify = "rebuild"`, whose builder b makes its own. The
+    archive is keyed by the image's reference (its tag is the hash of its inputs), loaded
+    with `images load` on a hit, and saved, where it may be restored, on a miss."""
+    config = gpu_project / "orchestrator.toml"
+    config.write_text(config.read_text().replace("[ci]\n", f'[ci]\nverify = "{verify}"\n'))
+    github = tmp_path / "release.yml"
+    assert cli("ci", "github", "-c", str(config), "-o", str(github)).exit_code == 0
+    steps = _jobs(_yaml(github))["build"]["steps"]
+    named = {s.get("name"): s for s in steps}
+    restore, load = named["Restore the toolchain image"], named["Load the toolchain image"]
+    save, keep = named["Save the toolchain image"], named["Keep the toolchain image"]
+    key = "orchestrator-image-${{ matrix.target.builder }}-${{ matrix.target.image }}"
+    assert restore["if"] == on_tags and restore["with"] == {
+        "path": "~/.cache/orchestrator-images",
+        "key": key,
+    }
+    assert keep["with"] == restore["with"] and keep["uses"].startswith("actions/cache/save@")
+    assert load["if"] == "steps.image.outputs.cache-hit == 'true'"
+    assert (
+        load["run"] == 'orchestrator images load ~/.cache/orchestrator-images --target "$ARTIFACT"'
+    )
+    for step in (save, keep):  # not from a tag's build that could not restore it
+        assert step["if"] == f"({on_tags}) && steps.image.outputs.cache-hit != 'true'"
+    assert save["run"].startswith("orchestrator images save ~/.cache/orchestrator-images ")
+    for step in (load, save):  # the seal's key
+        assert step["env"]["ORCHESTRATOR_CACHE_KEY"] == "${{ secrets.ORCHESTRATOR_CACHE_KEY }}"
+    order = [s.get("name", "") for s in steps]
+    assert (
+        order.index("Load the toolchain image")
+        < next(i for i, name in enumerate(order) if name.startswith("Build "))
+        < order.index("Save the toolchain image")
+    )
+    assert (
+        '("artifact", "flavor", "level", "image")'
+        in _jobs(_yaml(github))["plan"]["steps"][-1]["run"]
+    )

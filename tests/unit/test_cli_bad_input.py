@@ -537,3 +537,16 @@ def test_a_symlinked_default_workdir_is_refused_and_its_target_untouched(
     assert list(elsewhere.iterdir()) == []
     refused(cli(*args, "--workdir", str(release.with_name("demo-1.2.3.reproduce"))), 12)
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.usefixtures("docker_down")
+@pytest.mark.parametrize("verb", ["load", "save"])
+def test_images_of_an_unknown_target_fail_before_docker(
+    project: Path, tmp_path: Path, verb: str
+) -> None:
+    config = str(project / "orchestrator.toml")
+    result = cli(
+        "images", verb, str(tmp_path / "images"), "--target", "linux-x86_64-cpu-v9", "-c", config
+    )
+    refused(result, 10, "no target of this release is called 'linux-x86_64-cpu-v9'")
+    assert not (tmp_path / "images").exists()

@@ -10,6 +10,12 @@ import pytest
 
 from orchestrator.config.resolve.options import resolve
 from orchestrator.model.documents.record_io import record_text
+from orchestrator.model.documents.records import (
+    BoltInfo,
+    BuildManifest,
+    CudaRuntimeInfo,
+    ProfilingInfo,
+)
 from orchestrator.model.documents.run_logs import ImageRun, is_build_log, is_release_log, split_run
 
 from .conftest import plan_for
@@ -75,3 +81,87 @@ def test_split_run_keeps_how_the_build_went_out_of_build_json(
     signed_again, run_again = split_run(again, plan.artifact_dir)
     assert record_text(signed_again) == record_text(signed)
     assert run_again.profiles_reused == ["pgo"]
+
+
+def _on_hardware(whole: BuildManifest, *, host: bool, mode: str = "instrument") -> BuildManifest:
+    """`whole` as a builder with (host) or without (a CI runner) a GPU and LBR would
+    record it: the same bytes built, other hardware."""
+    cuda = CudaRuntimeInfo(
+        crate="cudarc 0.11.9",
+        binding="run time",
+        why="dlopen",
+        cuda_api="12050",
+        nvrtc=True,
+        toolkit_check="matches the image's CUDA 12.4",
+        driver_cuda="13.0" if host else None,
+        driver_check="ok: driver CUDA 13.0 >= 12.5" if host else "not checked (no GPU)",
+    )
+    return whole.model_copy(
+        update={
+            "gpu_path": "exercised on NVIDIA H100, driver 580.159"
+            if host
+            else "not exercised: the engine lends no GPU",
+            "cuda_runtime": cuda,
+            "bolt": BoltInfo(
+                policy="fallback",
+                flags=["-reorder-blocks=ext-tsp"],
+                mode=mode,
+                mode_reason="profile stored for this binary"
+                if host
+                else "auto: perf cannot sample here: instrumented",
+                applied=True,
+            ),
+            "profiling": ProfilingInfo(
+                granted="seccomp orchestrator-perf" if host else "none",
+                lbr=host,
+                sampling=host,
+                container_started=host,
+            ),
+        }
+    )
+
+
+def test_two_builders_with_other_hardware_sign_the_same_build_json(
+    project: Path, tmp_path: Path
+) -> None:
+    """A host with a GPU and LBR and a CI runner with neither, building the same bytes:
+    build.json is the same; what each machine found goes to its logs/run.json. The BOLT
+    mode is not such a fact: it changes the binary, so it stays (the lock pins it)."""
+    options = resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    plan = plan_for(options)
+    whole = produced_manifest(options, plan, tmp_path)
+    signed_host, run_host = split_run(_on_hardware(whole, host=True), plan.artifact_dir)
+    signed_ci, run_ci = split_run(_on_hardware(whole, host=False), plan.artifact_dir)
+    assert record_text(signed_host) == record_text(signed_ci)
+    assert signed_host.gpu_path is None and signed_host.profiling == ProfilingInfo()
+    assert signed_host.cuda_runtime is not None
+    assert (signed_host.cuda_runtime.driver_cuda, signed_host.cuda_runtime.driver_check) == (
+        None,
+        None,
+    )
+    assert signed_host.cuda_runtime.cuda_api == "12050"  # what the binary needs: signed
+    assert signed_host.bolt is not None and signed_host.bolt.mode == "instrument"
+    assert signed_host.bolt.mode_reason is None
+    assert run_host.gpu_path == "exercised on NVIDIA H100, driver 580.159"
+    assert run_ci.gpu_path == "not exercised: the engine lends no GPU"
+    assert (run_host.cuda_driver, run_ci.cuda_driver) == ("13.0", None)
+    assert run_ci.cuda_driver_check == "not checked (no GPU)"
+    assert run_host.bolt_mode_reason == "profile stored for this binary"
+    assert run_host.perf is not None and run_host.perf.lbr is True
+    assert run_ci.perf is not None and (run_ci.perf.lbr, run_ci.perf.granted) == (False, "none")
+    # another BOLT mode made other bytes: build.json differs
+    signed_sampled, _ = split_run(_on_hardware(whole, host=True, mode="sample"), plan.artifact_dir)
+    assert record_text(signed_sampled) != record_text(signed_host)
+
+
+def test_a_build_json_from_before_keeps_its_hardware_facts_readable(
+    project: Path, tmp_path: Path
+) -> None:
+    """An older build.json holds them: it still reads, and says what it said."""
+    options = resolve(project / "orchestrator.toml", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    whole = _on_hardware(produced_manifest(options, plan_for(options), tmp_path), host=True)
+    old = BuildManifest.model_validate_json(record_text(whole))
+    assert old.gpu_path == "exercised on NVIDIA H100, driver 580.159"
+    assert old.profiling.lbr is True and old.bolt is not None
+    assert old.bolt.mode_reason == "profile stored for this binary"
+    assert old.cuda_runtime is not None and old.cuda_runtime.driver_cuda == "13.0"

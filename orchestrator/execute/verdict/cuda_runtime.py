@@ -109,7 +109,7 @@ def check_cuda_binding(pipeline: Pipeline, log: StepLog) -> CudaRuntimeInfo | No
     log.line(f"toolkit check: {record.toolkit_check}")
     needed = f"CUDA {record.cuda_api}" if record.cuda_api else "no CUDA release named"
     log.line(f"needs at run time: {needed}; driver check: {record.driver_check}")
-    if record.driver_check.startswith("fails"):
+    if (record.driver_check or "").startswith("fails"):
         # The artifact is for other machines too: say so loudly, ship it still.
         log.warn(f"this builder's GPU cannot run the binary's CUDA calls: {record.driver_check}")
     pipeline.state.cuda_runtime = record

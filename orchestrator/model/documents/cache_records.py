@@ -101,3 +101,28 @@ class DispatcherCacheEntry(Record):
     schema_version: Literal[1] = 1
     info: DispatcherInfo
     seal: str
+
+
+class ImageArchiveRecord(Record):
+    """<folder>/<input hash>.json beside <input hash>.tar (`build --target --image-cache`):
+    a toolchain image as `docker save` wrote it, kept in a CI cache, and the seal that says
+    a runner holding the cache key wrote it (host/cache_seal.py)."""
+
+    SCHEMA = "orchestrator/image-archive"
+    VERSION = 1
+
+    schema_: Literal["orchestrator/image-archive"] = Field(
+        "orchestrator/image-archive", alias="schema"
+    )
+    schema_version: Literal[1] = 1
+    reference: str
+    input_hash: str = Field(description="the image's key: the hash of everything it is made of")
+    image_id: str = Field(
+        description="sha256 of the image's config, which names every layer's digest: the "
+        "engine checks each layer against it as it loads them"
+    )
+    size: int = Field(description="the archive's bytes")
+    seal: str
+
+    def sealed_fields(self) -> JsonDict:
+        return self.model_dump(mode="json", by_alias=True, exclude={"seal"})

@@ -189,8 +189,8 @@ class BoltBinary(Record):
 class BoltInfo(Record):
     policy: str
     flags: list[str]
-    mode: str | None = None
-    mode_reason: str | None = None
+    mode: str | None = None  # a resolved input: the lock pins it, reproduce uses it
+    mode_reason: str | None = None  # null since logs/run.json holds it (bolt_mode_reason)
     profile: JsonDict | None = None
     coverage: JsonDict | None = None
     applied: bool = False  # BOLT made a binary that validated: a candidate for the gate
@@ -222,9 +222,11 @@ class ContainerGrant(Record):
 class ProfilingInfo(Record):
     """The profiling container (training workloads under perf) and its perf access."""
 
-    granted: str  # the grant in words, e.g. "seccomp orchestrator-perf (...)" or "none"
-    lbr: bool  # perf could record branch stacks there
-    sampling: bool  # perf could sample there
+    # The machine's perf access: null since logs/run.json holds it (its `perf`), as a CI
+    # runner and a host with other hardware make the same bytes (model/documents/run_logs.py)
+    granted: str | None = None  # the grant in words: "seccomp orchestrator-perf (...)"
+    lbr: bool | None = None  # perf could record branch stacks there
+    sampling: bool | None = None  # perf could sample there
     # Whether it was started: not when the training came from a cache, so null since
     # logs/run.json holds it (model/documents/run_logs.py)
     container_started: bool | None = None
@@ -358,8 +360,9 @@ class CudaRuntimeInfo(Record):
     cuda_api: str | None = Field(description="the CUDA API it calls (cuda-12050: 12.5)")
     nvrtc: bool = Field(description="its nvrtc feature is on (kernels compiled at run time)")
     toolkit_check: str  # matched the image's toolkit, or why it was skipped
-    driver_cuda: str | None = Field(description="the builder's driver, where it has a GPU")
-    driver_check: str  # "not checked (no GPU)", or the comparison with driver_cuda
+    # The builder's driver and the check against it: null since logs/run.json holds them
+    driver_cuda: str | None = Field(None, description="the builder's driver, where it has a GPU")
+    driver_check: str | None = None  # "not checked (no GPU)", or the comparison with driver_cuda
 
 
 class GeneratedFile(Record):
@@ -423,7 +426,8 @@ class BuildManifest(Record):
     static_relocations: StaticRelocations | None = None
     # GPU flavors: "exercised on <device>, driver <version>" where the build container
     # (training, validation, the driver check) had the engine's GPU, else "not exercised:
-    # <why>"; None for a flavor with no GPU (or a file from before it).
+    # <why>"; None for a flavor with no GPU (or a file from before it), and null since
+    # logs/run.json holds it: the builder's hardware, not what was built.
     gpu_path: str | None = None
     profile: ShippedProfile | None = None  # [build] profile and what it left in the binary
 

@@ -74,7 +74,8 @@ class TargetSummary(TargetFacts):
     gpu_path: str | None = Field(
         None,
         description="GPU flavors: 'exercised on <device>, driver <version>' or 'not "
-        "exercised: <why>' (build.json's gpu_path; null: no GPU flavor)",
+        "exercised: <why>' (the build's logs/run.json, or an older build.json; null: no GPU "
+        "flavor)",
     )
     moved_from: list[str] = Field(
         default_factory=list,
@@ -127,7 +128,9 @@ class PublishedTarget(TargetFacts):
     size: int = Field(description="the main binary's size in bytes")
     sha256: str = Field(description="the main binary's sha256")
     gpu_path: str | None = Field(
-        None, description="GPU flavors: build.json's gpu_path (null: no GPU flavor)"
+        None,
+        description="GPU flavors: build.json's gpu_path, in builds from before it moved to "
+        "the unsigned logs/run.json (null: no GPU flavor, or a newer build)",
     )
 
 

@@ -17,6 +17,7 @@ people and for the next run's time estimates, in files no checksum lists:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -28,8 +29,11 @@ from orchestrator.model.documents.records import (
     ImageRecord,
     JsonDict,
     PgoInfo,
+    ProfilingInfo,
     Record,
+    RecordError,
     ReusedStep,
+    read_record,
 )
 
 LOGS_DIR = "logs"
@@ -96,6 +100,28 @@ class BuildRun(Record):
         description="whether the profiling container was started (not when training "
         "came from a cache)",
     )
+    # What the builder's hardware and engine allowed or found: two machines that make the
+    # same bytes may differ in all of it (added within version 1: absent in older files,
+    # whose build.json holds them).
+    perf: ProfilingInfo | None = Field(
+        None, description="the profiling container's perf access: the grant, LBR, sampling"
+    )
+    bolt_mode_reason: str | None = Field(
+        None,
+        description="why BOLT profiled in the mode it did (build.json records the mode, "
+        "which reproduce uses)",
+    )
+    gpu_path: str | None = Field(
+        None,
+        description="GPU flavors: 'exercised on <device>, driver <version>' or 'not "
+        "exercised: <why>'",
+    )
+    cuda_driver: str | None = Field(
+        None, description="the CUDA version of this builder's driver, where it has a GPU"
+    )
+    cuda_driver_check: str | None = Field(
+        None, description="whether that driver runs the binary's CUDA calls, or why unchecked"
+    )
 
 
 REUSED = "reused_from_cache"  # the profile store's flag, which build.json does not keep
@@ -125,7 +151,9 @@ def _without_reuse(manifest: BuildManifest) -> tuple[PgoInfo | None, BoltInfo | 
             own, own_hit = _profile_reused(binary.profile)
             binaries[name] = binary.model_copy(update={"profile": own})
             reused += [f"bolt:{name}"] if own_hit else []
-        bolt = bolt.model_copy(update={"profile": profile, "binaries": binaries})
+        bolt = bolt.model_copy(
+            update={"profile": profile, "binaries": binaries, "mode_reason": None}
+        )
     return pgo, bolt, reused
 
 
@@ -138,10 +166,14 @@ def _image_run(image: ImageRecord) -> tuple[ImageRecord, ImageRun | None]:
 
 def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, BuildRun]:
     """A build's whole record as two: build.json, signed, with nothing of how the run went
-    (so two honest builds of the same inputs write the same bytes), and logs/run.json."""
+    (so two honest builds of the same inputs write the same bytes), and logs/run.json.
+    What the builder's hardware decided goes to logs/run.json too: its perf access (LBR or
+    not), why BOLT took its mode (the mode itself changes the binary: build.json keeps it
+    and the lock pins it), whether a GPU ran the GPU path, the CUDA driver's check."""
     base, base_run = _image_run(manifest.images.base)
     toolchain, toolchain_run = _image_run(manifest.images.toolchain)
     pgo, bolt, reused = _without_reuse(manifest)
+    cuda = manifest.cuda_runtime
     images = {name: run for name, run in (("base", base_run), ("toolchain", toolchain_run)) if run}
     run = BuildRun(
         artifact=artifact,
@@ -154,6 +186,11 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
         images=images,
         profiles_reused=reused,
         profiler_started=bool(manifest.profiling.container_started),
+        perf=manifest.profiling.model_copy(update={"container_started": None}),
+        bolt_mode_reason=manifest.bolt.mode_reason if manifest.bolt else None,
+        gpu_path=manifest.gpu_path,
+        cuda_driver=cuda.driver_cuda if cuda else None,
+        cuda_driver_check=cuda.driver_check if cuda else None,
     )
     signed = manifest.model_copy(
         update={
@@ -165,7 +202,20 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
             "images": manifest.images.model_copy(update={"base": base, "toolchain": toolchain}),
             "pgo": pgo,
             "bolt": bolt,
-            "profiling": manifest.profiling.model_copy(update={"container_started": None}),
+            "profiling": ProfilingInfo(),
+            "gpu_path": None,
+            "cuda_runtime": cuda.model_copy(update={"driver_cuda": None, "driver_check": None})
+            if cuda
+            else None,
         }
     )
     return signed, run
+
+
+def read_build_run(folder: Path) -> BuildRun | None:
+    """The artifact folder's logs/run.json, or None where it has none (or an unreadable
+    one: it is unsigned, and only informs)."""
+    try:
+        return read_record(folder / BUILD_RUN, BuildRun)
+    except RecordError:
+        return None

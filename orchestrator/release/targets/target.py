@@ -26,6 +26,7 @@ from orchestrator.flavors import FlavorView, get_flavor
 from orchestrator.host.step_times import earlier_step_seconds
 from orchestrator.model.documents.records import BuildManifest
 from orchestrator.model.documents.release_summary import TargetSummary, bolt_summary
+from orchestrator.model.documents.run_logs import read_build_run
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.verdict.gate_table import gate_splits
 from orchestrator.plan.build_plan import BuildPlan
@@ -136,7 +137,7 @@ class TargetResult:
         self.bolt = bolt_summary(manifest)
         if manifest.cuda_runtime is not None and manifest.cuda_runtime.binding == "run time":
             self.cuda_runtime = manifest.cuda_runtime.cuda_api
-        self.gpu_path = manifest.gpu_path
+        self.gpu_path = manifest.gpu_path  # a build.json from before logs/run.json held it
 
     def as_dict(self) -> dict[str, object]:
         return self.summary().dump()
@@ -214,6 +215,9 @@ def build_target(
     result.size = outcome.binary.stat().st_size
     result.sha256 = sha256_file(outcome.binary)
     result.take_build_facts(outcome.manifest)
+    run = read_build_run(outcome.artifact)
+    if run is not None and run.gpu_path is not None:  # the builder's hardware: not signed
+        result.gpu_path = run.gpu_path
     # A loss on one workload that the gate's mean hides
     result.warnings += [f"speed gate: {line}" for line in gate_splits(outcome.manifest.gate)]
     tests = outcome.manifest.tests or {}
