@@ -57,7 +57,7 @@ def _build_json(artifacts: Path) -> dict[str, Any]:
 def _gpu_path(artifacts: Path) -> str:
     """What the build says of its GPU path: a fact of the machine, so in the unsigned
     logs/run.json, never in the signed build.json."""
-    assert "gpu_path" not in _build_json(artifacts)
+    assert _build_json(artifacts).get("gpu_path") is None  # kept only to read older files
     (found,) = artifacts.glob("*/rowmax-*-linux-x86_64-cuda/logs/run.json")
     return str(json.loads(found.read_text())["gpu_path"])
 
