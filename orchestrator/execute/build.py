@@ -57,6 +57,7 @@ EXECUTORS: Mapping[StepName, StepExecutor] = {
     StepName.PGO_TRAIN: pgo.train,
     StepName.PGO_MERGE: pgo.merge,
     StepName.BUILD_OPTIMIZED: variants.build_optimized,
+    StepName.BUILD_C_OFF: variants.build_c_off,
     StepName.TEST_BUILD: cargo_test.test_build,
     StepName.TEST: cargo_test.test,
     StepName.BOLT_PROFILE: bolt_others.profile,  # every binary a workload runs

@@ -24,7 +24,7 @@ from orchestrator.model.documents.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
-from orchestrator.plan.c_code import CCodePlan, c_code_plan
+from orchestrator.plan.c_code import C_OFF, CCodePlan, c_code_plan, judges_c_off, off_candidate
 from orchestrator.plan.cargo_commands import CargoCommand, Variant, cargo_commands
 from orchestrator.plan.cargo_flags import RELOCATIONS, release_needed, test_flags, variant_rustflags
 from orchestrator.plan.gate import GatePlan, gate_plan
@@ -79,7 +79,9 @@ class BuildPlan:
     source: SourceSnapshot
     rustflags: tuple[str, ...]
     fetch: CargoCommand
-    variants: Mapping[str, Variant]  # in build order; the last one is shipped (before BOLT)
+    # In build order: baseline, release, pgo-generate, optimized (shipped before BOLT, or
+    # release without PGO and BOLT), then c-off where the gate judges [c_code] mode
+    variants: Mapping[str, Variant]
     test: CargoCommand  # runs the tests (compiling nothing once test_build ran)
     test_build: CargoCommand  # `cargo test --no-run`: the test binaries, without the run's args
     test_skipped: str  # why `cargo test` does not run ([test] reason), or "" when it runs
@@ -108,6 +110,8 @@ class BuildPlan:
     # why [c_code] mode does not apply to this flavor ("" when it does or is off)
     c_code: CCodePlan | None
     c_code_skipped: str
+    # The speed gate's name for the build with [c_code] mode off ("" when there is none)
+    c_off: str
     distros: tuple[DistroPlan, ...]  # where `distros` runs it; () when the check is off
     distro_validation: str  # why validate.command does not run there; "" when it does
     binary: str  # the main binary
@@ -118,7 +122,8 @@ class BuildPlan:
 
     @property
     def final(self) -> Variant:
-        return list(self.variants.values())[-1]
+        """The variant that ships unless the speed gate or BOLT says otherwise."""
+        return self.variants.get("optimized") or self.variants["release"]
 
     @property
     def build(self) -> CargoCommand:
@@ -314,6 +319,15 @@ def make_plan(
     test = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags)
     test_build = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags, no_run=True)
     fetch = commands.fetch()
+    c_off = ""
+    if judges_c_off(c_code, gate):
+        # rustc's fat LTO and gcc's C, with the same profile: for the gate to judge the mode
+        off_flags = variant_rustflags(options, flavor, release_dir, sysroot)[1]
+        if pgo is not None:
+            off_flags = (*off_flags, *optimized_flags[len(rustflags) :])
+            off_flags = tuple(flag for flag in off_flags if flag != RELOCATIONS)
+        variants.append(commands.variant(C_OFF, off_flags, c_off=True))
+        c_off = off_candidate(pgo is not None)
 
     device_code = flavor.device_code(view)
     steps = steps_of(
@@ -324,10 +338,11 @@ def make_plan(
         device_code=device_code,
         pgo=pgo is not None,
         bolt=(bolt.mode, bolt.flags) if bolt else None,
-        optimized=variants[-1].name == "optimized",
+        optimized="optimized" in {v.name for v in variants},
         release="release" in {v.name for v in variants},
         test_cpu=tests.cpu if tests.shared else "",
         gate=gate,
+        c_off=c_off,
         distros=tuple(d.title for d in distros) if options.distro_check != "off" else (),
         glibc_view=sysroot.glibc if sysroot and sysroot.view_dir else "",
     )
@@ -373,6 +388,7 @@ def make_plan(
         sysroot=sysroot,
         c_code=c_code,
         c_code_skipped=c_code_skipped,
+        c_off=c_off,
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
         if options.distro_check != "off"
         else (),

@@ -12,7 +12,12 @@ flags on itself (its LLVM may not be rustc's), so they go into the target's CFLA
 Only x86_64 flavors whose toolchain names clang for them ([flavors.<name>.tools]) get
 it; the others keep gcc and say why (`skipped`). The baseline stays plain cargo: it names
 gcc, c++ and ar, because the build container starts with the shipped variant's
-environment. Pure: no I/O.
+environment.
+
+The mode costs the Rust code rustc's own fat LTO (see `CCodePlan.profile`), so where the
+speed gate runs it also gets a build with the mode off (`C_OFF`: rustc's fat LTO, the C
+compiled by gcc, the same PGO profile) and ships that one when it counts at least
+gate.min_gain fewer estimated cycles than the best build with the mode on. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.errors import ToolchainMismatchError
 from orchestrator.flavors import Flavor
+from orchestrator.plan.gate import GatePlan
 
 # What the baseline (plain cargo) and every build with [c_code] mode off compile C with.
 DEFAULT_CC = "gcc"
+# The variant built with the mode off beside the others, for the speed gate to judge
+C_OFF = "c-off"
 # How rustc's symbols start (legacy and v0 mangling), and its unmangled shims
 # (__rust_alloc, __rdl_alloc, __rg_oom, rust_eh_personality).
 _RUST_PREFIXES = ("_ZN", "_R", "__r", "rust_")
@@ -88,6 +96,12 @@ class CCodePlan:
             self.cxxflags_variable: "",
         }
 
+    def off_environment(self, sysroot_cflags: str) -> dict[str, str]:
+        """The build with the mode off (C_OFF): gcc as without the mode, the floor's headers
+        for C, and every other name `environment` sets overridden (the container has the
+        shipped variant's, which gcc would not understand)."""
+        return self.plain_environment() | {self.cflags_variable: sysroot_cflags}
+
     def as_dict(self) -> dict[str, object]:
         return {
             "mode": self.mode,
@@ -140,6 +154,19 @@ def c_code_plan(
         ),
         "",
     )
+
+
+def off_candidate(pgo: bool) -> str:
+    """The speed gate's name for the C_OFF build: what it is besides the mode being off."""
+    return f"{'pgo' if pgo else 'release'}-{C_OFF}"
+
+
+def judges_c_off(c_code: CCodePlan | None, gate: GatePlan | None) -> bool:
+    """Whether the plan builds C_OFF: the mode applies and the speed gate can judge it (a
+    reproduction only where its lock says the release shipped it)."""
+    if c_code is None or gate is None:
+        return False
+    return not gate.pinned or gate.pinned.endswith(f"-{C_OFF}")
 
 
 def profile_c_functions(show_output: str) -> list[str]:

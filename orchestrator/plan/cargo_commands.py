@@ -30,7 +30,7 @@ class CargoCommand:
 class Variant:
     """One way of building the binaries; bench compares them, validation compares two."""
 
-    name: str  # baseline | release | pgo-generate | optimized
+    name: str  # baseline | release | pgo-generate | optimized | c-off
     build: CargoCommand
     binaries: Mapping[str, str]  # binary -> where cargo leaves it, the main binary first
 
@@ -50,19 +50,22 @@ def _c_environment(
     rustflags: tuple[str, ...],
     *,
     plain: bool,
+    c_off: bool = False,
 ) -> dict[str, str]:
     """What a cargo command's C compiler is given beyond CC=gcc: the floor's headers (not
     the image's) for the target, and with [c_code] mode clang, bitcode and the profile
-    flags of its rustflags; the plain baseline gets neither."""
+    flags of its rustflags; the plain baseline gets neither, the C_OFF build the headers."""
     environment: dict[str, str] = {}
+    sysroot_cflags = sysroot.cflags if sysroot else ""
     if sysroot is not None:
-        environment[sysroot.cflags_variable] = "" if plain else sysroot.cflags
+        environment[sysroot.cflags_variable] = "" if plain else sysroot_cflags
     if c_code is not None:
-        environment |= (
-            c_code.plain_environment()
-            if plain
-            else c_code.environment(rustflags, sysroot.cflags if sysroot else "")
-        )
+        if plain:
+            environment |= c_code.plain_environment()
+        elif c_off:
+            environment |= c_code.off_environment(sysroot_cflags)
+        else:
+            environment |= c_code.environment(rustflags, sysroot_cflags)
     return environment
 
 
@@ -95,7 +98,14 @@ class CargoCommands:
     c_code: CCodePlan | None
 
     def command(
-        self, verb: str, target_dir: str, flags: tuple[str, ...], *, profile: bool, plain: bool
+        self,
+        verb: str,
+        target_dir: str,
+        flags: tuple[str, ...],
+        *,
+        profile: bool,
+        plain: bool,
+        c_off: bool = False,
     ) -> CargoCommand:
         argv = [self.cargo, verb]
         if self.member:
@@ -117,8 +127,8 @@ class CargoCommands:
             target_dir,
             *self.features,
         ]
-        if profile:
-            changes = self.c_code.profile if self.c_code is not None else None
+        if profile:  # the C_OFF build keeps rustc's fat LTO: no [c_code] profile changes
+            changes = self.c_code.profile if self.c_code is not None and not c_off else None
             argv += profile_args(changes, self.profile)
         environment = {
             "SOURCE_DATE_EPOCH": str(self.source_date_epoch),
@@ -133,16 +143,22 @@ class CargoCommands:
             "CC": DEFAULT_CC,
             **({"PATH": SHIM_SEARCH_PATH} if self.git_shim else {}),
         }
-        environment |= _c_environment(self.sysroot, self.c_code, flags, plain=plain)
+        environment |= _c_environment(self.sysroot, self.c_code, flags, plain=plain, c_off=c_off)
         return CargoCommand(tuple(argv), environment)
 
-    def variant(self, name: str, flags: tuple[str, ...], *, profile: bool = True) -> Variant:
-        """The build of variant `name`; without `profile`, plain `cargo build --release`."""
+    def variant(
+        self, name: str, flags: tuple[str, ...], *, profile: bool = True, c_off: bool = False
+    ) -> Variant:
+        """The build of variant `name`; without `profile`, plain `cargo build --release`;
+        `c_off`: with [c_code] mode off (`flags` without its link flags)."""
         target_dir = f"{PATHS.target}/{name}"
         folder = profile_dir(self.profile) if profile else "release"
+        command = self.command(
+            "build", target_dir, flags, profile=profile, plain=not profile, c_off=c_off
+        )
         return Variant(
             name,
-            self.command("build", target_dir, flags, profile=profile, plain=not profile),
+            command,
             {
                 binary: f"{target_dir}/{self.rust_target}/{folder}/{binary}"
                 for binary in self.binaries

@@ -42,6 +42,7 @@ from orchestrator.config.declarations.kinds import Run
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan
+from orchestrator.plan.c_code import C_OFF
 from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.gate import COUNT_SCRIPT
 
@@ -135,6 +136,20 @@ def optimized_key(plan: BuildPlan, profile_sha256: str | None, config: str = "")
             **_cargo_inputs(plan, optimized.build, config),
             "binaries": dict(optimized.binaries),
             "pgo_profile_sha256": profile_sha256 if plan.pgo is not None else None,
+        }
+    )
+
+
+def c_off_key(plan: BuildPlan, profile_sha256: str | None, config: str = "") -> str:
+    """The build with [c_code] mode off: its cargo command and, with PGO, the merged
+    profile it reads, by content."""
+    c_off = plan.variants[C_OFF]
+    return content_hash(
+        {
+            "kind": "step/build-c-off",
+            **_cargo_inputs(plan, c_off.build, config),
+            "binaries": dict(c_off.binaries),
+            "pgo_profile_sha256": profile_sha256 if reads_profile(plan, c_off.build) else None,
         }
     )
 

@@ -28,6 +28,7 @@ class StepName(StrEnum):
     PGO_TRAIN = "pgo-train"
     PGO_MERGE = "pgo-merge"
     BUILD_OPTIMIZED = "build-optimized"
+    BUILD_C_OFF = "build-c-off"
     TEST_BUILD = "test-build"
     TEST = "test"
     BOLT_PROFILE = "bolt-profile"
@@ -68,6 +69,7 @@ def steps_of(
     release: bool = True,  # the release-profile build has a reader (cargo_flags.release_needed)
     test_cpu: str = "",  # set when `cargo test` runs another level's flags than the shipped
     gate: GatePlan | None = None,
+    c_off: str = "",  # the gate's name for the build with [c_code] mode off, when it has one
     distros: tuple[str, ...] = (),  # the Debian releases the binary runs in after validation
     glibc_view: str = "",  # the sysroot's glibc, when the floor is older and needs a view
 ) -> tuple[Step, ...]:
@@ -111,6 +113,14 @@ def steps_of(
             x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
         )
         steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
+    if c_off:
+        steps.append(
+            Step(
+                StepName.BUILD_C_OFF,
+                f"{c_off}: [c_code] mode off (rustc's fat LTO, the C compiled by gcc"
+                f"{', the same PGO profile' if pgo else ''}), for the speed gate to judge",
+            )
+        )
     if options.test_enabled:  # off only with a reason, which build.json records
         what = f"target-cpu {test_cpu}, shared by the levels" if test_cpu else "the shipped flags"
         # Two steps, each cached by its own inputs: arguments after `--` reach only the run,

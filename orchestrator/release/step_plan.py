@@ -26,6 +26,7 @@ from orchestrator.model.documents.reports import StepNote
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.step_keys import (
     baseline_key,
+    c_off_key,
     cargo_test_build_key,
     cargo_test_key,
     optimized_key,
@@ -115,6 +116,8 @@ class StepPlanner:
                 notes.append(pgo.model_copy(update={"step": name}))
             elif name == StepName.BUILD_OPTIMIZED:
                 notes.append(self._keyed(plan, name, optimized_key(plan, profile, self.config)))
+            elif name == StepName.BUILD_C_OFF:
+                notes.append(self._keyed(plan, name, c_off_key(plan, profile, self.config)))
             elif name == StepName.TEST_BUILD:
                 key = cargo_test_build_key(plan, profile, self.config)
                 notes.append(self._keyed(plan, name, key))

@@ -1,6 +1,7 @@
 """[c_code] mode lto-pgo on the mixed-language fixture (its hot loop is C, built by the cc
 crate): the C is compiled by the image's clang of rustc's LLVM into the LTO'd binary,
-trained with the Rust code, and the build validates and is gated as any other."""
+trained with the Rust code, and the build validates and is gated as any other, against a
+build of the same binary with the mode off."""
 
 from __future__ import annotations
 
@@ -58,4 +59,20 @@ def test_mixed_language_c_is_compiled_by_clang_trained_and_gated(
     gate = manifest["gate"]
     assert {"baseline", "release", "pgo"} <= set(gate["variants"])
     assert manifest["variants"][gate["shipped"]]["sha256"] == manifest["artifact"]["sha256"]
+    # The mode judged against itself off: rustc's fat LTO and gcc's C, the same profile,
+    # counted beside the others; here the hot loop is the C, which gcc makes slower.
+    assert c_code["off_candidate"] == "pgo-c-off"
+    assert {"pgo-c-off", "pgo-bolt"} <= set(gate["variants"])
+    off_flags = manifest["flags"]["variants"]["c-off"]["rustflags"]
+    assert "-Clinker-plugin-lto" not in off_flags
+    assert "-Cprofile-use=/build/out/pgo/merged.profdata" in off_flags
+    # Each variant's ratio to the baseline (geometric mean over the workloads, as decided)
+    ratio = {name: 1 - v["gain_vs_baseline"] for name, v in gate["variants"].items()}
+    off_saves = 1 - ratio["pgo-c-off"] / ratio[gate["shipped"]]
+    assert off_saves < gate["min_gain"], gate["reasons"]
+    assert gate["reasons"][-1].startswith("pgo-c-off: "), gate["reasons"]
+    assert (
+        c_code["shipped"] is True and "lto-cross-language" in manifest["artifact"]["optimizations"]
+    )
+    assert c_code["off_functions_without_profile"] >= 0
     assert managed_containers(docker_client) == []

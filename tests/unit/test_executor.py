@@ -37,8 +37,11 @@ def test_every_plan_lists_only_executable_steps_and_together_they_use_them_all(
     options: Options,
 ) -> None:
     seen: set[StepName] = set()
-    for flavor, pgo, bolt in itertools.product(FLAVORS, (True, False), (True, False)):
-        plan = plan_for(replace(options, pgo=pgo, bolt=bolt), flavor)
+    modes = ("off", "lto-pgo")  # lto-pgo: the gate judges a build with [c_code] mode off
+    for flavor, pgo, bolt, c_code in itertools.product(
+        FLAVORS, (True, False), (True, False), modes
+    ):
+        plan = plan_for(replace(options, pgo=pgo, bolt=bolt, c_code=c_code), flavor)
         names = [step.name for step in plan.steps]
         assert len(names) == len(set(names)), f"{flavor}: a step is listed twice"
         assert all(isinstance(name, StepName) and name in EXECUTORS for name in names)

@@ -102,7 +102,8 @@ OPTIMIZATION_SETTINGS: tuple[Setting, ...] = (
         "plain cargo baseline: off (the image's gcc, as cargo would), lto (clang of rustc's "
         "LLVM, linked with the Rust code by cross-language LTO), lto-pgo (lto, and the C "
         "code trained and optimized with the same PGO profile as the Rust code); cpu "
-        "flavor only",
+        "flavor only. The mode costs the Rust code rustc's fat LTO, so where the speed gate "
+        "runs it also counts a build with the mode off and ships that one if it is faster",
         attr="c_code",
         flag="--c-code",
         choices=("off", "lto", "lto-pgo"),

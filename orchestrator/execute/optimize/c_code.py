@@ -16,6 +16,14 @@ def compiled_by_clang(comment: list[str]) -> bool:
     return any("clang version" in line for line in comment)
 
 
+def c_code_shipped(pipeline: Pipeline) -> bool:
+    """Whether the shipped binaries were built with [c_code] mode on: it applied, and the
+    speed gate did not ship the build with the mode off."""
+    gate = pipeline.state.gate
+    plan = pipeline.plan
+    return plan.c_code is not None and not (plan.c_off and gate and gate.shipped == plan.c_off)
+
+
 def c_code_record(pipeline: Pipeline, binary: Path) -> CCodeInfo | None:
     """None where [c_code] mode is off; else what it did for this artifact."""
     options, plan = pipeline.options, pipeline.plan
@@ -40,4 +48,7 @@ def c_code_record(pipeline: Pipeline, binary: Path) -> CCodeInfo | None:
         compiled_with_clang=compiled_by_clang(comment),
         comment=comment,
         profile_c_functions=[str(f) for f in functions] if isinstance(functions, list) else None,
+        off_candidate=plan.c_off or None,
+        shipped=c_code_shipped(pipeline),
+        off_functions_without_profile=pipeline.state.c_off_missing,
     )

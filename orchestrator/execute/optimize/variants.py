@@ -30,9 +30,11 @@ from orchestrator.model.documents.records import FileDigest, write_record
 from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import PATHS
 from orchestrator.model.verdict.pgo_report import Coverage, missing_functions
+from orchestrator.plan.c_code import C_OFF
 from orchestrator.plan.git_shim import SHIM_PATH
 from orchestrator.plan.step_keys import (
     baseline_key,
+    c_off_key,
     optimized_key,
     release_key,
 )
@@ -142,6 +144,39 @@ def build_optimized(pipeline: Pipeline, log: StepLog) -> None:
         log.detail = detail
 
 
+def build_c_off(pipeline: Pipeline, log: StepLog) -> None:
+    """[c_code] mode off, for the speed gate: built and kept, never shipped from here."""
+    plan, state = pipeline.plan, pipeline.state
+    profile = state.pgo.sha256 if state.pgo is not None else None
+    key, inputs = c_off_key(plan, profile, config_of(pipeline)), build_inputs(pipeline)
+    entry = look_up(pipeline, log, StepName.BUILD_C_OFF, key, inputs)
+    if entry is not None:
+        restore_binaries(pipeline, log, StepName.BUILD_C_OFF, C_OFF, entry)
+        output = entry.file(CARGO_LOG).read_text()
+    else:
+        output = cargo(pipeline.box, plan.variants[C_OFF].build, log, StepName.BUILD_C_OFF)
+        copied = pipeline.copy_binaries(C_OFF, log)
+        texts = {CARGO_LOG: output}
+        store(
+            pipeline,
+            log,
+            StepName.BUILD_C_OFF,
+            key,
+            container_files=copied,
+            texts=texts,
+            inputs=inputs,
+        )
+    # The profile was trained on the mode's build: how much of this build it covers
+    detail = ""
+    if profile is not None:
+        state.c_off_missing = len(missing_functions(output))
+        detail = f"{state.c_off_missing} functions without profile"
+    if entry is not None:
+        mark_reused(pipeline, log, StepName.BUILD_C_OFF, entry, detail)
+    else:
+        log.detail = detail
+
+
 def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str, FileDigest]:
     """Store every variant's main binary for `orchestrator bench`, keyed by the shipped one."""
     state = pipeline.state
@@ -153,6 +188,8 @@ def keep_variants(pipeline: Pipeline, artifact: Path, log: StepLog) -> dict[str,
         names["pgo"] = state.stripped.get(state.unbolted, state.unbolted)
     if state.bolted:  # kept whether or not the speed gate shipped it
         names["pgo-bolt" if pipeline.plan.pgo else "bolt"] = state.bolted
+    if pipeline.plan.c_off:
+        names[pipeline.plan.c_off] = variant_binary(C_OFF, main)
     shipped_sha = sha256_file(artifact / pipeline.plan.binary)
     store = pipeline.options.cache_dir / "variants" / shipped_sha
     partial = store.with_name(store.name + ".partial")

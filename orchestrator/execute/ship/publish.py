@@ -18,7 +18,7 @@ from orchestrator.config.declarations.kinds import Run
 from orchestrator.config.resolve.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record, bolt_binaries_shipped
-from orchestrator.execute.optimize.c_code import c_code_record
+from orchestrator.execute.optimize.c_code import c_code_record, c_code_shipped
 from orchestrator.execute.optimize.variants import keep_variants
 from orchestrator.execute.ship.archive_files import generate_archive_files
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish, stage_archives
@@ -57,6 +57,7 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.layout import release_dir_name
 from orchestrator.model.verdict.bolt_binaries import other_profile_name
 from orchestrator.model.verdict.callgrind import FORMULA
+from orchestrator.plan.c_code import off_candidate
 from orchestrator.plan.cargo_flags import RELEASE_PROFILE
 from orchestrator.plan.serialize import action_key, cargo_test_record
 from orchestrator.progress.reporter import StepLog
@@ -95,7 +96,7 @@ def _shipped_optimizations(pipeline: Pipeline) -> tuple[bool, bool]:
     state = pipeline.state
     shipped = state.gate.shipped if state.gate else None  # None: the most optimized ships
     bolt_applied = bool(state.bolt_report and state.bolt_report.get("applied"))
-    pgo = state.pgo is not None and shipped != "release"
+    pgo = state.pgo is not None and shipped not in ("release", off_candidate(pgo=False))
     return pgo, bolt_applied and shipped in (None, "bolt", "pgo-bolt")
 
 
@@ -294,9 +295,10 @@ def _manifest(pipeline: Pipeline, binary: Path) -> BuildManifest:
             optimizations=[
                 name
                 for name, on in (
-                    # [c_code] mode: lld links Rust and C bitcode in one LTO
-                    ("lto-fat", plan.c_code is None),
-                    ("lto-cross-language", plan.c_code is not None),
+                    # [c_code] mode: lld links Rust and C bitcode in one LTO, unless the
+                    # gate shipped the build with the mode off
+                    ("lto-fat", not c_code_shipped(pipeline)),
+                    ("lto-cross-language", c_code_shipped(pipeline)),
                     ("pgo", pgo_shipped),
                     ("bolt", bolt_shipped),
                 )

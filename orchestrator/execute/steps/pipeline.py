@@ -80,6 +80,7 @@ class BuildState:
     pgo: ProfileRecord | None = None
     profile_source: str = ""  # `build --profiles`: where the .profraw files were trained
     coverage: Coverage | None = None
+    c_off_missing: int | None = None  # functions the C_OFF build found no profile for
     bolt_report: dict[str, object] | None = None
     bolt_profile: ProfileRecord | None = None
     validation: dict[str, object] = field(default_factory=dict)

@@ -29,13 +29,15 @@ from orchestrator.model.layout import BUILDER_UID, PATHS, artifact_dir_name, rel
 from orchestrator.plan.runs import run_plan
 from orchestrator.runtime.engine import Container, ContainerSpec, Engine
 
-ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt")
+ORDER = ("baseline", "release", "pgo", "bolt", "pgo-bolt", "release-c-off", "pgo-c-off")
 LABELS = {
     "baseline": "cargo build --release",
     "release": "release profile (fat LTO, cgu=1, target-cpu)",
     "pgo": "+ PGO",
     "bolt": "+ BOLT",
     "pgo-bolt": "+ PGO + BOLT",
+    "release-c-off": "release profile, [c_code] mode off",
+    "pgo-c-off": "+ PGO, [c_code] mode off",
 }
 BENCH_DIR = "/build/bench"
 # Wall time from inside the container (no API latency); max RSS, user and system CPU

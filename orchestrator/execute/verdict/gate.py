@@ -20,6 +20,7 @@ from orchestrator.model.documents.records import GateInfo
 from orchestrator.model.verdict.callgrind import Counts, parse_totals
 from orchestrator.model.verdict.gate import BASELINE, cycles_change, decide, gain
 from orchestrator.model.verdict.gate_table import splits, table_lines, workload_rows
+from orchestrator.plan.c_code import C_OFF
 from orchestrator.plan.gate import GatePlan
 from orchestrator.plan.step_keys import count_key
 from orchestrator.plan.steps import StepName
@@ -28,7 +29,8 @@ from orchestrator.progress.reporter import StepLog
 
 def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
     """The variants that may ship, least optimized first: name -> {binary: path}, main
-    binary first. The other binaries of the PGO variant are those of the optimized build;
+    binary first, then the build with [c_code] mode off where there is one. The other
+    binaries of the PGO variant are those of the optimized build;
     the BOLT variant's are BOLT's where it rewrote them (execute/optimize/bolt_others.py)."""
     plan, state = pipeline.plan, pipeline.state
     main = plan.binary
@@ -41,6 +43,8 @@ def candidates(pipeline: Pipeline) -> dict[str, dict[str, str]]:
         found["optimized"] = {main: state.unbolted, **unbolted_others}
     if state.bolted:
         found["pgo-bolt" if plan.pgo is not None else "bolt"] = {main: state.bolted, **state.others}
+    if plan.c_off:  # last: the alternative to all of the above ([c_code] mode off)
+        found[plan.c_off] = {name: variant_binary(C_OFF, name) for name in plan.binaries}
     return found
 
 
@@ -177,7 +181,13 @@ def speed_gate(pipeline: Pipeline, log: StepLog) -> None:
     }
     counts, reused = _count_all(pipeline, measured, log)
     judge_bolted(pipeline, choices, counts, log)  # before the decision: it may revert some
-    decision = decide(counts, list(choices), policy=gate.policy, min_gain=gate.min_gain)
+    decision = decide(
+        counts,
+        [name for name in choices if name != plan.c_off],
+        policy=gate.policy,
+        min_gain=gate.min_gain,
+        alternative=plan.c_off,
+    )
     for reason in decision.reasons:
         log.line(f"gate: {reason}")
     per_workload = workload_rows(counts, [str(workload) for workload in gate.workloads])

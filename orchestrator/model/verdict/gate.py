@@ -1,7 +1,8 @@
 """The speed gate's decision: which validated variant ships, by estimated cycles.
 
 Pure: it sees callgrind counts per variant and workload, never a container. Candidates
-come least optimized first (release, pgo, pgo-bolt); the baseline, plain `cargo build
+come least optimized first (release, pgo, pgo-bolt), then the build with [c_code] mode
+off where it was made (pgo-c-off, judged against the choice); the baseline, plain `cargo build
 --release`, is the yardstick only: it is built without the release's glibc floor, so it
 never ships.
 """
@@ -73,24 +74,60 @@ def decide(
     *,
     policy: str,
     min_gain: float,
+    alternative: str = "",
 ) -> GateDecision:
     """best: walk from the least optimized candidate up; each must beat the one chosen so
     far by at least `min_gain` (a fraction of estimated cycles) to replace it.
     require-all: ship the most optimized one, and fail when any candidate needs more than
-    `min_gain` more estimated cycles than the baseline."""
+    `min_gain` more estimated cycles than the baseline.
+    Then `alternative` (the build with [c_code] mode off), under either policy, replaces the
+    choice where it beats it by `min_gain`; under require-all only where it is no slower
+    than the baseline by more than `min_gain`. It is never a failure."""
     if not candidates:
         raise ValueError("the gate needs at least one candidate")
     if policy == "require-all":
-        reasons, failures = [], []
-        for name in candidates:
-            ratio = cycles_ratio(counts[name], counts[BASELINE])
-            reasons.append(f"{name}: {cycles_change(ratio)} than cargo build --release")
-            if ratio > 1.0 + min_gain:
-                failures.append(
-                    f"{name} is slower than plain cargo build --release ({cycles_change(ratio)}, "
-                    f"more than gate.min_gain {min_gain:.1%})"
-                )
-        return GateDecision(candidates[-1], tuple(reasons), "; ".join(failures))
+        decision = _require_all(counts, candidates, min_gain)
+    else:
+        decision = _best(counts, candidates, min_gain)
+    if not alternative:
+        return decision
+    chosen, reasons = decision.shipped, list(decision.reasons)
+    ratio = cycles_ratio(counts[alternative], counts[chosen])
+    to_baseline = cycles_ratio(counts[alternative], counts[BASELINE])
+    if 1.0 - ratio < min_gain:
+        reasons.append(
+            f"{alternative}: {cycles_change(ratio)} than {chosen}, short of gate.min_gain "
+            f"{min_gain:.1%}: keeps {chosen}"
+        )
+    elif policy == "require-all" and to_baseline > 1.0 + min_gain:
+        reasons.append(
+            f"{alternative}: {cycles_change(ratio)} than {chosen} but "
+            f"{cycles_change(to_baseline)} than cargo build --release: keeps {chosen}"
+        )
+    else:
+        reasons.append(f"{alternative}: {cycles_change(ratio)} than {chosen}: ships {alternative}")
+        chosen = alternative
+    return GateDecision(chosen, tuple(reasons), decision.failure)
+
+
+def _require_all(
+    counts: Mapping[str, Sequence[Counts]], candidates: Sequence[str], min_gain: float
+) -> GateDecision:
+    reasons, failures = [], []
+    for name in candidates:
+        ratio = cycles_ratio(counts[name], counts[BASELINE])
+        reasons.append(f"{name}: {cycles_change(ratio)} than cargo build --release")
+        if ratio > 1.0 + min_gain:
+            failures.append(
+                f"{name} is slower than plain cargo build --release ({cycles_change(ratio)}, "
+                f"more than gate.min_gain {min_gain:.1%})"
+            )
+    return GateDecision(candidates[-1], tuple(reasons), "; ".join(failures))
+
+
+def _best(
+    counts: Mapping[str, Sequence[Counts]], candidates: Sequence[str], min_gain: float
+) -> GateDecision:
     chosen = candidates[0]
     reasons = []
     for name in candidates[1:]:
