@@ -24,7 +24,14 @@ from orchestrator.model.documents.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, bolt_mode
-from orchestrator.plan.c_code import C_OFF, CCodePlan, c_code_plan, judges_c_off, off_candidate
+from orchestrator.plan.c_code import (
+    C_OFF,
+    C_OFF_GENERATE,
+    CCodePlan,
+    c_code_plan,
+    judges_c_off,
+    off_candidate,
+)
 from orchestrator.plan.cargo_commands import CargoCommand, Variant, cargo_commands
 from orchestrator.plan.cargo_flags import RELOCATIONS, release_needed, test_flags, variant_rustflags
 from orchestrator.plan.gate import GatePlan, gate_plan
@@ -79,8 +86,9 @@ class BuildPlan:
     source: SourceSnapshot
     rustflags: tuple[str, ...]
     fetch: CargoCommand
-    # In build order: baseline, release, pgo-generate, optimized (shipped before BOLT, or
-    # release without PGO and BOLT), then c-off where the gate judges [c_code] mode
+    # In build order: baseline, release, pgo-generate (and c-off-generate), optimized
+    # (shipped before BOLT, or release without PGO and BOLT), then c-off where the gate
+    # judges [c_code] mode
     variants: Mapping[str, Variant]
     test: CargoCommand  # runs the tests (compiling nothing once test_build ran)
     test_build: CargoCommand  # `cargo test --no-run`: the test binaries, without the run's args
@@ -145,6 +153,7 @@ def _pgo_plan(
     source: SourceSnapshot,
     image: ImagePlan,
     generate: Variant,
+    generate_off: Variant | None,
     runs: RunPlan,
     pgo_dir: str,
     c_pgo: bool,
@@ -158,6 +167,12 @@ def _pgo_plan(
                 "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
                 "image": image.input_hash,
                 "build": [generate.build.argv, dict(generate.build.environment)],
+                # [c_code] mode judged by the gate: its mode-off build trains beside it
+                **(
+                    {"build_c_off": [generate_off.build.argv, dict(generate_off.build.environment)]}
+                    if generate_off is not None
+                    else {}
+                ),
                 "workloads": [w.shape() for w in options.workloads],
                 # What the workloads see besides their arguments and the source tree:
                 # env, stdin, the inputs' digests (absent without them: such keys stay
@@ -265,12 +280,21 @@ def make_plan(
     if release_needed(gate, optimized=options.pgo or options.bolt):
         variants.append(commands.variant("release", rustflags))
     optimized_flags = rustflags
+    # [c_code] mode judged by the gate: the mode-off builds' rustflags (rustc's fat LTO)
+    off_flags = variant_rustflags(options, flavor, release_dir, sysroot)[1]
+    judge_c_off = judges_c_off(c_code, gate)
     pgo: PgoPlan | None = None
     if options.pgo:
         generate = commands.variant(
             "pgo-generate", (*rustflags, f"-Cprofile-generate={pgo_dir}/raw")
         )
         variants.append(generate)
+        generate_off = None
+        if judge_c_off:  # trained beside it: its functions are named otherwise in a profile
+            generate_off = commands.variant(
+                C_OFF_GENERATE, (*off_flags, f"-Cprofile-generate={pgo_dir}/raw"), c_off=True
+            )
+            variants.append(generate_off)
         pgo = _pgo_plan(
             options,
             flavor,
@@ -278,6 +302,7 @@ def make_plan(
             source=source,
             image=image,
             generate=generate,
+            generate_off=generate_off,
             runs=runs,
             pgo_dir=pgo_dir,
             c_pgo=c_code is not None and c_code.mode == "lto-pgo",
@@ -320,9 +345,8 @@ def make_plan(
     test_build = commands.test(f"{PATHS.target}/{tests.target_dir}", tests.flags, no_run=True)
     fetch = commands.fetch()
     c_off = ""
-    if judges_c_off(c_code, gate):
+    if judge_c_off:
         # rustc's fat LTO and gcc's C, with the same profile: for the gate to judge the mode
-        off_flags = variant_rustflags(options, flavor, release_dir, sysroot)[1]
         if pgo is not None:
             off_flags = (*off_flags, *optimized_flags[len(rustflags) :])
             off_flags = tuple(flag for flag in off_flags if flag != RELOCATIONS)

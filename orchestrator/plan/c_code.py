@@ -16,8 +16,9 @@ environment.
 
 The mode costs the Rust code rustc's own fat LTO (see `CCodePlan.profile`), so where the
 speed gate runs it also gets a build with the mode off (`C_OFF`: rustc's fat LTO, the C
-compiled by gcc, the same PGO profile) and ships that one when it counts at least
-gate.min_gain fewer estimated cycles than the best build with the mode on. Pure: no I/O.
+compiled by gcc; with PGO, trained beside the mode's build into one merged profile) and
+ships that one when it counts at least gate.min_gain fewer estimated cycles than the best
+build with the mode on. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from orchestrator.plan.gate import GatePlan
 DEFAULT_CC = "gcc"
 # The variant built with the mode off beside the others, for the speed gate to judge
 C_OFF = "c-off"
+# Its instrumented build: trained beside pgo-generate into the same merged profile, since
+# a function rustc keeps internal without its fat LTO is named after its module there
+C_OFF_GENERATE = "c-off-generate"
 # How rustc's symbols start (legacy and v0 mangling), and its unmangled shims
 # (__rust_alloc, __rdl_alloc, __rg_oom, rust_eh_personality).
 _RUST_PREFIXES = ("_ZN", "_R", "__r", "rust_")

@@ -42,7 +42,7 @@ from orchestrator.config.declarations.kinds import Run
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.verdict.callgrind import CALLGRIND_ARGS
 from orchestrator.plan.build_plan import BuildPlan
-from orchestrator.plan.c_code import C_OFF
+from orchestrator.plan.c_code import C_OFF, C_OFF_GENERATE
 from orchestrator.plan.cargo_commands import CargoCommand
 from orchestrator.plan.gate import COUNT_SCRIPT
 
@@ -160,11 +160,17 @@ def pgo_key(plan: BuildPlan, config: str = "") -> str:
     if plan.pgo is None:
         raise ValueError("internal: a PGO key for a plan without PGO")
     generate = plan.variants["pgo-generate"]
+    off = plan.variants.get(C_OFF_GENERATE)  # trained beside it ([c_code] mode judged)
     return content_hash(
         {
             "kind": "step/pgo-merge",
             **_cargo_inputs(plan, generate.build, config),
             "binaries": dict(generate.binaries),
+            **(
+                {"c_off": [list(off.build.argv), dict(off.build.environment), dict(off.binaries)]}
+                if off is not None
+                else {}
+            ),
             "workloads": [w.shape() for w in plan.workloads],
             "runner": list(plan.runner),
             "run": plan.run.as_dict(),

@@ -100,11 +100,14 @@ def steps_of(
     if release:
         steps.append(Step(StepName.BUILD_RELEASE, f"release profile, target-cpu {target_cpu}"))
     if pgo:
+        # With [c_code] mode judged, its mode-off build is instrumented and trained too
+        both = ", and the one with [c_code] mode off" if c_off else ""
         steps += [
-            Step(StepName.PGO_INSTRUMENT, "instrumented build (-Cprofile-generate)"),
+            Step(StepName.PGO_INSTRUMENT, f"instrumented build (-Cprofile-generate){both}"),
             Step(
                 StepName.PGO_TRAIN,
-                f"run {len(options.workloads)} workloads in the profiling container",
+                f"run {len(options.workloads)} workloads in the profiling container"
+                + (" on each instrumented build" if c_off else ""),
             ),
             Step(StepName.PGO_MERGE, "merge .profraw files with llvm-profdata"),
         ]
@@ -118,7 +121,7 @@ def steps_of(
             Step(
                 StepName.BUILD_C_OFF,
                 f"{c_off}: [c_code] mode off (rustc's fat LTO, the C compiled by gcc"
-                f"{', the same PGO profile' if pgo else ''}), for the speed gate to judge",
+                f"{', the merged PGO profile' if pgo else ''}), for the speed gate to judge",
             )
         )
     if options.test_enabled:  # off only with a reason, which build.json records

@@ -1,6 +1,7 @@
 """[c_code] mode judged by the speed gate against the mode off (issue 42 point 2): where the
 gate runs, the plan also builds the binaries with the mode off (rustc's fat LTO, gcc's C,
-the same PGO profile) and the gate ships that build only where it counts fewer cycles."""
+trained beside the mode's build into one merged PGO profile) and the gate ships that build
+only where it counts fewer cycles."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from orchestrator.execute.optimize.c_code import c_code_record, c_code_shipped
 from orchestrator.model.documents.records import GateInfo
 from orchestrator.model.verdict.callgrind import Counts
 from orchestrator.model.verdict.gate import decide
-from orchestrator.plan.c_code import C_OFF
+from orchestrator.plan.c_code import C_OFF, C_OFF_GENERATE
 from orchestrator.plan.cargo_flags import RELOCATIONS
-from orchestrator.plan.step_keys import c_off_key, optimized_key
+from orchestrator.plan.step_keys import c_off_key, optimized_key, pgo_key
+from orchestrator.plan.steps import StepName
 
 from .conftest import plan_for
 from .execute_rig import make_options, make_rig
@@ -63,16 +65,42 @@ def test_the_mode_off_build_keeps_rustcs_fat_lto_gccs_c_and_the_same_profile(
     assert c_off_key(plan, "a" * 64) != optimized_key(plan, "a" * 64)
 
 
+def test_the_mode_off_build_is_instrumented_and_trained_into_the_same_profile(
+    options: Options,
+) -> None:
+    """Without rustc's fat LTO, rustc keeps most functions internal and a profile names them
+    after their module: the mode's profile would miss nearly every function of the
+    mode-off build (233 of 234 on examples/minilang), so that one is trained as well."""
+    plan = plan_for(options)
+    assert plan.pgo is not None
+    names = list(plan.variants)
+    assert names.index(C_OFF_GENERATE) == names.index("pgo-generate") + 1
+    generate = plan.variants[C_OFF_GENERATE]
+    assert f"-Cprofile-generate={plan.pgo.raw_dir}" in generate.rustflags
+    assert "-Clinker-plugin-lto" not in generate.rustflags
+    assert dict(generate.build.environment)["CC"] == "gcc"
+    assert 'profile.release.lto="fat"' in generate.build.argv
+    # Both keys of the merged profile read it; a plan without it keeps its keys
+    unjudged = plan_for(replace(options, gate_policy="off"))
+    assert C_OFF_GENERATE not in unjudged.variants
+    assert pgo_key(plan) != pgo_key(unjudged)
+    assert plan.pgo.profile_key != unjudged.pgo.profile_key  # type: ignore[union-attr]
+    titles = {step.name: step.title for step in plan.steps}
+    assert "[c_code] mode off" in titles[StepName.PGO_INSTRUMENT]
+
+
 def test_the_mode_off_build_is_planned_only_where_the_gate_judges_it(options: Options) -> None:
     assert plan_for(replace(options, c_code="off")).c_off == ""
     assert plan_for(replace(options, gate_policy="off")).c_off == ""
     assert plan_for(options, "aarch64").c_off == ""  # the mode does not apply there
     # A reproduction builds it only where its lock says the release shipped it
-    assert plan_for(replace(options, gate_pinned="pgo")).c_off == ""
+    pinned = plan_for(replace(options, gate_pinned="pgo"))
+    assert pinned.c_off == "" and C_OFF_GENERATE not in pinned.variants
     assert plan_for(replace(options, gate_pinned="pgo-c-off")).c_off == "pgo-c-off"
     bolt_only = plan_for(replace(options, pgo=False))
     assert bolt_only.c_off == "release-c-off"
     assert not any("profile" in f for f in bolt_only.variants[C_OFF].rustflags)
+    assert C_OFF_GENERATE not in bolt_only.variants
     # lto builds it too: the mode costs rustc's fat LTO with or without PGO
     assert plan_for(replace(options, c_code="lto")).c_off == "pgo-c-off"
 

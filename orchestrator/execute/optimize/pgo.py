@@ -26,7 +26,7 @@ from orchestrator.execute.steps.step_reuse import (
 )
 from orchestrator.model.verdict.pgo_report import parse_profdata_show
 from orchestrator.plan.build_plan import PgoPlan
-from orchestrator.plan.c_code import profile_c_functions
+from orchestrator.plan.c_code import C_OFF_GENERATE, profile_c_functions
 from orchestrator.plan.step_keys import pgo_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog
@@ -89,8 +89,15 @@ def instrument(pipeline: Pipeline, log: StepLog) -> None:
     pipeline.state.pgo = _from_step_cache(pipeline, log)
     if pipeline.state.pgo is not None:
         return
-    cargo(pipeline.box, pipeline.plan.variants["pgo-generate"].build, log, StepName.PGO_INSTRUMENT)
-    pipeline.copy_binaries("pgo-generate", log)
+    for name in _instrumented(pipeline):
+        cargo(pipeline.box, pipeline.plan.variants[name].build, log, StepName.PGO_INSTRUMENT)
+        pipeline.copy_binaries(name, log)
+
+
+def _instrumented(pipeline: Pipeline) -> list[str]:
+    """The instrumented builds: pgo-generate, and the [c_code] mode-off one the gate judges
+    (trained beside it into the same merged profile: each finds its own functions there)."""
+    return [name for name in ("pgo-generate", C_OFF_GENERATE) if name in pipeline.plan.variants]
 
 
 def train(pipeline: Pipeline, log: StepLog) -> None:
@@ -102,13 +109,14 @@ def train(pipeline: Pipeline, log: StepLog) -> None:
     if pipeline.profiles_from is not None:
         import_profiles(pipeline, pipeline.profiles_from, log)
         return
-    run_workloads(
-        pipeline,
-        {name: variant_binary("pgo-generate", name) for name in pipeline.plan.binaries},
-        log,
-        StepName.PGO_TRAIN,
-        environment={"LLVM_PROFILE_FILE": pgo.profile_file_pattern},
-    )
+    for variant in _instrumented(pipeline):
+        run_workloads(
+            pipeline,
+            {name: variant_binary(variant, name) for name in pipeline.plan.binaries},
+            log,
+            StepName.PGO_TRAIN,
+            environment={"LLVM_PROFILE_FILE": pgo.profile_file_pattern},
+        )
 
 
 def merge(pipeline: Pipeline, log: StepLog) -> None:

@@ -107,7 +107,8 @@ def strip_relocations(pipeline: Pipeline, log: StepLog) -> None:
         state.others = {name: replaced.get(name, path) for name, path in state.others.items()}
     state.static_relocations = record
     if not replaced:
-        log.detail = "no shipped binary has static relocations (BOLT's output ships)"
+        why = "BOLT's output ships" if state.shipped == state.bolted else "none was linked for BOLT"
+        log.detail = f"no shipped binary has static relocations ({why})"
         return
     log.detail = f"{record.bytes_saved} bytes of static relocations removed"
     if len(reused) == len(replaced):
