@@ -53,7 +53,9 @@ def one_run(
                 plan.base, plan.packages, debs, log, sources=plan.apt_sources, unpack=plan.unpack
             )
         started = time.monotonic()
-        image = plan_toolchain_image(engine, options, plan, base, log)
+        image = plan_toolchain_image(
+            engine, plan, base, log, cache_dir=options.cache_dir, offline=options.offline
+        )
         made.append(plan.image.reference)
         build = time.monotonic() - started
         if not image.built:

@@ -92,9 +92,9 @@ def release_assemble(
     """
     from orchestrator.cli.rebuild import publish_checked
     from orchestrator.host.cachedir import ensure_cache_dir
-    from orchestrator.model.layout import release_dir_name
     from orchestrator.release.assemble.shard import check_folders, check_folders_agreeing
     from orchestrator.release.run import plan_targets
+    from orchestrator.release.targets.release_view import ReleaseView
     from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -107,9 +107,10 @@ def release_assemble(
     blocker = lock_blocker(options)
     if blocker:
         raise ConfigError(f"cannot assemble: {blocker}", hint=LOCK_BLOCKER_HINT)
-    refuse_dirty(options, allow_dirty=allow_dirty)
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
-    ensure_cache_dir(options.cache_dir)
+    release = ReleaseView.from_options(options)
+    refuse_dirty(release.crate, allow_dirty=allow_dirty)
+    release_dir = release.release_dir
+    ensure_cache_dir(release.cache_dir)
     signer = signer_for(options)  # the key first: a wrong one is refused before any check
     check_signing_key(release_dir, signer.key.public)
     check = check_folders if agree is Agree.NONE else check_folders_agreeing

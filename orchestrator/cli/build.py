@@ -24,7 +24,7 @@ from orchestrator.cli.app import (
     styled,
 )
 from orchestrator.cli.output import emit_json, json_option
-from orchestrator.config.init.run_files import run_hazards, run_problems
+from orchestrator.config.init.run_files import ConfiguredRuns, run_hazards, run_problems
 from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import (
     ConfigError,
@@ -207,7 +207,8 @@ def build(
     blocker = lock_blocker(options)
     if blocker:  # a build needs no lock, but `release` and `lock` of this setup would fail
         err_console.print(styled("warning:", "yellow bold", f" cannot be locked: {blocker}"))
-    for problem in run_problems(options):  # init's placeholders, files nobody provides
+    # init's placeholders, files nobody provides
+    for problem in run_problems(ConfiguredRuns.from_options(options)):
         err_console.print(styled("warning:", "yellow bold", f" {problem}"))
     for hazard in run_hazards(options, [flavor]):  # interactive, a GPU it lacks, sampling
         err_console.print(styled("warning:", "yellow bold", f" {hazard}"))
@@ -349,7 +350,11 @@ def _build_release_target(
         engine,
         console,
         destination,
-        bench_runs=quick_bench_runs(options, bench_runs),
+        bench_runs=quick_bench_runs(
+            bench_runs,
+            configured=options.bench_runs,
+            source=options.sources.get("bench.runs", "default"),
+        ),
         retrain=retrain,
         force=False,
     )

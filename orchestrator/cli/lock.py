@@ -50,21 +50,22 @@ def lock(
       orchestrator lock --check      # in CI: has anything drifted from the lock?
     """
     from orchestrator.model.documents.lockfile import LOCK_FILE, LockDriftError, read_lock
-    from orchestrator.model.layout import release_dir_name
     from orchestrator.release.lock.reproduce import check_lock, record_release, vault_for
+    from orchestrator.release.targets.release_view import ReleaseView
     from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
     options = resolve_options(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
     )
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release = ReleaseView.from_options(options)
+    release_dir = release.release_dir
     chosen = targets(options, list(options.flavors))
     blocker = lock_blocker(options)
     if blocker:
         raise ConfigError(f"cannot lock: {blocker}", hint=LOCK_BLOCKER_HINT)
     if check:
-        changes = check_lock(options, read_lock(release_dir / LOCK_FILE), chosen)
+        changes = check_lock(release.crate.config_path, read_lock(release_dir / LOCK_FILE), chosen)
         if changes:
             for change in changes:
                 console.print(f"  {change}")
@@ -73,9 +74,9 @@ def lock(
             )
         console.print(f"{release_dir / LOCK_FILE} matches the config and the sources")
         return
-    refuse_dirty(options, allow_dirty=allow_dirty)
+    refuse_dirty(release.crate, allow_dirty=allow_dirty)
     signer = signer_for(options)
     check_signing_key(release_dir, signer.key.public)  # before the lock is written
-    path = record_release(options, chosen, release_dir, vault_for(options))
+    path = record_release(release, chosen, release_dir, vault_for(release.cache_dir))
     sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))
     console.print(f"wrote {path}")

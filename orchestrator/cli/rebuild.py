@@ -37,10 +37,10 @@ from orchestrator.supply.attest import Signer
 REBUILD_CACHE_SUFFIX = "-rebuild"
 
 
-def second_cache_dir(options: Options, given: Path | None) -> Path:
-    """The second builder's cache: `given`, else a sibling of the first one's; never the
-    first cache itself, nor a folder inside or around it."""
-    first = options.cache_dir.resolve()
+def second_cache_dir(first_cache: Path, given: Path | None) -> Path:
+    """The second builder's cache: `given`, else a sibling of the first one's
+    (`first_cache`); never the first cache itself, nor a folder inside or around it."""
+    first = first_cache.resolve()
     second = (given or first.with_name(first.name + REBUILD_CACHE_SUFFIX)).resolve()
     if second == first or second.is_relative_to(first) or first.is_relative_to(second):
         raise ConfigError(
@@ -60,14 +60,16 @@ def publish_checked(
     started: float,
 ) -> None:
     """Settle the two-builder rule, then sign and publish the folders, compose the -auto
-    folders, write release.json and release.lock and sign the release index."""
+    folders, write release.json and release.lock and sign the release index. `options`:
+    for `assemble`, which publishes each folder with them."""
     from orchestrator.cli.release_common import closing_lines
     from orchestrator.model.documents.lockfile import LOCK_FILE
-    from orchestrator.model.layout import release_dir_name
     from orchestrator.release.assemble.shard import assemble, compose_where_possible
     from orchestrator.release.run import RELEASE_JSON, run_report
+    from orchestrator.release.targets.release_view import ReleaseView
 
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release = ReleaseView.from_options(options)
+    release_dir = release.release_dir
     chosen = settle(checked, policy, console.print)
     carried = carried_dispatchers([(item.path, item.dispatcher) for item in checked])
 
@@ -77,10 +79,10 @@ def publish_checked(
     results, lock = assemble(options, chosen, signer, console.print, warn)
     built = [(result, item.plan) for result, item in zip(results, chosen, strict=True)]
     composed = compose_where_possible(
-        options, release_dir, built, signer, announce=console.print, warn=warn, carried=carried
+        release, release_dir, built, signer, announce=console.print, warn=warn, carried=carried
     )
     sign_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE, *composed))
-    report = run_report(options, results, signer, seconds=time.monotonic() - started, lockfile=lock)
+    report = run_report(release, results, signer, seconds=time.monotonic() - started, lockfile=lock)
     console.print(f"pinned every input in {lock}")
     closing_lines(report, console)
 
@@ -105,7 +107,7 @@ def release_rebuilt(
     from orchestrator.supply.chain import check_signing_key
 
     started = time.monotonic()
-    second_cache = second_cache_dir(options, cache_dir)
+    second_cache = second_cache_dir(options.cache_dir, cache_dir)
     planned = plan_targets(chosen)
     signer = signer_for(options)  # a wrong key is refused before hours of building
     release_dir = options.artifacts_dir / planned[0][1].release_dir
@@ -120,7 +122,7 @@ def release_rebuilt(
         folders: list[Path] = []
         for label, engine, cache in builders:
             if label == "second":
-                _share_registry_crates(options, cache)
+                _share_registry_crates(options.crate_dir, options.cache_dir, cache)
             for target, plan in planned:
                 console.print(
                     f"building {plan.artifact_dir} on {engine.name} "
@@ -152,15 +154,15 @@ def release_rebuilt(
         publish_checked(options, checked, "all", signer, started=started)
 
 
-def _share_registry_crates(options: Options, second_cache: Path) -> None:
+def _share_registry_crates(crate_dir: Path, first_cache: Path, second_cache: Path) -> None:
     """The one thing the second builder takes from the first one's cache: registry crates,
     each checked against Cargo.lock (which vouches for them, not the cache), so that a
     second engine without a network builds too. Everything else it makes itself."""
     from orchestrator.host.crates import share_checked_crates
     from orchestrator.host.source import registry_crates
 
-    crates = registry_crates((options.crate_dir / "Cargo.lock").read_text())
-    shared = share_checked_crates(options.cache_dir, second_cache, crates)
+    crates = registry_crates((crate_dir / "Cargo.lock").read_text())
+    shared = share_checked_crates(first_cache, second_cache, crates)
     if shared:
         console.print(
             f"the second builder takes {shared} registry crate(s), each checked against "

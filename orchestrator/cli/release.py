@@ -32,8 +32,8 @@ from orchestrator.cli.release_common import (
     quick_bench_runs,
     refuse_dirty,
 )
-from orchestrator.config.init.run_files import check_runs, run_hazards
-from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, Options, lock_blocker
+from orchestrator.config.init.run_files import ConfiguredRuns, check_runs, run_hazards
+from orchestrator.config.resolve.options import LOCK_BLOCKER_HINT, lock_blocker
 from orchestrator.errors import (
     ConfigError,
     OrchestratorError,
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from orchestrator.model.documents.release_summary import EngineJobs
     from orchestrator.plan.build_plan import BuildPlan
+    from orchestrator.release.targets.release_view import ReleaseView
     from orchestrator.release.targets.target import Target, TargetResult
     from orchestrator.supply.attest import Signer
 
@@ -159,9 +160,9 @@ def release(
         return
     from orchestrator.cli.release_table import release_table
     from orchestrator.host.cachedir import ensure_cache_dir
-    from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import changed_note
     from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint, run_report
+    from orchestrator.release.targets.release_view import ReleaseView
     from orchestrator.release.targets.target import targets
     from orchestrator.supply.chain import check_signing_key
 
@@ -175,16 +176,21 @@ def release(
             "engines.contexts": engines,
         },
     )
+    release = ReleaseView.from_options(options)  # what the release's rooms read of them
     names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
     chosen = targets(options, names)
-    runs = quick_bench_runs(options, bench_runs)
+    runs = quick_bench_runs(
+        bench_runs,
+        configured=options.bench_runs,
+        source=options.sources.get("bench.runs", "default"),
+    )
     blocker = lock_blocker(options)
     if blocker and not dry_run:  # a release always writes release.lock: refuse before work
         raise ConfigError(f"cannot release: {blocker}", hint=LOCK_BLOCKER_HINT)
     if blocker:
         err_console.print(styled("warning:", "yellow bold", f" a release would fail: {blocker}"))
     check_runs(  # placeholders of `init`, files nobody provides: refused before work
-        options,
+        ConfiguredRuns.from_options(options),
         refuse=not dry_run,
         warn=lambda text: err_console.print(
             styled("warning:", "yellow bold", f" a release would fail: {text}")
@@ -193,7 +199,7 @@ def release(
     for hazard in run_hazards(options, names):  # interactive, a GPU it lacks, sampling
         err_console.print(styled("warning:", "yellow bold", f" {hazard}"))
     if dry_run:
-        changed = [] if allow_dirty else dirty_files(options)
+        changed = [] if allow_dirty else dirty_files(release.crate)
         if changed:
             err_console.print(
                 styled(
@@ -205,9 +211,9 @@ def release(
             )
         from orchestrator.cli.release_plan import print_plan
 
-        print_plan(options, chosen, json_output=json_output)
+        print_plan(release, chosen, json_output=json_output)
         return
-    refuse_dirty(options, allow_dirty=allow_dirty)
+    refuse_dirty(release.crate, allow_dirty=allow_dirty)
     if rebuild_on is not None:
         from orchestrator.cli.rebuild import release_rebuilt
 
@@ -221,13 +227,12 @@ def release(
             force=force,
         )
         return
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
-    plans = _read_inputs(chosen, release_dir)
-    ensure_cache_dir(options.cache_dir)
+    plans = _read_inputs(chosen, release.release_dir)
+    ensure_cache_dir(release.cache_dir)
     signer = signer_for(options)
-    check_signing_key(release_dir, signer.key.public)  # before hours of building
+    check_signing_key(release.release_dir, signer.key.public)  # before hours of building
     results, lock, changed, unpinned, jobs = _run_and_pin(
-        options,
+        release,
         chosen,
         plans,
         out,
@@ -236,12 +241,12 @@ def release(
         bench_runs=runs,
         force=force,
     )
-    out.print(release_table(results, f"release {options.binary} {options.version}", out.width))
+    out.print(release_table(results, f"release {release.binary} {release.version}", out.width))
     for result in results:
         for warning in result.warnings:
             err_console.print(styled("warning:", "bold yellow", f" {result.artifact}: {warning}"))
     report = run_report(
-        options, results, signer, seconds=time.monotonic() - started, lockfile=lock, jobs=jobs
+        release, results, signer, seconds=time.monotonic() - started, lockfile=lock, jobs=jobs
     )
     if json_output:
         emit_json(report)
@@ -262,7 +267,7 @@ def release(
 
 
 def _run_and_pin(
-    options: Options,
+    release: ReleaseView,
     chosen: Sequence[Target],
     plans: Sequence[tuple[Target, BuildPlan]],
     out: Console,
@@ -278,25 +283,24 @@ def _run_and_pin(
     each engine built at a time. Stopped (Ctrl-C, SIGTERM, SIGHUP), it ends saying what
     was published and whether the lock was written."""
     from orchestrator.model.documents.lockfile import LOCK_FILE
-    from orchestrator.model.layout import release_dir_name
     from orchestrator.release.ending import files_text, interrupted, published_marks
     from orchestrator.release.lock.reproduce import record_release, vault_for
     from orchestrator.release.run import run_release
     from orchestrator.release.targets.engine_jobs import jobs_per_engine
     from orchestrator.release.targets.sources_at_start import changed_since_start, sources_at_start
 
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = release.release_dir
     # What the ending says is found out, not assumed: what was published before, and the
     # sources every target is built from (the lock pins those, whatever changes meanwhile).
     marks = published_marks(release_dir, [plan.artifact_dir for _, plan in plans])
-    at_start = sources_at_start(options, plans[0][1]) if plans else None
+    at_start = sources_at_start(release.crate, plans[0][1]) if plans else None
     try:
-        engines = connect_engines(options.engine_contexts)
+        engines = connect_engines(release.engines.contexts)
         jobs = jobs_per_engine(
-            options.engine_jobs, engines, len(plans), prefetch=options.engine_prefetch
+            release.engines.jobs, engines, len(plans), prefetch=release.engines.prefetch
         )
         results = run_release(
-            options,
+            release,
             plans,
             engines,
             out,
@@ -308,7 +312,7 @@ def _run_and_pin(
             jobs=jobs,
         )
         lock, unpinned = None, None
-        changed = changed_since_start(options, at_start) if at_start else []
+        changed = changed_since_start(release.crate, at_start) if at_start else []
         if changed:
             err_console.print(
                 styled("warning:", "yellow bold", f" the crate changed: {files_text(changed)}")
@@ -316,10 +320,10 @@ def _run_and_pin(
         if any(r.status in ("ok", "cached") for r in results):
             try:
                 lock = record_release(
-                    options,
+                    release,
                     chosen,
                     release_dir,
-                    vault_for(options),
+                    vault_for(release.cache_dir),
                     planned=plans,
                     at_start=at_start,
                 )
@@ -327,7 +331,9 @@ def _run_and_pin(
                 unpinned = error
             else:
                 sign_release_index(release_dir, signer, vouched=(LOCK_FILE,))  # covers the lock
-                out.print(f"pinned every input in {lock} (files in {vault_for(options).root})")
+                out.print(
+                    f"pinned every input in {lock} (files in {vault_for(release.cache_dir).root})"
+                )
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: cleanup has run; say what stays
         INTERRUPTED.set()
         raise interrupted(release_dir, marks) from None

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from orchestrator.cli.app import err_console, styled
-from orchestrator.config.resolve.options import Options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from orchestrator.host.source import CrateView
     from orchestrator.model.documents.reports import ReleaseRunReport
     from orchestrator.runtime.engine import Engine
 
@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 QUICK_BENCH_RUNS = 3  # release's speedup column is a quick look, not `orchestrator bench`
 
 
-def quick_bench_runs(options: Options, flag: int | None) -> int:
-    """The runs of a release target's quick bench: --bench-runs, else bench.runs where the
-    config file or the environment sets it, else QUICK_BENCH_RUNS."""
+def quick_bench_runs(flag: int | None, *, configured: int, source: str) -> int:
+    """The runs of a release target's quick bench: --bench-runs, else bench.runs
+    (`configured`) where the config file or the environment sets it (its `source`, as
+    `Options.sources` says), else QUICK_BENCH_RUNS."""
     if flag is not None:
         return flag
-    if not options.sources.get("bench.runs", "default").startswith("default"):
-        return options.bench_runs
+    if not source.startswith("default"):
+        return configured
     return QUICK_BENCH_RUNS
 
 
@@ -93,27 +94,26 @@ def closing_lines(
         )
 
 
-def refuse_dirty(options: Options, *, allow_dirty: bool) -> None:
+def refuse_dirty(crate: CrateView, *, allow_dirty: bool) -> None:
     from orchestrator.errors import SourceError
 
-    changed = dirty_files(options)
+    changed = dirty_files(crate)
     if changed and not allow_dirty:
         shown = ", ".join(changed[:5]) + (
             f" and {len(changed) - 5} more" if len(changed) > 5 else ""
         )
         raise SourceError(
-            f"{options.crate_dir} has uncommitted changes ({shown}): the release could not "
+            f"{crate.crate_dir} has uncommitted changes ({shown}): the release could not "
             "be reproduced from its git commit",
             hint="Commit them, or pass --allow-dirty (release.lock records it). An "
             "uncommitted orchestrator.toml alone is fine: the lock carries its text.",
         )
 
 
-def dirty_files(options: Options) -> list[str]:
+def dirty_files(crate: CrateView) -> list[str]:
     """What makes the crate's tree dirty for a release (empty: clean, or not in git)."""
-    from orchestrator.host.source import CrateView, crate_identity, uncommitted_changes
+    from orchestrator.host.source import crate_identity, uncommitted_changes
 
-    crate = CrateView.from_options(options)
     if not crate_identity(crate).get("dirty"):
         return []
     return uncommitted_changes(crate) or ["(git status says so)"]

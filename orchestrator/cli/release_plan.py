@@ -16,14 +16,14 @@ from orchestrator.errors import OrchestratorError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from orchestrator.config.resolve.options import Options
     from orchestrator.model.documents.reports import EngineFit
     from orchestrator.release.dry_run import PlannedTarget
+    from orchestrator.release.targets.release_view import ReleaseView
     from orchestrator.release.targets.target import Target
     from orchestrator.runtime.engine import Engine
 
 
-def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool) -> None:
+def print_plan(release: ReleaseView, chosen: Sequence[Target], *, json_output: bool) -> None:
     """`release --dry-run`: every target's plan, what is cached and, with several engines,
     which of them can build it; as a table or JSON."""
     from orchestrator.release.dry_run import dry_run as plan_release
@@ -33,20 +33,20 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
     # Reading every target's sources and asking each engine takes a while: a sign of life
     # on a terminal (stderr, so that --json output stays clean; silent elsewhere).
     with err_console.status("planning: reading the sources, asking Docker what it holds"):
-        engines, unreachable = _engines_that_answer(options.engine_contexts)
-        planned = plan_release(options, chosen, engines, unreachable)
+        engines, unreachable = _engines_that_answer(release.engines.contexts)
+        planned = plan_release(release, chosen, engines, unreachable)
         to_build = sum(not item.cached.artifact for item in planned)
         jobs = jobs_per_engine(
-            options.engine_jobs, engines, to_build, prefetch=options.engine_prefetch
+            release.engines.jobs, engines, to_build, prefetch=release.engines.prefetch
         )
     for name, why in unreachable.items():  # connect_engines refuses to start without it
         err_console.print(
             styled("warning:", "yellow bold", f" a release would fail: engine {name}: {why}")
         )
     if json_output:
-        emit_json(plan_report(options, planned, docker_reachable=bool(engines), jobs=jobs))
+        emit_json(plan_report(release, planned, docker_reachable=bool(engines), jobs=jobs))
         return
-    several = len(options.engine_contexts) > 1
+    several = len(release.engines.contexts) > 1
     table = Table(
         "target",
         # Folded, never cut short: the end of a name is what tells targets apart (-cpu-v3).
@@ -70,7 +70,7 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
             else " ".join(s.name for s in item.plan.steps),
         )
     console.print(table)
-    for line in _compositions(options, planned):
+    for line in _compositions(release, planned):
         console.print(Text(line), soft_wrap=True)
     if jobs:  # unwrapped: one line per release, read whole
         console.print(Text(jobs_text(jobs)), soft_wrap=True)
@@ -81,7 +81,7 @@ def print_plan(options: Options, chosen: Sequence[Target], *, json_output: bool)
         )
 
 
-def _compositions(options: Options, planned: Sequence[PlannedTarget]) -> list[str]:
+def _compositions(release: ReleaseView, planned: Sequence[PlannedTarget]) -> list[str]:
     """The -auto folders the release composes when every target builds."""
     from orchestrator.release.assemble.compose import compose_groups
     from orchestrator.release.targets.target import TargetResult
@@ -90,9 +90,9 @@ def _compositions(options: Options, planned: Sequence[PlannedTarget]) -> list[st
         (TargetResult(item.target, item.plan.artifact_dir, status="ok"), item.plan)
         for item in planned
     ]
-    groups, _ = compose_groups(options, built)
+    groups, _ = compose_groups(release, built)
     return [
-        f"composes: {group.folder} (bin/{options.binary} runs the best of "
+        f"composes: {group.folder} (bin/{release.binary} runs the best of "
         f"{', '.join(level for level, _ in group.levels)} for the CPU it starts on; a level "
         "the gate counts no faster than the one below it is left out)"
         for group in groups

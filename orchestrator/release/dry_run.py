@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.host.step_cache import StepCache
 from orchestrator.model.documents.release_summary import EngineJobs
 from orchestrator.model.documents.reports import (
@@ -15,13 +14,13 @@ from orchestrator.model.documents.reports import (
     PlannedTargetEntry,
     ReleasePlanReport,
 )
-from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.plan.step_keys import baseline_key, config_member
 from orchestrator.release.run import plan_targets
 from orchestrator.release.step_plan import StepPlanner
 from orchestrator.release.targets.action_cache import look_up
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.schedule import Needs, fits, needs_by_flavor
 from orchestrator.release.targets.target import Target
 from orchestrator.runtime.api import EngineApi, engine_facts
@@ -51,7 +50,7 @@ class PlannedTarget:
 
 
 def dry_run(
-    options: Options,
+    release: ReleaseView,
     chosen: Sequence[Target],
     engines: Sequence[EngineApi],
     unreachable: Mapping[str, str] | None = None,
@@ -61,7 +60,7 @@ def dry_run(
     signatures are checked by the run). `engines` are those that answered, `unreachable`
     the others with why; an image counts as held when any engine holds it."""
     facts = [engine_facts(engine) for engine in engines]
-    needs = needs_by_flavor(options.engine_require)
+    needs = needs_by_flavor(release.engines.require)
 
     def held(reference: str) -> bool | None:  # None: no Docker to ask
         if not engines:
@@ -69,11 +68,13 @@ def dry_run(
         return any(engine.image(reference) is not None for engine in engines)
 
     planned = []
-    cache = options.cache_dir
+    cache = release.cache_dir
     steps = StepCache(cache / "steps")
     baselines: dict[str, str] = {}  # baseline key -> the first target that builds it
     # Per cached step: run or reused, and why.
-    planner = StepPlanner(cache, {}, config_member(options.config_path, options.crate_dir))
+    planner = StepPlanner(
+        cache, {}, config_member(release.crate.config_path, release.crate.crate_dir)
+    )
     for target, plan in plan_targets(chosen):
         key = baseline_key(plan, planner.config)
         first = baselines.setdefault(key, plan.artifact_dir)
@@ -84,7 +85,7 @@ def dry_run(
         profile = (
             cache / "profiles" / "pgo" / f"{plan.pgo.profile_key}.profdata" if plan.pgo else None
         )
-        published = options.artifacts_dir / plan.release_dir / plan.artifact_dir
+        published = release.artifacts_dir / plan.release_dir / plan.artifact_dir
         lookup = look_up(published, action_key(plan, target.options), None)
         cached = CacheState(
             base_image=held(plan.base_image.reference),
@@ -111,7 +112,7 @@ def dry_run(
 
 
 def plan_report(
-    options: Options,
+    release: ReleaseView,
     planned: Sequence[PlannedTarget],
     *,
     docker_reachable: bool,
@@ -120,9 +121,9 @@ def plan_report(
     """What `release --dry-run --json` prints: every target in build order, and how many
     targets each engine would build at a time."""
     return ReleasePlanReport(
-        name=options.binary,
-        version=options.version,
-        release_dir=str(options.artifacts_dir / release_dir_name(options.binary, options.version)),
+        name=release.binary,
+        version=release.version,
+        release_dir=str(release.release_dir),
         docker_reachable=docker_reachable,
         targets=[item.entry() for item in planned],
         jobs_per_engine=list(jobs),

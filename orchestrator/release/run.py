@@ -18,7 +18,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
 from orchestrator.execute.ship.publish import update_release_index
@@ -28,7 +27,6 @@ from orchestrator.model.documents.reports import (
     ReleaseRunReport,
     SigningInfo,
 )
-from orchestrator.model.layout import release_dir_name
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import action_key
 from orchestrator.progress.board import TargetBoard
@@ -45,6 +43,7 @@ from orchestrator.release.targets.release_json import (
     write_release_json,
     write_target_runs,
 )
+from orchestrator.release.targets.release_view import EngineSettings, ReleaseView
 from orchestrator.release.targets.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import PUBLIC_KEY, Signer
@@ -85,7 +84,7 @@ def plan_targets(chosen: Sequence[Target]) -> list[tuple[Target, BuildPlan]]:
 
 
 def run_release(
-    options: Options,
+    release: ReleaseView,
     planned: Sequence[tuple[Target, BuildPlan]],
     engines: Engine | Sequence[Engine],
     console: Console,
@@ -103,11 +102,11 @@ def run_release(
     otherwise side by side (release/targets/farm.py). `jobs`: each engine's targets at a time
     (release/targets/engine_jobs.py), worked out here when not given."""
     pool = list(engines) if isinstance(engines, Sequence) else [engines]
-    jobs = list(jobs or jobs_per_engine(options.engine_jobs, pool, len(planned)))
+    jobs = list(jobs or jobs_per_engine(release.engines.jobs, pool, len(planned)))
     side_by_side = len(pool) > 1 or any(item.jobs > 1 for item in jobs)
     waiting: list[tuple[TargetResult, BuildPlan]] = []
     results: list[TargetResult] = []
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = release.release_dir
     marks = marks_for(console)
     earlier = earlier_runs(release_dir)  # how each target's last build went
     # One live line per target, redrawn in place, when they build side by side on a terminal
@@ -148,8 +147,10 @@ def run_release(
 
     ahead = None
     if not side_by_side and jobs[0].prefetch:
-        logs = options.cache_dir / "runs" / pool[0].session / PREFETCH_LOGS
-        ahead = Prefetcher(pool[0], options, announce, log_dir=logs)
+        logs = release.cache_dir / "runs" / pool[0].session / PREFETCH_LOGS
+        ahead = Prefetcher(
+            pool[0], announce, cache_dir=release.cache_dir, offline=release.offline, log_dir=logs
+        )
     order = _InOrder(planned, release_dir, signer, earlier, announce, rebuild=force or retrain)
     try:
         for result, plan in order.to_build(results, marks, ahead):
@@ -164,9 +165,9 @@ def run_release(
             ahead.stop()
     if waiting:
         with board.shown() if board is not None else nullcontext():
-            _build_side_by_side(waiting, pool, build, options, announce, jobs=jobs)
+            _build_side_by_side(waiting, pool, build, release.engines, announce, jobs=jobs)
     _finish(
-        options,
+        release,
         results,
         planned,
         pool[0],
@@ -179,7 +180,7 @@ def run_release(
 
 
 def _finish(
-    options: Options,
+    release: ReleaseView,
     results: Sequence[TargetResult],
     planned: Sequence[tuple[Target, BuildPlan]],
     engine: Engine,
@@ -192,18 +193,18 @@ def _finish(
     """After the targets: logs/targets.json when anything was built (or failed),
     release.json, the -auto folders and the index, each written only when it changes; a
     run that wrote none of them says the release is current."""
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = release.release_dir
     built = any(result.status != "cached" for result in results)
     if built:  # a run that built nothing keeps the record of the builds that made them
-        write_target_runs(release_dir, options, results, earlier=earlier, jobs=jobs)
-    changed = write_release_json(release_dir, options, lambda text: announce(f"warning: {text}"))
-    signed = _compose_and_sign(options, results, planned, engine, signer=signer, announce=announce)
+        write_target_runs(release_dir, release, results, earlier=earlier, jobs=jobs)
+    changed = write_release_json(release_dir, release, lambda text: announce(f"warning: {text}"))
+    signed = _compose_and_sign(release, results, planned, engine, signer=signer, announce=announce)
     if not (built or changed or signed):
         announce(f"{release_dir.name} is current: every target cached, nothing written")
 
 
 def _compose_and_sign(
-    options: Options,
+    release: ReleaseView,
     results: Sequence[TargetResult],
     planned: Sequence[tuple[Target, BuildPlan]],
     engine: Engine,
@@ -214,10 +215,10 @@ def _compose_and_sign(
     """Compose the -auto folders from the published levels (release/assemble/compose.py), then sign
     the release index with them; whether anything was written (a current -auto folder and
     an index that would come out the same are left as they are)."""
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = release.release_dir
     built = [(result, plan) for result, (_target, plan) in zip(results, planned, strict=False)]
     composed = compose_release(
-        options, release_dir, built, engine, signer=signer, announce=announce
+        release, release_dir, built, engine, signer=signer, announce=announce
     )
     return _sign_index(release_dir, signer, announce, composed=composed) or bool(composed)
 
@@ -302,7 +303,7 @@ def _build_side_by_side(
     waiting: Sequence[tuple[TargetResult, BuildPlan]],
     pool: Sequence[Engine],
     build: Build[tuple[TargetResult, BuildPlan]],
-    options: Options,
+    engines: EngineSettings,
     announce: Callable[[str], None],
     *,
     jobs: Sequence[EngineJobs],
@@ -322,7 +323,7 @@ def _build_side_by_side(
         pool,
         build,
         per_engine={item.engine: item.jobs for item in jobs},
-        requirements=options.engine_require,
+        requirements=engines.require,
         announce=announce,
     )
     _take_farm_report(farm, [result for result, _ in waiting])
@@ -374,7 +375,7 @@ def verify_command(release_dir: Path, public_key: Path | None) -> str:
 
 
 def run_report(
-    options: Options,
+    release: ReleaseView,
     results: Sequence[TargetResult],
     signer: Signer,
     *,
@@ -383,12 +384,12 @@ def run_report(
     jobs: Sequence[EngineJobs] = (),
 ) -> ReleaseRunReport:
     """What `release --json` prints, and what the text summary ends with."""
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = release.release_dir
     published = (release_dir / PUBLIC_KEY).is_file()
     public_key = public_key_for(signer)
     return ReleaseRunReport(
-        name=options.binary,
-        version=options.version,
+        name=release.binary,
+        version=release.version,
         release_dir=str(release_dir),
         published=published,
         seconds=round(seconds, 1),

@@ -59,7 +59,8 @@ def _flavor_image(engine: Engine, flavor: str) -> str:
     plan = prepare_plan(options, flavor)
     if engine.image(plan.image.reference) is not None:
         return plan.image.reference
-    plan_images(engine, options, plan, StepLog(sys.stdout, None, None, f"{flavor}-image"))
+    log = StepLog(sys.stdout, None, None, f"{flavor}-image")
+    plan_images(engine, plan, log, cache_dir=options.cache_dir, offline=options.offline)
     return plan.image.reference
 
 

@@ -28,6 +28,7 @@ from orchestrator.plan.serialize import action_key
 from orchestrator.release.dry_run import dry_run
 from orchestrator.release.run import RELEASE_JSON, run_release, run_report
 from orchestrator.release.targets.action_cache import look_up
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.chain import ReleaseKeyError, check_signing_key
@@ -176,7 +177,7 @@ def test_a_file_added_beside_the_folders_is_not_signed_but_the_callers_own_is(
 # -- a release -----------------------------------------------------------------------------
 def _release(options: Options, signer: Signer, lines: list[str], **flags: Any) -> list[Any]:
     return run_release(
-        options,
+        ReleaseView.from_options(options),
         [(targets(options, ["cpu"])[0], plan_for(options))],
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
@@ -210,7 +211,9 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     manifest = read_record(artifact / "build.json", BuildManifest)
     assert (result.sha256, result.size) == (manifest.artifact.sha256, manifest.artifact.size)
     assert any(f"{plan.artifact_dir}: cached, inputs unchanged since" in line for line in lines)
-    report = run_report(options, [result], signer, seconds=1.0, lockfile=None)
+    report = run_report(
+        ReleaseView.from_options(options), [result], signer, seconds=1.0, lockfile=None
+    )
     assert [target.status for target in report.targets] == ["cached"] and report.failed == []
     out = Console(file=io.StringIO(), width=300)
     closing_lines(report, out)
@@ -221,7 +224,7 @@ def test_a_release_reports_a_current_target_as_cached_and_builds_nothing(
     assert [entry.artifact for entry in summary.artifacts] == [plan.artifact_dir]
     assert not (artifact.parent / TARGET_RUNS).exists()  # nothing built: no run recorded
     # The dry run lists no steps for it, and says why.
-    (planned,) = dry_run(options, targets(options, ["cpu"]), [])
+    (planned,) = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"]), [])
     assert planned.cached.artifact and planned.entry().steps == []
     # --force and --retrain build it; so does a changed input.
     for flags in ({"force": True}, {"retrain": True}):

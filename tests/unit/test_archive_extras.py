@@ -320,7 +320,7 @@ def test_publish_packs_included_and_generated_files_into_a_signed_zip_verify_cov
     (folder / GENERATED_DIR / "completions" / "demo.bash").write_bytes(b"edited\n")
     item = ArtifactToPublish(folder, plan.artifact_dir, manifest, plan.source.archive)
     with pytest.raises(OrchestratorError, match=r"not the file build\.json records"):
-        archive_extras(item, options)
+        archive_extras(item, options.archive_include)
     # ... and so is one reached through a symlinked folder, even with the recorded bytes
     outside = tmp_path / "elsewhere" / "completions"
     outside.mkdir(parents=True)
@@ -328,7 +328,7 @@ def test_publish_packs_included_and_generated_files_into_a_signed_zip_verify_cov
     shutil.rmtree(folder / GENERATED_DIR)
     (folder / GENERATED_DIR).symlink_to(outside.parent)
     with pytest.raises(OrchestratorError, match=r"not the file build\.json records"):
-        archive_extras(item, options)
+        archive_extras(item, options.archive_include)
 
 
 def test_a_generate_command_printing_something_else_twice_stops_the_build(

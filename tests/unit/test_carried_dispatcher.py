@@ -22,6 +22,7 @@ from orchestrator.release.assemble.carried_dispatcher import (
     check_carried,
 )
 from orchestrator.release.assemble.shard import compose_where_possible
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
@@ -101,7 +102,7 @@ def test_assemble_with_no_engine_composes_from_the_carried_dispatcher(
     image = built[0][1].image.reference
     warned: list[str] = []
     written = compose_where_possible(
-        replace(options, cache_dir=tmp_path / "empty-cache"),
+        ReleaseView.from_options(replace(options, cache_dir=tmp_path / "empty-cache")),
         release,
         built,
         signer,

@@ -264,7 +264,7 @@ def stand_in_release(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(release_target, "run_build", _stand_in_build)
 
     def record_release(
-        _options: Any, _chosen: Any, release_dir: Path, _vault: Any, **_given: Any
+        _release: Any, _chosen: Any, release_dir: Path, _vault: Any, **_given: Any
     ) -> Path:
         return release_dir / "release.lock"
 

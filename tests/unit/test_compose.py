@@ -27,6 +27,7 @@ from orchestrator.model.hashing import sha256_bytes, sha256_file
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble import compose, dispatcher_cache
 from orchestrator.release.assemble.shard import compose_where_possible
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target, TargetResult
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.archives import archived_files
@@ -94,7 +95,7 @@ def _built(
 def test_a_flavor_with_two_levels_composes_one_auto_folder(project: Path) -> None:
     options = _options(project)
     built = _built(options, LEVELS)
-    groups, stale = compose.compose_groups(options, built)
+    groups, stale = compose.compose_groups(ReleaseView.from_options(options), built)
     assert stale == []
     [group] = groups
     assert group.folder == "demo-1.2.3-linux-x86_64-cpu-auto"
@@ -115,7 +116,9 @@ def test_no_auto_folder_without_a_choice_or_when_turned_off(
     project: Path, dispatch: bool, levels: tuple[str, ...], status: str
 ) -> None:
     options = _options(project, dispatch=dispatch, levels=levels)
-    groups, stale = compose.compose_groups(options, _built(options, levels, status))
+    groups, stale = compose.compose_groups(
+        ReleaseView.from_options(options), _built(options, levels, status)
+    )
     assert groups == []
     assert stale == ["demo-1.2.3-linux-x86_64-cpu-auto"]
 
@@ -123,7 +126,7 @@ def test_no_auto_folder_without_a_choice_or_when_turned_off(
 def test_other_architectures_never_compose(project: Path) -> None:
     options = replace(_options(project), flavor_settings={"aarch64": FlavorSettings()})
     built = _built(options, ("generic", "neoverse-n1"), flavor="aarch64")
-    assert compose.compose_groups(options, built) == ([], [])
+    assert compose.compose_groups(ReleaseView.from_options(options), built) == ([], [])
 
 
 def _publish_levels(project: Path, tmp_path: Path, signer: Signer) -> Options:
@@ -167,7 +170,12 @@ def test_composed_folder_is_signed_verified_and_a_tampered_copy_fails(
     said: list[str] = []
     engine = FakeEngine()  # asked nothing: the dispatcher is in the cache
     written = compose.compose_release(
-        options, release, built, engine, signer=signer, announce=said.append
+        ReleaseView.from_options(options),
+        release,
+        built,
+        engine,
+        signer=signer,
+        announce=said.append,
     )
     folder = "demo-1.2.3-linux-x86_64-cpu-auto"
     assert written == [folder, f"{folder}.tar.xz", f"{folder}.tar.xz.minisig"]
@@ -206,7 +214,14 @@ def test_composed_folder_is_signed_verified_and_a_tampered_copy_fails(
     assert ("composed", True) in {(c.check, c.ok) for c in checks}
 
     # Composing again gives the same bytes (the archive is deterministic)
-    compose.compose_release(options, release, built, engine, signer=signer, announce=said.append)
+    compose.compose_release(
+        ReleaseView.from_options(options),
+        release,
+        built,
+        engine,
+        signer=signer,
+        announce=said.append,
+    )
     assert (release / f"{folder}.tar.xz").read_bytes() == first_archive
 
     # A changed libexec copy fails the composed check (and the signed checksum)
@@ -251,7 +266,12 @@ def test_the_auto_archive_carries_the_crate_s_readme_and_licences(
     release = options.artifacts_dir / built[0][1].release_dir
     _seed_dispatcher(options, built[0][1].image.reference)
     written = compose.compose_release(
-        options, release, built, FakeEngine(), signer=signer, announce=print
+        ReleaseView.from_options(options),
+        release,
+        built,
+        FakeEngine(),
+        signer=signer,
+        announce=print,
     )
     folder = "demo-1.2.3-linux-x86_64-cpu-auto"
     docs = ["COPYING", "LICENSE-MIT", "README.md", "UNLICENSE"]
@@ -282,14 +302,26 @@ def test_turning_dispatch_off_removes_the_earlier_auto_folder(
     built = _built(options, LEVELS)
     release = options.artifacts_dir / built[0][1].release_dir
     _seed_dispatcher(options, built[0][1].image.reference)
-    compose.compose_release(options, release, built, FakeEngine(), signer=signer, announce=print)
+    compose.compose_release(
+        ReleaseView.from_options(options),
+        release,
+        built,
+        FakeEngine(),
+        signer=signer,
+        announce=print,
+    )
     folder = "demo-1.2.3-linux-x86_64-cpu-auto"
     assert (release / folder / COMPOSE_JSON).is_file()
     off = _options(project, dispatch=False)
     said: list[str] = []
     assert (
         compose.compose_release(
-            off, release, _built(off, LEVELS), FakeEngine(), signer=signer, announce=said.append
+            ReleaseView.from_options(off),
+            release,
+            _built(off, LEVELS),
+            FakeEngine(),
+            signer=signer,
+            announce=said.append,
         )
         == []
     )
@@ -308,7 +340,12 @@ def test_without_a_cached_dispatcher_or_the_image_nothing_is_composed(
     release = options.artifacts_dir / built[0][1].release_dir
     said: list[str] = []
     written = compose.compose_release(
-        options, release, built, FakeEngine(), signer=signer, announce=said.append
+        ReleaseView.from_options(options),
+        release,
+        built,
+        FakeEngine(),
+        signer=signer,
+        announce=said.append,
     )
     assert written == []
     assert any("not composed" in line for line in said), said
@@ -329,7 +366,12 @@ def test_assemble_without_an_engine_publishes_the_levels_and_says_what_is_missin
     signer = Signer(SecretKey.generate(), False, "test key")
     warned: list[str] = []
     written = compose_where_possible(
-        options, project, _built(options, LEVELS), signer, announce=print, warn=warned.append
+        ReleaseView.from_options(options),
+        project,
+        _built(options, LEVELS),
+        signer,
+        announce=print,
+        warn=warned.append,
     )
     assert written == []
     assert warned == [
@@ -340,7 +382,12 @@ def test_assemble_without_an_engine_publishes_the_levels_and_says_what_is_missin
     one = _options(project, levels=("x86-64-v2",))
     assert (
         compose_where_possible(
-            one, project, _built(one, ("x86-64-v2",)), signer, announce=print, warn=warned.append
+            ReleaseView.from_options(one),
+            project,
+            _built(one, ("x86-64-v2",)),
+            signer,
+            announce=print,
+            warn=warned.append,
         )
         == []
     )
@@ -412,7 +459,12 @@ def test_a_tampered_dispatcher_cache_reaches_no_signature(
     said: list[str] = []
     # The Engine lacks the image, so the entry is the only dispatcher there could be.
     written = compose.compose_release(
-        options, release, built, FakeEngine(), signer=signer, announce=said.append
+        ReleaseView.from_options(options),
+        release,
+        built,
+        FakeEngine(),
+        signer=signer,
+        announce=said.append,
     )
     assert written == []
     assert any("ignoring the cached dispatcher" in line for line in said), said

@@ -30,6 +30,7 @@ from orchestrator.model.hashing import sha256_bytes
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble import compose, dispatcher_cache
 from orchestrator.release.assemble.shard import compose_where_possible
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target, TargetResult
 from orchestrator.supply.archives import archived_files
 from orchestrator.supply.attest import Signer
@@ -122,7 +123,12 @@ def _compose(
     _seed_dispatcher(options, built[0][1].image.reference, dispatcher)
     said: list[str] = []
     written = compose.compose_release(
-        options, release, built, FakeEngine(), signer=signer, announce=said.append
+        ReleaseView.from_options(options),
+        release,
+        built,
+        FakeEngine(),
+        signer=signer,
+        announce=said.append,
     )
     update_release_index(release, signer, vouched=tuple(written))
     checks, _ = verify_release(release, public)
@@ -174,7 +180,7 @@ def test_assemble_from_copied_level_folders_composes_the_same_bytes(
     record = read_record(release / FOLDER / COMPOSE_JSON, ComposeRecord)
     carried = {built[0][1].image.reference: (record.dispatcher, DISPATCHER)}
     written = compose_where_possible(
-        options,
+        ReleaseView.from_options(options),
         elsewhere,
         built,
         Signer(SecretKey.generate(), False, "another key"),

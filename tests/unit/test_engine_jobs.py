@@ -33,6 +33,7 @@ from orchestrator.release.targets.engine_jobs import (
     jobs_per_engine,
     jobs_text,
 )
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.schedule import Job, Needs, Schedule
 from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.runtime.api import EngineFacts, engine_facts
@@ -207,7 +208,7 @@ def _release(
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     said: list[str] = []
     run_release(
-        options,
+        ReleaseView.from_options(options),
         release_run.plan_targets(targets(options, ["cpu"])),
         engine,  # type: ignore[arg-type]
         Console(file=io.StringIO()),
@@ -294,7 +295,9 @@ def test_dry_run_says_the_jobs_it_would_choose(
 def test_the_closing_lines_name_the_jobs(two_levels: Options) -> None:
     signer = Signer(SecretKey.generate(), throwaway=True, source="test")
     jobs = [jobs_of("current", _info(16, 64), "auto", 2)]
-    report = run_report(two_levels, [], signer, seconds=1.0, lockfile=None, jobs=jobs)
+    report = run_report(
+        ReleaseView.from_options(two_levels), [], signer, seconds=1.0, lockfile=None, jobs=jobs
+    )
     out = Console(file=io.StringIO(), width=80)
     closing_lines(report, out)
     shown = out.file.getvalue()  # type: ignore[attr-defined]

@@ -41,6 +41,7 @@ from orchestrator.release.ending import changed_note, interrupted, published_mar
 from orchestrator.release.lock import pin
 from orchestrator.release.lock.locked_sources import config_folders, lay_out_sources
 from orchestrator.release.run import ReleaseIncompleteError, incomplete_hint
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.sources_at_start import (
     SourcesAtStart,
     changed_files,
@@ -233,7 +234,7 @@ def test_record_release_pins_the_plans_and_sources_of_the_start(
     release_dir = tmp_path / "release"
     (release_dir / plan.artifact_dir).mkdir(parents=True)
     (release_dir / plan.artifact_dir / "build.json").write_text("{}")
-    start = sources_at_start(options, plan)
+    start = sources_at_start(CrateView.from_options(options), plan)
     # plan_for's sources are a stand-in: the real ones
     snapshot = crate_snapshot(CrateView.from_options(options))
     start = SourcesAtStart(
@@ -247,7 +248,10 @@ def test_record_release_pins_the_plans_and_sources_of_the_start(
     # The checkout changes after the start: the config and a source file.
     (project / "orchestrator.toml").write_text(start.config_text + "# edited\n")
     (project / "crate" / "src" / "main.rs").write_text("fn main() { edited(); }\n")
-    assert changed_since_start(options, start) == ["src/main.rs", "orchestrator.toml"]
+    assert changed_since_start(CrateView.from_options(options), start) == [
+        "src/main.rs",
+        "orchestrator.toml",
+    ]
     document = lock_for(plan)
 
     def replanned(*_args: Any) -> Any:
@@ -268,10 +272,10 @@ def test_record_release_pins_the_plans_and_sources_of_the_start(
     monkeypatch.setattr(pin, "shared_pins", lambda *_a: shared)
     monkeypatch.setattr(pin, "_repository_path", lambda _o: None)
     path = pin.record_release(
-        options,
+        ReleaseView.from_options(options),
         [target],
         release_dir,
-        pin.vault_for(options),
+        pin.vault_for(options.cache_dir),
         planned=[(target, plan)],
         at_start=start,
     )

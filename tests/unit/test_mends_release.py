@@ -20,6 +20,7 @@ from orchestrator.execute.build import BuildOutcome
 from orchestrator.execute.verdict.bench import VariantStats
 from orchestrator.host.vault import VaultError
 from orchestrator.release.run import run_release
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
@@ -74,7 +75,7 @@ def _patch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **fail: Orchestrator
 
 def _run(options: Options) -> list[release_target.TargetResult]:
     return run_release(
-        options,
+        ReleaseView.from_options(options),
         release_run.plan_targets(targets(options, ["cpu"])),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),

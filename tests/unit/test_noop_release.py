@@ -24,6 +24,7 @@ from orchestrator.model.documents.record_io import read_record
 from orchestrator.model.documents.release_summary import ReleaseSummary, TargetRuns
 from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.release.run import RELEASE_JSON, run_release
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
@@ -65,7 +66,7 @@ def options(project: Path, tmp_path: Path, signer: Signer) -> Options:
 def _release(options: Options, signer: Signer, said: list[str]) -> list[TargetResult]:
     chosen = targets(options, ["cpu"])
     return run_release(
-        options,
+        ReleaseView.from_options(options),
         [(target, plan_for(target.options)) for target in chosen],
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
@@ -172,7 +173,7 @@ def _release_with_one_rebuilt(
         else:
             planned.append((target, plan))
     return run_release(
-        options,
+        ReleaseView.from_options(options),
         planned,
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),

@@ -27,6 +27,7 @@ from orchestrator.progress.reporter import StepLog
 from orchestrator.release.run import run_release
 from orchestrator.release.targets import prefetch
 from orchestrator.release.targets.engine_jobs import jobs_of, jobs_per_engine, prefetch_of
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import TargetResult, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer
 from orchestrator.supply.minisign import SecretKey
@@ -150,7 +151,7 @@ def _release(
     monkeypatch.setattr(release_run, "update_release_index", lambda *_a, **_k: ReleaseIndex([], []))
     said: list[str] = []
     results = run_release(
-        options,
+        ReleaseView.from_options(options),
         release_run.plan_targets(targets(options, ["cpu", "aarch64"])),
         engine,  # type: ignore[arg-type]
         Console(file=io.StringIO()),
@@ -176,7 +177,7 @@ def test_the_next_targets_images_are_made_while_the_first_compiles(
     engine, recorder = _HostEngine(), _Recorder()
     made: list[tuple[str, str]] = []
 
-    def ensure_images(on: FakeEngine, _o: Options, plan: BuildPlan, log: StepLog) -> None:
+    def ensure_images(on: FakeEngine, plan: BuildPlan, log: StepLog, **_k: object) -> None:
         recorder.note(f"images of {plan.flavor} start")
         made.append((plan.flavor, threading.current_thread().name))
         log.line("apt: installing")
@@ -208,7 +209,7 @@ def test_a_failed_prefetch_is_a_warning_on_its_own_target_only(
 ) -> None:
     engine, recorder = _HostEngine(), _Recorder()
 
-    def ensure_images(_e: FakeEngine, _o: Options, plan: BuildPlan, log: StepLog) -> None:
+    def ensure_images(_e: FakeEngine, plan: BuildPlan, log: StepLog, **_k: object) -> None:
         log.line("E: Unable to locate package qemu-user")
         recorder.prefetch_started.set()
         raise ImageBuildError(f"building {plan.image.reference} failed: apt said no")
@@ -234,7 +235,7 @@ def test_nothing_is_made_ahead_when_the_engine_holds_the_images(
     for flavor in ("cpu", "aarch64"):
         engine.add_image(plan_for(three_targets, flavor).image.reference)
     calls: list[str] = []
-    monkeypatch.setattr(prefetch, "ensure_images", lambda *a: calls.append(a[2].flavor))
+    monkeypatch.setattr(prefetch, "ensure_images", lambda *a, **_k: calls.append(a[1].flavor))
     results, said = _release(three_targets, engine, monkeypatch, recorder)
     assert calls == []
     assert not any("ahead" in line for line in said)
@@ -247,7 +248,7 @@ def test_a_stop_ends_the_prefetch_before_the_release_returns(
     engine, recorder = _HostEngine(), _Recorder()
     cleaned = threading.Event()
 
-    def ensure_images(_e: FakeEngine, _o: Options, _p: BuildPlan, log: StepLog) -> None:
+    def ensure_images(_e: FakeEngine, _p: BuildPlan, log: StepLog, **_k: object) -> None:
         recorder.prefetch_started.set()
         try:
             deadline = time.monotonic() + WAIT_S

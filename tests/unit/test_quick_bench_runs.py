@@ -31,7 +31,8 @@ def test_the_runs_come_from_the_flag_then_bench_runs_then_the_quick_default(
     path = project / "orchestrator.toml"
     path.write_text(path.read_text() + config)
     options = resolve(path, env=env)
-    assert quick_bench_runs(options, flag) == runs
+    source = options.sources.get("bench.runs", "default")
+    assert quick_bench_runs(flag, configured=options.bench_runs, source=source) == runs
 
 
 def test_release_hands_bench_runs_to_the_release(

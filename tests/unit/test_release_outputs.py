@@ -32,6 +32,7 @@ from orchestrator.model.documents.release_summary import (
 from orchestrator.model.documents.run_logs import TARGET_RUNS
 from orchestrator.release.run import RELEASE_JSON, public_key_for, run_release
 from orchestrator.release.targets.release_json import write_release_json
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import no_speedup_reason, targets
 from orchestrator.supply.attest import ReleaseIndex, Signer, resolve_signer
 from orchestrator.supply.minisign import SecretKey, write_key_pair
@@ -103,7 +104,7 @@ SIGNER = Signer(SecretKey.generate(), throwaway=True, source="test")
 
 def _release(options: Options, flavors: list[str]) -> None:
     run_release(
-        options,
+        ReleaseView.from_options(options),
         release_run.plan_targets(targets(options, flavors)),
         FakeEngine(),  # type: ignore[arg-type]
         Console(file=io.StringIO()),
@@ -164,7 +165,7 @@ def test_release_json_is_what_the_published_build_json_files_say(
         manifest = produced_manifest(level_options, plan, tmp_path / level)
         write_record(release / plan.artifact_dir / "build.json", manifest)
         manifests[plan.artifact_dir] = manifest
-    assert write_release_json(release, options)
+    assert write_release_json(release, ReleaseView.from_options(options))
     listing = read_record(release / RELEASE_JSON, ReleaseSummary)
     assert [a.artifact for a in listing.artifacts] == sorted(manifests)
     for entry in listing.artifacts:
@@ -172,13 +173,13 @@ def test_release_json_is_what_the_published_build_json_files_say(
         assert (entry.level, entry.sha256) == (manifest.flags.target_cpu, manifest.artifact.sha256)
         assert entry.rust_target == "x86_64-unknown-linux-gnu"
     os.utime(release / RELEASE_JSON, ns=(1, 1))
-    assert not write_release_json(release, options)
+    assert not write_release_json(release, ReleaseView.from_options(options))
     assert (release / RELEASE_JSON).stat().st_mtime_ns == 1
     # a folder whose build.json does not read is left out, and said so
     (release / "demo-1.2.3-linux-x86_64-cpu-v4").mkdir()
     (release / "demo-1.2.3-linux-x86_64-cpu-v4" / "build.json").write_text("{}")
     said: list[str] = []
-    assert not write_release_json(release, options, said.append)
+    assert not write_release_json(release, ReleaseView.from_options(options), said.append)
     assert len(said) == 1 and said[0].startswith("demo-1.2.3-linux-x86_64-cpu-v4 is left out")
 
 

@@ -164,5 +164,5 @@ def test_an_uncommitted_config_alone_leaves_the_tree_clean_and_the_error_names_f
     assert crate_identity(view)["dirty"] is True
     assert sorted(uncommitted_changes(view)) == ["src/extra.rs", "src/main.rs"]
     with pytest.raises(SourceError, match=r"uncommitted changes \(src/extra.rs, src/main.rs\)"):
-        refuse_dirty(options, allow_dirty=False)
-    refuse_dirty(options, allow_dirty=True)
+        refuse_dirty(CrateView.from_options(options), allow_dirty=False)
+    refuse_dirty(CrateView.from_options(options), allow_dirty=True)

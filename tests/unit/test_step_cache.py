@@ -48,6 +48,7 @@ from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import Reporter
 from orchestrator.release.dry_run import dry_run
 from orchestrator.release.lock.reproduce import Reproduced, ReproduceRun
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target, targets
 from tests.unit.test_lockfile import lock_for
 
@@ -374,7 +375,7 @@ def test_the_dry_run_says_which_baselines_are_reused(project: Path) -> None:
         config + '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\n'
     )
     options = make_options(project)
-    first, second = dry_run(options, targets(options, ["cpu"]), [])
+    first, second = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"]), [])
     assert not first.cached.baseline
     assert second.cached.baseline
     assert second.cached.baseline_reason == f"same inputs as {first.plan.artifact_dir}"
@@ -382,7 +383,7 @@ def test_the_dry_run_says_which_baselines_are_reused(project: Path) -> None:
     entry = options.cache_dir / "steps" / baseline_key(first.plan) / ENTRY_FILE
     entry.parent.mkdir(parents=True)
     entry.write_text("{}")
-    first, _ = dry_run(options, targets(options, ["cpu"]), [])
+    first, _ = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"]), [])
     assert first.cached.baseline_reason == "in the step cache"
 
 
@@ -720,7 +721,7 @@ def test_the_dry_run_says_for_each_cached_step_whether_it_runs(project: Path) ->
         config + '[flavors.cpu]\nlevels = ["x86-64-v2", "x86-64-v3"]\n'
     )
     options = make_options(project)
-    first, second = dry_run(options, targets(options, ["cpu"]), [])
+    first, second = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"]), [])
     notes = {n.step: n for n in first.cached.steps}
     assert notes["build-baseline"].reused is False
     assert notes["build-release"].reused is False
@@ -736,7 +737,7 @@ def test_the_dry_run_says_for_each_cached_step_whether_it_runs(project: Path) ->
     entry = options.cache_dir / "steps" / release_key(first.plan) / ENTRY_FILE
     entry.parent.mkdir(parents=True)
     entry.write_text("{}")
-    first, _ = dry_run(options, targets(options, ["cpu"]), [])
+    first, _ = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"]), [])
     notes = {n.step: n for n in first.cached.steps}
     assert notes["build-release"].reused and notes["build-release"].reason == "in the step cache"
     assert first.cached.labelled()["build-release (in the step cache)"]
@@ -749,11 +750,11 @@ def test_the_dry_run_counts_an_unusable_profile_record_as_absent_and_names_it(
     options = make_options(project)
 
     def pgo_note() -> str:
-        (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+        (planned,) = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"])[:1], [])
         note = {n.step: n for n in planned.cached.steps}["pgo-train"]
         return f"{note.reused}: {note.reason}"
 
-    (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+    (planned,) = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"])[:1], [])
     assert planned.plan.pgo is not None
     stored = options.cache_dir / "profiles" / "pgo" / f"{planned.plan.pgo.profile_key}.profdata"
     fresh = tmp_path / "fresh"

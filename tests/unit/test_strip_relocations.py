@@ -28,6 +28,7 @@ from orchestrator.model.documents.records import BuildManifest, parse_record
 from orchestrator.plan.serialize import action_key, plan_summary
 from orchestrator.plan.steps import StepName
 from orchestrator.release.dry_run import dry_run
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import targets
 
 from .conftest import plan_for
@@ -98,7 +99,7 @@ def test_the_step_is_planned_after_the_gate_only_where_bolt_links_relocations(
     assert StepName.STRIP_RELOCATIONS not in [s.name for s in no_bolt.steps]
     assert "-Wl,--emit-relocs" not in " ".join(no_bolt.final.rustflags)
     # release --dry-run: decided as it runs, like the other steps keyed by built binaries
-    (planned,) = dry_run(options, targets(options, ["cpu"])[:1], [])
+    (planned,) = dry_run(ReleaseView.from_options(options), targets(options, ["cpu"])[:1], [])
     note = {n.step: n for n in planned.cached.steps}["strip-relocations"]
     assert note.reused is None and "sha256" in note.reason
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -104,32 +105,47 @@ def missing_files(args: Iterable[str], crate_dir: Path, inputs: Sequence[Path] =
     return missing
 
 
-def _runs(options: Options) -> Iterator[tuple[str, Run | tuple[str, ...]]]:
-    for index, run in enumerate(options.workloads):
-        yield f"train.workloads[{index}]", run
-    if options.validate_command:
-        yield "validate.command", options.validate_command
-    for index, run in enumerate(options.validate_runs):
-        yield f"validate.runs[{index}]", run
-    if options.bench_command:
-        yield "bench.command", options.bench_command
-    for index, run in enumerate(options.gate_workloads):
-        yield f"gate.workloads[{index}]", run
+@dataclass(frozen=True)
+class ConfiguredRuns:
+    """What the run checks read of the settings: every configured run with the setting
+    that holds it (`train.workloads[0]`, `validate.command`, ...), and what the files
+    they name are looked for in: the crate and `[train] inputs`."""
+
+    runs: tuple[tuple[str, Run | tuple[str, ...]], ...]
+    crate_dir: Path
+    train_inputs: tuple[Path, ...]
+
+    @classmethod
+    def from_options(cls, options: Options) -> ConfiguredRuns:
+        runs: list[tuple[str, Run | tuple[str, ...]]] = [
+            (f"train.workloads[{index}]", run) for index, run in enumerate(options.workloads)
+        ]
+        if options.validate_command:
+            runs.append(("validate.command", options.validate_command))
+        runs += [
+            (f"validate.runs[{index}]", run) for index, run in enumerate(options.validate_runs)
+        ]
+        if options.bench_command:
+            runs.append(("bench.command", options.bench_command))
+        runs += [
+            (f"gate.workloads[{index}]", run) for index, run in enumerate(options.gate_workloads)
+        ]
+        return cls(tuple(runs), options.crate_dir, options.train_inputs)
 
 
-def run_problems(options: Options) -> list[str]:
+def run_problems(configured: ConfiguredRuns) -> list[str]:
     """Why configured runs cannot work as written: placeholders, files nobody provides."""
     problems = []
-    for key, run in _runs(options):
+    for key, run in configured.runs:
         args = run if isinstance(run, tuple) else run.args
         shown = " ".join(args)
         marks = [arg for arg in args if is_placeholder(arg)]
         if marks:
             problems.append(f"{key} is a placeholder left by `orchestrator init`: {marks[0]}")
             continue
-        for name in missing_files(args, options.crate_dir, options.train_inputs):
+        for name in missing_files(args, configured.crate_dir, configured.train_inputs):
             problems.append(
-                f"{key} ({shown}) names {name}, which is neither in {options.crate_dir} nor "
+                f"{key} ({shown}) names {name}, which is neither in {configured.crate_dir} nor "
                 "among [train] inputs"
             )
     return problems
@@ -148,7 +164,7 @@ def run_hazards(options: Options, flavors: Sequence[str]) -> list[str]:
     cli = read_cli_facts(sources)
     found: dict[tuple[str, str, str], list[str]] = {}
     for flavor in flavors:
-        for key, run in _runs(options.for_flavor(flavor)):
+        for key, run in ConfiguredRuns.from_options(options.for_flavor(flavor)).runs:
             args = run if isinstance(run, tuple) else run.args
             hazards = workload_hazards(args, flavor, cli)
             if hazards and not any(is_placeholder(arg) for arg in args):
@@ -166,17 +182,17 @@ RUN_PROBLEMS_HINT = (
 )
 
 
-def refuse_run_problems(options: Options, what: str = "release") -> None:
+def refuse_run_problems(configured: ConfiguredRuns, what: str = "release") -> None:
     """ConfigError before any work while a run is a placeholder or names a missing file."""
-    problems = run_problems(options)
+    problems = run_problems(configured)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(f"cannot {what}: {problems[0]}{more}", hint=RUN_PROBLEMS_HINT)
 
 
-def check_runs(options: Options, *, refuse: bool, warn: Callable[[str], None]) -> None:
+def check_runs(configured: ConfiguredRuns, *, refuse: bool, warn: Callable[[str], None]) -> None:
     """Refuse (a release) or warn (its dry run) while a run cannot work as written."""
     if refuse:
-        refuse_run_problems(options)
-    for problem in run_problems(options):
+        refuse_run_problems(configured)
+    for problem in run_problems(configured):
         warn(problem)

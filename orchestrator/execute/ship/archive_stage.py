@@ -4,7 +4,7 @@ they appear with it. The same for a build and for `release assemble`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +48,10 @@ def stage_archives(
     manifest = artifact.manifest
     top, mtime = artifact.name, options.source_date_epoch
     binaries = [artifact.folder / b.file for b in manifest.artifact.binaries]
-    docs, extras = crate_docs(artifact.source_archive), archive_extras(artifact, options)
+    docs, extras = (
+        crate_docs(artifact.source_archive),
+        archive_extras(artifact, options.archive_include),
+    )
     archives = [
         write_archive(
             index / archive_name(top),
@@ -77,11 +80,11 @@ def stage_archives(
     return written
 
 
-def archive_extras(artifact: ArtifactToPublish, options: Options) -> list[tuple[str, bytes]]:
-    """The [archive] files: archive.include's from the source snapshot, then the generated
-    ones build.json records, read back from the artifact folder (checked: a folder handed
-    over by `build --target` is untrusted until its bytes match the record)."""
-    extras = included_files(artifact.source_archive, options.archive_include)
+def archive_extras(artifact: ArtifactToPublish, include: Sequence[str]) -> list[tuple[str, bytes]]:
+    """The [archive] files: archive.include's (`include`) from the source snapshot, then
+    the generated ones build.json records, read back from the artifact folder (checked: a
+    folder handed over by `build --target` is untrusted until its bytes match the record)."""
+    extras = included_files(artifact.source_archive, include)
     for generated in artifact.manifest.generated or ():
         check_include_pattern(generated.path, "build.json: generated")
         path = artifact.folder / GENERATED_DIR / generated.path

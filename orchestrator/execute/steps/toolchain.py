@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import check_coherence
 from orchestrator.config.suggest import suggest
 from orchestrator.errors import ConfigError, StepFailedError
@@ -36,13 +35,22 @@ def toolchain_image(pipeline: Pipeline, log: StepLog) -> None:
     plan, options, base = pipeline.plan, pipeline.options, pipeline.state.base
     if base is None:
         raise StepFailedError("internal: the toolchain image step runs after the base image step")
-    pipeline.state.image = plan_toolchain_image(pipeline.engine, options, plan, base, log)
+    pipeline.state.image = plan_toolchain_image(
+        pipeline.engine, plan, base, log, cache_dir=options.cache_dir, offline=options.offline
+    )
 
 
 def plan_toolchain_image(
-    engine: Engine, options: Options, plan: BuildPlan, base: ImageOutcome, log: StepLog
+    engine: Engine,
+    plan: BuildPlan,
+    base: ImageOutcome,
+    log: StepLog,
+    *,
+    cache_dir: Path,
+    offline: bool,
 ) -> ImageOutcome:
-    """The toolchain image `plan` names, on `engine`, over the base image `base`."""
+    """The toolchain image `plan` names, on `engine`, over the base image `base`; its
+    .debs and rootfs kept in `cache_dir` (`offline`: taken from there only)."""
     return ensure_toolchain_image(
         engine,
         base=plan.base,
@@ -52,19 +60,19 @@ def plan_toolchain_image(
         packages=plan.packages,
         sources=plan.apt_sources,
         unpack=plan.unpack,
-        cache_dir=options.cache_dir,
+        cache_dir=cache_dir,
         log=log,
-        offline=options.offline,
+        offline=offline,
     )
 
 
-def plan_images(engine: Engine, options: Options, plan: BuildPlan, log: StepLog) -> ImageOutcome:
+def plan_images(
+    engine: Engine, plan: BuildPlan, log: StepLog, *, cache_dir: Path, offline: bool
+) -> ImageOutcome:
     """The base and toolchain images of `plan` on `engine`, as its image steps make them
     (what a release makes ahead for its next target, and tests that need an image)."""
-    base = ensure_base_image(
-        engine, plan.base, plan.base_image, options.cache_dir, log, offline=options.offline
-    )
-    return plan_toolchain_image(engine, options, plan, base, log)
+    base = ensure_base_image(engine, plan.base, plan.base_image, cache_dir, log, offline=offline)
+    return plan_toolchain_image(engine, plan, base, log, cache_dir=cache_dir, offline=offline)
 
 
 def toolchain_check(pipeline: Pipeline, log: StepLog) -> None:

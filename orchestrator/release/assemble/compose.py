@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.errors import OrchestratorError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.binaries.dispatch import DISPATCH_LEVELS, dispatch_levels, libexec_path
@@ -42,6 +41,7 @@ from orchestrator.model.layout import artifact_dir_name
 from orchestrator.model.verdict.level_map import LevelCounts, map_levels, shipped_cycles
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.release.assemble.dispatcher_cache import cached_dispatcher
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import TargetResult
 from orchestrator.runtime.api import EngineApi
 from orchestrator.supply.archive_docs import crate_docs
@@ -65,14 +65,14 @@ class ComposeGroup:
     docs: tuple[tuple[str, bytes], ...] = ()
 
 
-def auto_folder(options: Options, flavor: str) -> str:
+def auto_folder(release: ReleaseView, flavor: str) -> str:
     module = get_flavor(flavor)
-    base = artifact_dir_name(options.binary, options.version, module.arch, module.artifact_flavor)
+    base = artifact_dir_name(release.binary, release.version, module.arch, module.artifact_flavor)
     return base + AUTO_SUFFIX
 
 
 def compose_groups(
-    options: Options, built: Sequence[tuple[TargetResult, BuildPlan]]
+    release: ReleaseView, built: Sequence[tuple[TargetResult, BuildPlan]]
 ) -> tuple[list[ComposeGroup], list[str]]:
     """The folders to compose (flavors with `dispatch` on and two or more x86-64 levels
     published), and the -auto folders of this run's other x86-64 flavors (stale: removed)."""
@@ -82,14 +82,14 @@ def compose_groups(
             by_flavor.setdefault(plan.flavor, []).append((result, plan))
     groups, stale = [], []
     for flavor, items in by_flavor.items():
-        folder = auto_folder(options, flavor)
+        folder = auto_folder(release, flavor)
         published = {
             result.target.level: plan
             for result, plan in items
             if result.status in ("ok", "cached") and result.target.level in DISPATCH_LEVELS
         }
         levels = dispatch_levels(published)
-        if not options.settings_for(flavor).dispatch or len(levels) < 2:
+        if not release.dispatches(flavor) or len(levels) < 2:
             stale.append(folder)
             continue
         chosen = tuple((level, published[level].artifact_dir) for level in levels)
@@ -105,7 +105,7 @@ def _beside_bin(path: str) -> bool:
 
 
 def compose_record(
-    options: Options, group: ComposeGroup, release_dir: Path, dispatcher: DispatcherInfo
+    release: ReleaseView, group: ComposeGroup, release_dir: Path, dispatcher: DispatcherInfo
 ) -> ComposeRecord:
     """compose.json of `group`, from the level folders' build.json (their shipped binaries,
     and the gate's counts that decide which levels ship: model/verdict/level_map.py)."""
@@ -125,8 +125,8 @@ def compose_record(
         counts.append(shipped_cycles(level, target, manifest.gate))
     decisions = map_levels(counts)
     return ComposeRecord(
-        name=options.binary,
-        version=options.version,
+        name=release.binary,
+        version=release.version,
         flavor=group.flavor,
         binaries=names or [],
         levels={level: built[level] for level, decision in decisions.items() if decision.kept},
@@ -270,7 +270,7 @@ def remove_composed(release_dir: Path, folder: str) -> bool:
 
 
 def compose_release(
-    options: Options,
+    release: ReleaseView,
     release_dir: Path,
     built: Sequence[tuple[TargetResult, BuildPlan]],
     engine: EngineApi | None,
@@ -286,7 +286,7 @@ def compose_release(
     warning, never a failed release: the level targets are published either way. A folder
     whose published files and archive are already what composing writes is left as it is
     (not in the names returned)."""
-    groups, stale = compose_groups(options, built)
+    groups, stale = compose_groups(release, built)
     chain = SignedChain.read(release_dir, signer.key.public)
     for folder in stale:
         if release_dir.is_dir() and remove_composed(release_dir, folder):
@@ -300,7 +300,7 @@ def compose_release(
                 else cached_dispatcher(
                     engine,
                     group.image,
-                    options.cache_dir,
+                    release.cache_dir,
                     lambda _line: None,
                     lambda line: announce(f"warning: {line}"),
                 )
@@ -321,10 +321,10 @@ def compose_release(
             continue
         info, data = found
         try:
-            record = compose_record(options, group, release_dir, info)
+            record = compose_record(release, group, release_dir, info)
             members = composed_members(record, release_dir, data, group.docs)
             if composed_current(
-                release_dir, group.folder, members, mtime=options.source_date_epoch, chain=chain
+                release_dir, group.folder, members, mtime=release.source_date_epoch, chain=chain
             ):
                 continue  # the same bytes are published and signed: nothing to write
             names = write_composed(
@@ -332,7 +332,7 @@ def compose_release(
                 group.folder,
                 record,
                 data,
-                mtime=options.source_date_epoch,
+                mtime=release.source_date_epoch,
                 docs=group.docs,
             )
         except ComposeError as exc:
@@ -340,7 +340,7 @@ def compose_release(
             continue
         archive = release_dir / archive_name(group.folder)
         comment = (
-            f"orchestrator: {archive.name} {options.binary} {options.version} "
+            f"orchestrator: {archive.name} {release.binary} {release.version} "
             f"compose:{sha256_file(release_dir / group.folder / COMPOSE_JSON)[:16]}"
         )
         written += [*names, signer.sign(archive, trusted_comment=comment).name]

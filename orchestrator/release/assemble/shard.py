@@ -59,6 +59,7 @@ from orchestrator.release.lock.pin import (
     write_release_lock,
 )
 from orchestrator.release.targets.release_json import write_release_json, write_target_runs
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target, TargetResult, build_target, measure_speedup
 from orchestrator.runtime.engine import Engine
 from orchestrator.supply.attest import Signer
@@ -159,14 +160,14 @@ def _describe(
     lock pins are put in this machine's vault (as `release` does)."""
     options = target.options
     manifest = read_record(folder / "build.json", BuildManifest)
-    vault = vault_for(options)
+    vault = vault_for(options.cache_dir)
     record = TargetFolder(
         written_by=f"orchestrator {__version__}",
         artifact=plan.artifact_dir,
         action_key=action_key(plan, options),
         summary=result.summary(),
         lock=locked_target(target, plan, manifest, folder, vault, archive=None),
-        pins=shared_pins(options, plan, vault),
+        pins=shared_pins(options.cache_dir, plan, vault),
         files=folder_digests(folder),
         dispatcher=dispatcher,
     )
@@ -242,8 +243,10 @@ def assemble(
     warn: Callable[[str], None],
 ) -> tuple[list[TargetResult], Path]:
     """Publish every checked folder into the release, signed, then release.json,
-    logs/targets.json and release.lock; the targets' results and the lock's path."""
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    logs/targets.json and release.lock; the targets' results and the lock's path.
+    `options`: for `sign_and_publish`, which stages each folder's archives from them."""
+    release = ReleaseView.from_options(options)
+    release_dir = release.release_dir
     results: list[TargetResult] = []
     locked: list[LockedTarget] = []
     for item in checked:
@@ -271,16 +274,16 @@ def assemble(
         # consoles print without markup, so brackets need nothing more).
         engine = item.record.summary.engine or "an engine it did not name"
         announce(f"published {item.record.artifact} (built on {engine})")
-    write_release_json(release_dir, options)
+    write_release_json(release_dir, release)
     # how the builds went, as the runners' target.json say (unsigned, like a runner's logs)
-    write_target_runs(release_dir, options, results, earlier={})
+    write_target_runs(release_dir, release, results, earlier={})
     pins: SharedPins = checked[0].record.pins
-    lock = write_release_lock(options, checked[0].plan, pins, locked, release_dir)
+    lock = write_release_lock(release, checked[0].plan, pins, locked, release_dir)
     return results, lock
 
 
 def compose_where_possible(
-    options: Options,
+    release: ReleaseView,
     release_dir: Path,
     built: Sequence[tuple[TargetResult, BuildPlan]],
     signer: Signer,
@@ -294,7 +297,7 @@ def compose_where_possible(
     this machine's cache's or compiled by its Engine in the flavor's toolchain image;
     without any, the release goes out without them, with a warning (the level folders are
     whole on their own)."""
-    groups, _ = compose_groups(options, built)
+    groups, _ = compose_groups(release, built)
     if not groups:
         return []
     engine: Engine | None = None
@@ -308,7 +311,7 @@ def compose_where_possible(
             if len(uncarried) == len(groups):
                 return []
     return compose_release(
-        options, release_dir, built, engine, signer=signer, announce=announce, carried=carried
+        release, release_dir, built, engine, signer=signer, announce=announce, carried=carried
     )
 
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.execute.build import prepare_plan
 from orchestrator.host.bootstrap import (
     MANIFEST,
@@ -21,7 +20,7 @@ from orchestrator.host.bootstrap import (
     recipe_file,
     rootfs_recipe,
 )
-from orchestrator.host.source import CrateView, crate_identity, registry_crates
+from orchestrator.host.source import crate_identity, registry_crates
 from orchestrator.host.system import git
 from orchestrator.host.vault import Vault
 from orchestrator.model.documents.lockfile import (
@@ -49,14 +48,16 @@ from orchestrator.model.hashing import sha256_file
 from orchestrator.model.verdict.bolt_binaries import binary_of_profile
 from orchestrator.plan.build_plan import BuildPlan
 from orchestrator.plan.serialize import plan_inputs
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.sources_at_start import SourcesAtStart
 from orchestrator.release.targets.target import Target
 from orchestrator.runtime.images import package_set_dir
 from orchestrator.supply.archives import ZIP_SUFFIX, archive_name
 
 
-def vault_for(options: Options) -> Vault:
-    return Vault(options.cache_dir / "vault")
+def vault_for(cache_dir: Path) -> Vault:
+    """The vault of the cache at `cache_dir`: every blob a lock pins, by its sha256."""
+    return Vault(cache_dir / "vault")
 
 
 # -- writing the lock ---------------------------------------------------------------
@@ -173,7 +174,7 @@ def archive_outputs(release_dir: Path, artifact: str) -> dict[str, LockOutput | 
 
 
 def record_release(
-    options: Options,
+    release: ReleaseView,
     chosen: Sequence[Target],
     release_dir: Path,
     vault: Vault,
@@ -213,25 +214,26 @@ def record_release(
             hint="Run `orchestrator release` first.",
         )
     return write_release_lock(
-        options,
+        release,
         plans[0],
-        shared_pins(options, plans[0], vault),
+        shared_pins(release.cache_dir, plans[0], vault),
         locked,
         release_dir,
         at_start=at_start,
     )
 
 
-def shared_pins(options: Options, plan: BuildPlan, vault: Vault) -> SharedPins:
+def shared_pins(cache_dir: Path, plan: BuildPlan, vault: Vault) -> SharedPins:
     """What every target of a release shares in its lock (the base rootfs, the vendored
-    crates, the training inputs), each put in the vault from this machine's cache."""
-    rootfs = options.cache_dir / "rootfs" / f"{plan.base_image.input_hash}.tar"
+    crates, the training inputs), each put in the vault from this machine's cache
+    (`cache_dir`)."""
+    rootfs = cache_dir / "rootfs" / f"{plan.base_image.input_hash}.tar"
     if not rootfs.is_file():
         raise LockfileError(
             f"the base rootfs tarball {rootfs} is no longer in the cache",
             hint="Remove the base image (orchestrator clean --images) and release again.",
         )
-    vendor = options.cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
+    vendor = cache_dir / "crates" / f"{plan.source.cargo_lock_sha256}.tar"
     if not vendor.is_file():
         raise LockfileError(
             f"the vendored crates {vendor} are no longer in the cache",
@@ -254,7 +256,7 @@ def shared_pins(options: Options, plan: BuildPlan, vault: Vault) -> SharedPins:
 
 
 def write_release_lock(
-    options: Options,
+    release: ReleaseView,
     plan: BuildPlan,
     pins: SharedPins,
     locked: Sequence[LockedTarget],
@@ -263,36 +265,37 @@ def write_release_lock(
     at_start: SourcesAtStart | None = None,
 ) -> Path:
     """release.lock from the targets' entries and what they share, for the sources of the
-    checkout `options` reads (the same for every target), as they were `at_start` of the
+    checkout `release` reads (the same for every target), as they were `at_start` of the
     release when given."""
-    identity = at_start.identity if at_start else crate_identity(CrateView.from_options(options))
-    if not options.crate_dir.is_relative_to(options.project_dir):
+    crate = release.crate
+    identity = at_start.identity if at_start else crate_identity(crate)
+    if not crate.crate_dir.is_relative_to(release.project_dir):
         raise LockfileError(
-            f"the crate {options.crate_dir} lies outside {options.project_dir}: a lockfile "
+            f"the crate {crate.crate_dir} lies outside {release.project_dir}: a lockfile "
             "records it relative to the config file",
             hint="Keep orchestrator.toml in the crate's repository, at or above the crate.",
         )
-    cargo_lock = at_start.cargo_lock if at_start else (options.crate_dir / "Cargo.lock").read_text()
-    config_text = at_start.config_text if at_start else options.config_path.read_text()
-    config_sha256 = at_start.config_sha256 if at_start else sha256_file(options.config_path)
+    cargo_lock = at_start.cargo_lock if at_start else (crate.crate_dir / "Cargo.lock").read_text()
+    config_text = at_start.config_text if at_start else crate.config_path.read_text()
+    config_sha256 = at_start.config_sha256 if at_start else sha256_file(crate.config_path)
     document = lock_document(
-        name=options.binary,
-        version=options.version,
+        name=release.binary,
+        version=release.version,
         config={
-            "file": options.config_path.name,
+            "file": crate.config_path.name,
             "sha256": config_sha256,
             "text": config_text,
         },
         source={
             **identity,
-            "repository_path": _repository_path(options),
-            "crate": options.crate_dir.relative_to(options.project_dir).as_posix(),
-            "source_date_epoch": options.source_date_epoch,
+            "repository_path": _repository_path(release),
+            "crate": crate.crate_dir.relative_to(release.project_dir).as_posix(),
+            "source_date_epoch": crate.source_date_epoch,
             "source_archive_sha256": plan.source.archive_sha256,
             "cargo_lock_sha256": plan.source.cargo_lock_sha256,
             "vendor_sha256": pins.vendor_sha256,
             "crates": [c.__dict__ for c in registry_crates(cargo_lock)],
-            "exclude": list(options.source_exclude),
+            "exclude": list(crate.source_exclude),
             "inputs": [item.dump() for item in pins.inputs],
             "git": plan.source.git.dump() if plan.source.git is not None else None,
         },
@@ -324,23 +327,23 @@ def _rootfs_recipe(plan: BuildPlan, tarball: Path, digest: str) -> dict[str, Any
     }
 
 
-def _repository_path(options: Options) -> str | None:
+def _repository_path(release: ReleaseView) -> str | None:
     """The config file's path inside its git repository (for `git archive`)."""
-    prefix = git(options.project_dir, "rev-parse", "--show-prefix")
+    prefix = git(release.project_dir, "rev-parse", "--show-prefix")
     if prefix is None:
         return None
-    return (Path(prefix) / options.config_path.name).as_posix()
+    return (Path(prefix) / release.crate.config_path.name).as_posix()
 
 
-def check_lock(options: Options, document: LockDocument, chosen: Sequence[Target]) -> list[str]:
+def check_lock(config_path: Path, document: LockDocument, chosen: Sequence[Target]) -> list[str]:
     """Differences between the lock and what the configuration would build now."""
     current = {}
     for target in chosen:
         plan = prepare_plan(target.options, target.flavor)
         current[plan.artifact_dir] = plan_inputs(plan)
     changes = drift(document, current)
-    if document.config.sha256 != sha256_file(options.config_path):
-        changes.insert(0, f"{options.config_path.name} changed since the lock was written")
+    if document.config.sha256 != sha256_file(config_path):
+        changes.insert(0, f"{config_path.name} changed since the lock was written")
     return changes
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.execute.steps.toolchain import plan_images
 from orchestrator.host.signals import deferred_stops
 from orchestrator.plan.build_plan import BuildPlan
@@ -57,9 +56,11 @@ class _StoppableLog(StepLog):
         super().line(text)
 
 
-def ensure_images(engine: Engine, options: Options, plan: BuildPlan, log: StepLog) -> None:
+def ensure_images(
+    engine: Engine, plan: BuildPlan, log: StepLog, *, cache_dir: Path, offline: bool
+) -> None:
     """The base and toolchain images of `plan` on `engine`, as its image steps make them."""
-    plan_images(engine, options, plan, log)
+    plan_images(engine, plan, log, cache_dir=cache_dir, offline=offline)
 
 
 @dataclass
@@ -84,14 +85,15 @@ class Prefetcher:
     def __init__(
         self,
         engine: Engine,
-        options: Options,
         announce: Callable[[str], None],
         *,
+        cache_dir: Path,
+        offline: bool,
         log_dir: Path,
     ) -> None:
         # A session of its own: its image build's stages are its own (runtime/engine.py)
         self._engine = engine.twin()
-        self._options = options
+        self._cache_dir, self._offline = cache_dir, offline
         self._announce = announce
         self._log_dir = log_dir
         self._stop = threading.Event()
@@ -175,7 +177,9 @@ class Prefetcher:
                     if job.previous_done.wait(POLL_S) or self._stop.is_set():
                         break  # its build ended (or failed before it made its image)
                 log.line(f"making the images of {plan.artifact_dir} ahead")
-                ensure_images(self._engine, self._options, plan, log)
+                ensure_images(
+                    self._engine, plan, log, cache_dir=self._cache_dir, offline=self._offline
+                )
         except PrefetchStopped:
             job.error = None
         except Exception as error:

@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import get_flavor
 from orchestrator.model.documents.record_io import (
@@ -31,6 +30,7 @@ from orchestrator.model.documents.release_summary import (
     published_target,
 )
 from orchestrator.model.documents.run_logs import TARGET_RUNS
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import TargetResult
 
 RELEASE_JSON = "release.json"
@@ -51,7 +51,7 @@ def write_if_changed(path: Path, record: Record) -> bool:
 
 
 def release_summary(
-    release_dir: Path, options: Options, warn: Callable[[str], object] = lambda _text: None
+    release_dir: Path, release: ReleaseView, warn: Callable[[str], object] = lambda _text: None
 ) -> ReleaseSummary:
     """release.json's record: every artifact folder of the release, as its build.json says;
     a folder whose build.json does not read is left out, with a warning (the index leaves
@@ -66,17 +66,17 @@ def release_summary(
         except RecordError as error:
             warn(f"{folder.name} is left out of {RELEASE_JSON}: {error.message}")
     return ReleaseSummary(
-        name=options.binary,
-        version=options.version,
+        name=release.binary,
+        version=release.version,
         artifacts=[published_target(folder, manifest) for folder, manifest in found],
     )
 
 
 def write_release_json(
-    release_dir: Path, options: Options, warn: Callable[[str], object] = lambda _text: None
+    release_dir: Path, release: ReleaseView, warn: Callable[[str], object] = lambda _text: None
 ) -> bool:
     """Write release.json from the published folders; whether it changed."""
-    record = release_summary(release_dir, options, warn)
+    record = release_summary(release_dir, release, warn)
     return write_if_changed(release_dir / RELEASE_JSON, record)
 
 
@@ -106,7 +106,7 @@ def _legacy_runs(path: Path) -> dict[str, TargetSummary]:
 
 def write_target_runs(
     release_dir: Path,
-    options: Options,
+    release: ReleaseView,
     results: Sequence[TargetResult],
     *,
     earlier: Mapping[str, TargetSummary],
@@ -125,7 +125,7 @@ def write_target_runs(
         else:
             entries.append(result.summary())
     record = TargetRuns(
-        name=options.binary, version=options.version, targets=entries, jobs_per_engine=list(jobs)
+        name=release.binary, version=release.version, targets=entries, jobs_per_engine=list(jobs)
     )
     write_if_changed(release_dir / TARGET_RUNS, record)
 

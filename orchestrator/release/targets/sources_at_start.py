@@ -15,7 +15,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.host.source import CrateView, crate_identity, crate_snapshot
 from orchestrator.model.hashing import sha256_file
 from orchestrator.plan.build_plan import BuildPlan
@@ -33,29 +32,29 @@ class SourcesAtStart:
     config_sha256: str
 
 
-def sources_at_start(options: Options, plan: BuildPlan) -> SourcesAtStart:
+def sources_at_start(crate: CrateView, plan: BuildPlan) -> SourcesAtStart:
     """The record for a release whose targets were planned as `plan` (any of them: they
     share the crate's snapshot)."""
     return SourcesAtStart(
         archive=plan.source.archive,
         archive_sha256=plan.source.archive_sha256,
-        identity=crate_identity(CrateView.from_options(options)),
-        cargo_lock=(options.crate_dir / "Cargo.lock").read_text(),
-        config_text=options.config_path.read_text(),
-        config_sha256=sha256_file(options.config_path),
+        identity=crate_identity(crate),
+        cargo_lock=(crate.crate_dir / "Cargo.lock").read_text(),
+        config_text=crate.config_path.read_text(),
+        config_sha256=sha256_file(crate.config_path),
     )
 
 
-def changed_since_start(options: Options, start: SourcesAtStart) -> list[str]:
+def changed_since_start(crate: CrateView, start: SourcesAtStart) -> list[str]:
     """The crate's files (relative to it) that differ now from the planned snapshot; the
     config file too, when it changed. Empty: nothing changed."""
     changed: list[str] = []
-    now = crate_snapshot(CrateView.from_options(options))
+    now = crate_snapshot(crate)
     if now.archive_sha256 != start.archive_sha256:
         changed = changed_files(start.archive, now.archive)
-    config = options.config_path
+    config = crate.config_path
     if config.is_file() and sha256_file(config) != start.config_sha256:
-        name = _relative(config, options.crate_dir)
+        name = _relative(config, crate.crate_dir)
         if name not in changed:
             changed.append(name)
     return changed
