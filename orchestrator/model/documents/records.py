@@ -168,11 +168,8 @@ class CCodeInfo(Record):
     comment: list[str] = Field(default_factory=list)  # that section's strings
     # lto-pgo: functions of the merged profile with unmangled names (C; Rust's are mangled)
     profile_c_functions: list[str] | None = None
-    # The speed gate's name for the build with the mode off (rustc's fat LTO, gcc's C, the
-    # same PGO profile), judged against the builds with it; None: not built (no gate)
-    off_candidate: str | None = None
-    # The shipped binaries were built with the mode (False: the gate shipped off_candidate)
-    shipped: bool | None = None
+    off_candidate: str | None = None  # the gate's name for the build with the mode off
+    shipped: bool | None = None  # what ships has the mode (False: off_candidate shipped)
     off_functions_without_profile: int | None = None  # the mode-off build's, with PGO
 
 
