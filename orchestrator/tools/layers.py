@@ -8,7 +8,9 @@ circle (every import counts: lazy ones and those only for type checking too). In
 package split into rooms (sub-packages), a room may import only the rooms listed for it.
 No folder holds more than MAX_MODULES modules (its __init__.py aside): past that, a reader
 no longer finds a module by its folder, and the folder is split into rooms named for what
-they own. Run `python -m orchestrator.tools.layers`; exit 1 names every rule broken.
+they own. No module is longer than MAX_LINES lines: a longer one holds more than one
+responsibility, and one of them moves out whole. Run `python -m orchestrator.tools.layers`;
+exit 1 names every rule broken.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ IMPURE_MODULES = frozenset({"docker", "python_on_whales", "subprocess", "socket"
 # still exist: an entry whose circle is gone fails too, so that the list only shrinks.
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset()
 MAX_MODULES = 20
+MAX_LINES = 450
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,21 @@ def check_sizes(root: Path, most: int = MAX_MODULES) -> list[Violation]:
     ]
 
 
+def check_lengths(root: Path, most: int = MAX_LINES) -> list[Violation]:
+    """Every module of `root` with more than `most` lines."""
+    found = ((path, len(path.read_text().splitlines())) for path in sorted(root.rglob("*.py")))
+    return [
+        Violation(
+            path,
+            most + 1,
+            f"{path.relative_to(root.parent)} has {lines} lines, more than {most}: move a whole "
+            "responsibility into a module of its own",
+        )
+        for path, lines in found
+        if lines > most
+    ]
+
+
 def layer_of(path: Path, root: Path) -> str:
     """`config` for orchestrator/config/resolve/options.py, `errors` for orchestrator/errors.py."""
     relative = path.relative_to(root)
@@ -351,7 +369,7 @@ def check(root: Path) -> list[Violation]:
 
 def main() -> int:
     root = Path(__file__).resolve().parents[1]
-    violations = check(root) + check_circles(root) + check_sizes(root)
+    violations = check(root) + check_circles(root) + check_sizes(root) + check_lengths(root)
     for violation in violations:
         print(violation)
     if violations:
@@ -360,7 +378,7 @@ def main() -> int:
     known = f" but the {len(KNOWN_CIRCLES)} known" if KNOWN_CIRCLES else ""
     print(
         f"layers ok: {len(list(root.rglob('*.py')))} modules, no import circle{known}, no "
-        f"folder over {MAX_MODULES} modules"
+        f"folder over {MAX_MODULES} modules, no module over {MAX_LINES} lines"
     )
     return 0
 

@@ -10,10 +10,12 @@ import pytest
 import orchestrator
 from orchestrator.tools.layers import (
     KNOWN_CIRCLES,
+    MAX_LINES,
     MAX_MODULES,
     ROOMS,
     check,
     check_circles,
+    check_lengths,
     check_sizes,
     room_of,
 )
@@ -166,3 +168,15 @@ def test_a_folder_over_the_most_modules_is_refused_and_init_not_counted(tmp_path
     assert (bare.file, bare.line) == (root / "model", 1)  # no __init__.py: the folder itself
     assert "orchestrator/model/ holds 4 modules" in bare.message
     assert release.file == violation.file
+
+
+def test_no_module_of_the_package_is_longer_than_the_most_lines(tmp_path: Path) -> None:
+    root = Path(orchestrator.__file__).parent
+    assert [str(v) for v in check_lengths(root)] == []
+    assert MAX_LINES == 450
+    files = {"plan/short.py": "x = 1\n" * 5, "plan/long.py": "x = 1\n" * 6, "cli.py": ""}
+    tree = _tree(tmp_path, files)
+    [violation] = check_lengths(tree, most=5)
+    assert (violation.file, violation.line) == (tree / "plan" / "long.py", 6)
+    assert "orchestrator/plan/long.py has 6 lines, more than 5" in violation.message
+    assert check_lengths(tree, most=6) == []
