@@ -1,12 +1,11 @@
 """Which functions still take the whole `Options`, and why each needs it (issue 43 point 4).
 
 A room reads a small frozen view of the settings it needs (`FlavorView`, `CrateView`,
-`CiSettings`, `ReleaseView` with its `EngineSettings`, `ConfiguredRuns`), built once from
-`Options` by the command that starts it. A function that takes a parameter annotated
-`Options` must be listed here with the reason it needs all of them; one that no longer
-takes it must leave the list. Entries marked "frozen:" sit in, or are called from, files
-another change was editing this round: they are the next ones to narrow.
-"""
+`CiSettings`, `ReleaseView` with its `EngineSettings` and `PublishSettings`,
+`ConfiguredRuns`, and the plan's `CargoSettings`, `GateSettings` and `BoltSettings`),
+built once from `Options` by the command or the plan that starts it. A function that takes
+a parameter annotated `Options` must be listed here with the reason it needs all of them;
+one that no longer takes it must leave the list."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ WHOLE_OPTIONS: dict[str, str] = {
     "plan/gate.py:GateSettings.from_options": "builds the speed gate's view",
     "plan/bolt.py:BoltSettings.from_options": "builds BOLT's view",
     "plan/cargo_flags.py:CargoSettings.from_options": "builds the cargo commands' view",
+    "execute/ship/archive_stage.py:PublishSettings.from_options": "builds publication's view",
     # -- every setting, by design
     "model/documents/reports.py:config_report": (
         "prints every setting and its source for `orchestrator config` (Options.describe)"
@@ -80,25 +80,8 @@ WHOLE_OPTIONS: dict[str, str] = {
     ),
     "cli/rebuild.py:release_rebuilt": (
         "gives every target's options the second builder's own cache (replace cache_dir), "
-        "resolves the signer, and hands the options on to publish_checked"
-    ),
-    "cli/rebuild.py:publish_checked": (
-        "frozen: hands Options to assemble, below; builds the ReleaseView for the rest"
-    ),
-    "release/assemble/shard.py:assemble": (
-        "frozen: sign_and_publish (execute/ship/publish.py) takes Options; builds the "
-        "ReleaseView for release.json, logs/targets.json and release.lock"
-    ),
-    # -- frozen this round: these files were being changed in parallel
-    "execute/ship/publish.py:sign_and_publish": (
-        "frozen: execute/ship/publish.py; hands Options to stage_archives"
-    ),
-    "execute/ship/archive_stage.py:stage_archives": (
-        "frozen: sign_and_publish (execute/ship/publish.py) calls it with Options; reads "
-        "archive.formats, archive.include, binary, version, source_date_epoch"
-    ),
-    "config/resolve/options.py:lock_blocker": (
-        "frozen: config/resolve/options.py; reads crate_dir, project_dir, config_path"
+        "which its plan and build read, resolves the signer, and builds the release's view "
+        "that publish_checked reads"
     ),
 }
 
