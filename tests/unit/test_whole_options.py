@@ -26,7 +26,7 @@ WHOLE_OPTIONS: dict[str, str] = {
     "plan/bolt.py:BoltSettings.from_options": "builds BOLT's view",
     "plan/cargo_flags.py:CargoSettings.from_options": "builds the cargo commands' view",
     "execute/ship/archive_stage.py:PublishSettings.from_options": "builds publication's view",
-    # -- every setting, by design
+    # -- every setting, by design, or the options of each target
     "model/documents/reports.py:config_report": (
         "prints every setting and its source for `orchestrator config` (Options.describe)"
     ),
@@ -34,6 +34,15 @@ WHOLE_OPTIONS: dict[str, str] = {
         "hashes every setting that can change a build into the action key (any setting "
         "added later counts unless excluded), after the flavor's overrides (for_flavor)"
     ),
+    "release/targets/target.py:targets": (
+        "makes each target's own Options (the flavor's overrides by for_flavor, its level "
+        "as target_cpu), which its plan, its build and its action key read"
+    ),
+    "config/init/run_files.py:run_hazards": (
+        "applies each flavor's overrides (Options.for_flavor) before it reads that flavor's "
+        "runs: the runs differ by flavor"
+    ),
+    # -- a target's plan: where the plan's views are built
     "plan/build_plan.py:make_plan": (
         "where a target's views are built (FlavorView, CargoSettings, GateSettings, "
         "BoltSettings) for the parts of its plan below it; it reads most other settings "
@@ -46,14 +55,6 @@ WHOLE_OPTIONS: dict[str, str] = {
     "execute/build.py:prepare_plan": (
         "reads a target's inputs from disk (toolchain, crate snapshot, [train] inputs) and "
         "hands the options on to make_plan, which builds the target's views"
-    ),
-    "release/targets/target.py:targets": (
-        "makes each target's own Options (the flavor's overrides by for_flavor, its level "
-        "as target_cpu), which its plan, its build and its action key read"
-    ),
-    "config/init/run_files.py:run_hazards": (
-        "applies each flavor's overrides (Options.for_flavor) before it reads that flavor's "
-        "runs: the runs differ by flavor"
     ),
     # -- a build's Pipeline carries the options of its flavor to every step executor
     "execute/steps/pipeline.py:start_pipeline": (
