@@ -104,7 +104,7 @@ def release_assemble(
     )
     names = [f for f in flavors.split(",") if f] if flavors else list(options.flavors)
     chosen = targets(options, names)
-    blocker = lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
     if blocker:
         raise ConfigError(f"cannot assemble: {blocker}", hint=LOCK_BLOCKER_HINT)
     release = ReleaseView.from_options(options)
@@ -115,4 +115,4 @@ def release_assemble(
     check_signing_key(release_dir, signer.key.public)
     check = check_folders if agree is Agree.NONE else check_folders_agreeing
     checked = check(plan_targets(chosen), folders)
-    publish_checked(options, checked, agree.value, signer, started=started)
+    publish_checked(release, checked, agree.value, signer, started=started)

@@ -120,7 +120,8 @@ def bench(
     counted = []
     if metric != Metric.WALL:
         workloads = options.gate_workloads or options.workloads  # what the gate counts
-        job = count_jobs(options.bench_command, workloads, run_plan(options).stdin)
+        stdin = run_plan(options.run_env, options.run_stdin).stdin
+        job = count_jobs(options.bench_command, workloads, stdin)
         out.print(
             f"counting {setup.artifact.name} under callgrind: {len(job.commands)} commands "
             f"per variant, CPU {cpu}"

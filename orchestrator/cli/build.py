@@ -204,7 +204,7 @@ def build(
         {**overrides, "build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir},
     )
     plan = prepare_plan(options, flavor)
-    blocker = lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
     if blocker:  # a build needs no lock, but `release` and `lock` of this setup would fail
         err_console.print(styled("warning:", "yellow bold", f" cannot be locked: {blocker}"))
     # init's placeholders, files nobody provides
@@ -331,7 +331,7 @@ def _build_release_target(
         config, {"build.artifacts_dir": artifacts_dir, "build.cache_dir": cache_dir}
     )
     chosen = targets(options, list(options.flavors))
-    blocker = lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
     if blocker:  # assemble writes release.lock from this folder's pins: refuse before work
         raise ConfigError(f"cannot build a release target: {blocker}", hint=LOCK_BLOCKER_HINT)
     target, plan = pick_target(plan_targets(chosen), name)

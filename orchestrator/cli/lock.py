@@ -61,7 +61,7 @@ def lock(
     release = ReleaseView.from_options(options)
     release_dir = release.release_dir
     chosen = targets(options, list(options.flavors))
-    blocker = lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
     if blocker:
         raise ConfigError(f"cannot lock: {blocker}", hint=LOCK_BLOCKER_HINT)
     if check:

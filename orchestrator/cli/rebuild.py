@@ -31,6 +31,7 @@ from orchestrator.errors import ConfigError, DockerUnavailableError, Orchestrato
 from orchestrator.release.assemble.agree import AgreePolicy, settle
 from orchestrator.release.assemble.carried_dispatcher import carried_dispatchers
 from orchestrator.release.assemble.shard import CheckedFolder
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target
 from orchestrator.supply.attest import Signer
 
@@ -52,7 +53,7 @@ def second_cache_dir(first_cache: Path, given: Path | None) -> Path:
 
 
 def publish_checked(
-    options: Options,
+    release: ReleaseView,
     checked: Sequence[CheckedFolder],
     policy: AgreePolicy,
     signer: Signer,
@@ -60,15 +61,12 @@ def publish_checked(
     started: float,
 ) -> None:
     """Settle the two-builder rule, then sign and publish the folders, compose the -auto
-    folders, write release.json and release.lock and sign the release index. `options`:
-    for `assemble`, which publishes each folder with them."""
+    folders, write release.json and release.lock and sign the release index."""
     from orchestrator.cli.release_common import closing_lines
     from orchestrator.model.documents.lockfile import LOCK_FILE
     from orchestrator.release.assemble.shard import assemble, compose_where_possible
     from orchestrator.release.run import RELEASE_JSON, run_report
-    from orchestrator.release.targets.release_view import ReleaseView
 
-    release = ReleaseView.from_options(options)
     release_dir = release.release_dir
     chosen = settle(checked, policy, console.print)
     carried = carried_dispatchers([(item.path, item.dispatcher) for item in checked])
@@ -76,7 +74,7 @@ def publish_checked(
     def warn(text: str) -> None:
         err_console.print(styled("warning:", "yellow bold", f" {text}"))
 
-    results, lock = assemble(options, chosen, signer, console.print, warn)
+    results, lock = assemble(release, chosen, signer, console.print, warn)
     built = [(result, item.plan) for result, item in zip(results, chosen, strict=True)]
     composed = compose_where_possible(
         release, release_dir, built, signer, announce=console.print, warn=warn, carried=carried
@@ -151,7 +149,7 @@ def release_rebuilt(
                     ) from None
                 folders.append(folder)
         checked = check_folders_agreeing(planned, folders)
-        publish_checked(options, checked, "all", signer, started=started)
+        publish_checked(ReleaseView.from_options(options), checked, "all", signer, started=started)
 
 
 def _share_registry_crates(crate_dir: Path, first_cache: Path, second_cache: Path) -> None:

@@ -184,7 +184,7 @@ def release(
         configured=options.bench_runs,
         source=options.sources.get("bench.runs", "default"),
     )
-    blocker = lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
     if blocker and not dry_run:  # a release always writes release.lock: refuse before work
         raise ConfigError(f"cannot release: {blocker}", hint=LOCK_BLOCKER_HINT)
     if blocker:

@@ -23,7 +23,7 @@ from orchestrator.flavors import DeviceCode, Flavor, FlavorView
 from orchestrator.model.documents.git_facts import GitFacts
 from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
-from orchestrator.plan.bolt import BoltPlan, bolt_mode
+from orchestrator.plan.bolt import BoltPlan, BoltSettings, bolt_plan
 from orchestrator.plan.c_code import (
     C_OFF,
     C_OFF_GENERATE,
@@ -33,8 +33,14 @@ from orchestrator.plan.c_code import (
     off_candidate,
 )
 from orchestrator.plan.cargo_commands import CargoCommand, Variant, cargo_commands
-from orchestrator.plan.cargo_flags import RELOCATIONS, release_needed, test_flags, variant_rustflags
-from orchestrator.plan.gate import GatePlan, gate_plan
+from orchestrator.plan.cargo_flags import (
+    RELOCATIONS,
+    CargoSettings,
+    release_needed,
+    test_flags,
+    variant_rustflags,
+)
+from orchestrator.plan.gate import GatePlan, GateSettings, gate_plan
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
 from orchestrator.plan.portable import (
     DistroPlan,
@@ -146,9 +152,10 @@ class BuildPlan:
 
 
 def _pgo_plan(
-    options: Options,
     flavor: Flavor,
     *,
+    workloads: tuple[Run, ...],
+    max_missing_ratio: float,
     toolchain: ToolchainSpec,
     source: SourceSnapshot,
     image: ImagePlan,
@@ -173,7 +180,7 @@ def _pgo_plan(
                     if generate_off is not None
                     else {}
                 ),
-                "workloads": [w.shape() for w in options.workloads],
+                "workloads": [w.shape() for w in workloads],
                 # What the workloads see besides their arguments and the source tree:
                 # env, stdin, the inputs' digests (absent without them: such keys stay
                 # as they were before these settings existed).
@@ -197,36 +204,42 @@ def _pgo_plan(
             *(("--all-functions",) if c_pgo else ()),
             f"{pgo_dir}/merged.profdata",
         ),
-        max_missing_ratio=options.pgo_max_missing_ratio,
+        max_missing_ratio=max_missing_ratio,
     )
 
 
-def _check_workloads(options: Options) -> None:
+def _check_workloads(
+    workloads: tuple[Run, ...], *, pgo: bool, bolt: bool, binary: str, config_path: str
+) -> None:
     """PGO and BOLT train on workloads, and BOLT on the main binary's."""
-    if (options.pgo or options.bolt) and not options.workloads:
+    if (pgo or bolt) and not workloads:
         raise ConfigError(
-            f"{options.config_path}: PGO and BOLT train on workloads, but [train] workloads "
-            "is empty",
+            f"{config_path}: PGO and BOLT train on workloads, but [train] workloads is empty",
             hint="Add argument lists for the binary under [train] workloads, or build with "
             "--no-pgo --no-bolt.",
         )
-    if options.bolt and all(w.binary for w in options.workloads):
+    if bolt and all(w.binary for w in workloads):
         raise ConfigError(
-            f"{options.config_path}: BOLT rewrites {options.binary}, but every [train] "
+            f"{config_path}: BOLT rewrites {binary}, but every [train] "
             "workload runs another binary",
-            hint=f"Add a workload for {options.binary} (a plain argument list), or build with "
-            "--no-bolt.",
+            hint=f"Add a workload for {binary} (a plain argument list), or build with --no-bolt.",
         )
 
 
-def _check_settings(options: Options, source: SourceSnapshot) -> None:
-    _check_workloads(options)
-    check_archive_formats(options.archive_formats)
+def _check_archive(
+    source: SourceSnapshot,
+    *,
+    formats: tuple[str, ...],
+    include: tuple[str, ...],
+    generate: tuple[Run, ...],
+    binaries: tuple[str, ...],
+) -> None:
+    """[archive]: its formats, its include patterns against the sources, and the files it
+    generates with the binaries it ships."""
+    check_archive_formats(formats)
     # A pattern matching nothing stops the plan, not the publication an hour later.
-    included = included_files(source.archive, options.archive_include)
-    check_generate_entries(
-        options.archive_generate, options.binaries, [path for path, _ in included]
-    )
+    included = included_files(source.archive, include)
+    check_generate_entries(generate, binaries, [path for path, _ in included])
 
 
 def _for_target(options: Options, flavor: Flavor) -> tuple[Options, FlavorView]:
@@ -253,25 +266,44 @@ def make_plan(
 ) -> BuildPlan:
     options, view = _for_target(options, flavor)
     target_cpu = flavor.target_cpu(view)
-    _check_settings(options, source)
+    _check_workloads(
+        options.workloads,
+        pgo=options.pgo,
+        bolt=options.bolt,
+        binary=options.binary,
+        config_path=str(options.config_path),
+    )
+    _check_archive(
+        source,
+        formats=options.archive_formats,
+        include=options.archive_include,
+        generate=options.archive_generate,
+        binaries=options.binaries,
+    )
     base_image = base_image_plan(base)
     image = toolchain_image_plan(flavor, toolchain, dockerfile, base_image)
     release_dir = release_dir_name(options.binary, options.version)
 
-    sysroot = sysroot_plan(options, flavor, toolchain)
-    c_code, c_code_skipped = c_code_plan(options, flavor, toolchain)
-    baseline_flags, rustflags = variant_rustflags(options, flavor, release_dir, sysroot, c_code)
+    sysroot = sysroot_plan(options.glibc_floor, flavor, toolchain)
+    c_code, c_code_skipped = c_code_plan(options.c_code, flavor, toolchain)
+    cargo = CargoSettings.from_options(options)
+    baseline_flags, rustflags = variant_rustflags(
+        cargo, view, flavor, release_dir=release_dir, sysroot=sysroot, c_code=c_code
+    )
 
     commands = cargo_commands(
-        options,
+        cargo,
+        view,
         flavor,
         toolchain,
         git_shim=source.git is not None,
         sysroot=sysroot,
         c_code=c_code,
     )
-    runs = run_plan(options, inputs)
-    gate, gate_skipped = gate_plan(options, flavor)
+    runs = run_plan(options.run_env, options.run_stdin, inputs)
+    gate, gate_skipped = gate_plan(
+        GateSettings.from_options(options), flavor, optimized=options.pgo or options.bolt
+    )
     pgo_dir = f"{PATHS.out}/pgo"
     variants = [
         # What `cargo build --release` gives without us: the yardstick for bench and validation.
@@ -281,7 +313,7 @@ def make_plan(
         variants.append(commands.variant("release", rustflags))
     optimized_flags = rustflags
     # [c_code] mode judged by the gate: the mode-off builds' rustflags (rustc's fat LTO)
-    off_flags = variant_rustflags(options, flavor, release_dir, sysroot)[1]
+    off_flags = variant_rustflags(cargo, view, flavor, release_dir=release_dir, sysroot=sysroot)[1]
     judge_c_off = judges_c_off(c_code, gate)
     pgo: PgoPlan | None = None
     if options.pgo:
@@ -296,8 +328,9 @@ def make_plan(
             )
             variants.append(generate_off)
         pgo = _pgo_plan(
-            options,
             flavor,
+            workloads=options.workloads,
+            max_missing_ratio=options.pgo_max_missing_ratio,
             toolchain=toolchain,
             source=source,
             image=image,
@@ -315,25 +348,12 @@ def make_plan(
     bolt: BoltPlan | None = None
     if options.bolt:
         optimized_flags = (*optimized_flags, RELOCATIONS)
-        bolt = BoltPlan(
-            mode=bolt_mode(options, flavor),
-            instrument_args=flavor.bolt_instrument_args(toolchain),
-            policy=options.bolt_policy,
-            flags=options.bolt_flags,
-            work_dir=f"{PATHS.out}/bolt",
-            tools={
-                "llvm_bolt": toolchain.tool("llvm_bolt"),
-                "perf2bolt": toolchain.tool("perf2bolt"),
-                "merge_fdata": toolchain.tool("merge_fdata"),
-            },
-            max_growth=options.bolt_max_growth,
-            min_samples=options.bolt_min_samples,
-            sample_repeat=options.bolt_sample_repeat,
-        )
+        bolt = bolt_plan(BoltSettings.from_options(options), flavor, toolchain)
     if options.pgo or options.bolt:
         variants.append(commands.variant("optimized", optimized_flags))
     tests = test_flags(
-        options,
+        cargo,
+        view,
         flavor,
         target_cpu,
         shipped=(variants[-1].name, optimized_flags),
@@ -355,7 +375,10 @@ def make_plan(
 
     device_code = flavor.device_code(view)
     steps = steps_of(
-        options,
+        binary=options.binary,
+        glibc_floor=options.glibc_floor,
+        workloads=len(options.workloads),
+        tests=options.test_enabled,
         base_reference=base_image.reference,
         image_reference=image.reference,
         target_cpu=target_cpu,
@@ -416,7 +439,9 @@ def make_plan(
         distros=tuple(distro_plan(d, flavor, base) for d in distros)
         if options.distro_check != "off"
         else (),
-        distro_validation=distro_validation(options, device_code),
+        distro_validation=distro_validation(
+            options.distro_check, options.validate_command, device_code
+        ),
         binary=options.binary,
         binaries=options.binaries,
         release_dir=release_dir,

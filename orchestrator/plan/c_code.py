@@ -27,7 +27,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.errors import ToolchainMismatchError
 from orchestrator.flavors import Flavor
@@ -119,11 +118,10 @@ class CCodePlan:
 
 
 def c_code_plan(
-    options: Options, flavor: Flavor, toolchain: ToolchainSpec
+    mode: str, flavor: Flavor, toolchain: ToolchainSpec
 ) -> tuple[CCodePlan | None, str]:
-    """(the plan, "") where [c_code] mode is on and the flavor can have it; else (None,
+    """(the plan, "") where [c_code] `mode` is on and the flavor can have it; else (None,
     why not: "" when the mode is off)."""
-    mode = options.c_code
     if mode == "off":
         return None, ""
     if flavor.arch != "x86_64" or flavor.foreign_architectures:

@@ -10,12 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestrator.config.resolve.cargo_profiles import profile_dir
-from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import ToolchainSpec
 from orchestrator.flavors import Flavor, FlavorView
 from orchestrator.model.layout import PATHS
 from orchestrator.plan.c_code import DEFAULT_CC, CCodePlan
-from orchestrator.plan.cargo_flags import feature_args, profile_args
+from orchestrator.plan.cargo_flags import CargoSettings, feature_args, profile_args
 from orchestrator.plan.git_shim import SHIM_SEARCH_PATH
 from orchestrator.plan.portable import SysrootPlan
 
@@ -197,7 +196,8 @@ class CargoCommands:
 
 
 def cargo_commands(
-    options: Options,
+    cargo: CargoSettings,
+    view: FlavorView,
     flavor: Flavor,
     toolchain: ToolchainSpec,
     *,
@@ -205,20 +205,19 @@ def cargo_commands(
     sysroot: SysrootPlan | None,
     c_code: CCodePlan | None,
 ) -> CargoCommands:
-    """The cargo commands of `flavor`'s target, from options already for that flavor."""
-    settings = options.settings_for(flavor.name)
-    view = FlavorView.from_options(options)
+    """The cargo commands of `flavor`'s target, from settings already for that flavor."""
+    settings = view.settings_for(flavor.name)
     return CargoCommands(
         cargo=toolchain.tool("cargo"),
         rust_target=flavor.rust_target,
-        member=options.member,
-        binaries=options.binaries,
+        member=cargo.member,
+        binaries=cargo.binaries,
         features=tuple(feature_args(settings.default_features, settings.features)),
-        source_date_epoch=options.source_date_epoch,
+        source_date_epoch=cargo.source_date_epoch,
         flavor_environment=flavor.environment(view),
         test_environment=flavor.test_environment(view),
-        test_args=options.test_args,
-        profile=options.profile,
+        test_args=cargo.test_args,
+        profile=cargo.profile,
         git_shim=git_shim,
         sysroot=sysroot,
         c_code=c_code,

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from orchestrator.config.resolve.crate_files import CrateCargoConfig
 from orchestrator.config.resolve.options import Options
 from orchestrator.flavors import Flavor, FlavorView
 from orchestrator.model.layout import PATHS
@@ -31,6 +32,31 @@ RELEASE_PROFILE: dict[str, str | int | bool] = {
 }
 
 
+@dataclass(frozen=True)
+class CargoSettings:
+    """What a target's cargo commands read of the settings besides the flavor's (its
+    `FlavorView`): the package and binaries, [build] profile, the timestamp, `[test] args`
+    and the crate's own .cargo/config.toml. Built once from a target's options by the plan."""
+
+    member: str | None  # a workspace member: its binaries, its tests
+    binaries: tuple[str, ...]  # the main binary first
+    profile: str
+    source_date_epoch: int
+    test_args: tuple[str, ...]
+    crate_cargo: CrateCargoConfig
+
+    @classmethod
+    def from_options(cls, options: Options) -> CargoSettings:
+        return cls(
+            member=options.member,
+            binaries=options.binaries,
+            profile=options.profile,
+            source_date_epoch=options.source_date_epoch,
+            test_args=options.test_args,
+            crate_cargo=options.crate_cargo,
+        )
+
+
 def profile_args(
     changes: Mapping[str, str | int | bool] | None = None, profile: str = "release"
 ) -> list[str]:
@@ -44,8 +70,10 @@ def profile_args(
 
 
 def variant_rustflags(
-    options: Options,
+    cargo: CargoSettings,
+    view: FlavorView,
     flavor: Flavor,
+    *,
     release_dir: str,
     sysroot: SysrootPlan | None,
     c_code: CCodePlan | None = None,
@@ -59,14 +87,14 @@ def variant_rustflags(
     )
     # The crate's own .cargo/config.toml rustflags come first (ours win where they clash:
     # later -C flags override earlier ones), in every variant, the baseline included.
-    crate_flags = options.crate_cargo.rustflags_for(flavor.rust_target)
+    crate_flags = cargo.crate_cargo.rustflags_for(flavor.rust_target)
     # The baseline is plain `cargo build --release`: the image's own glibc, no sysroot.
     linking = sysroot.link_args if sysroot else ()
     # [c_code] mode: clang and lld link, with the C code's bitcode (plan/c_code.py)
     c_linking = c_code.rustflags if c_code else ()
     return (*crate_flags, *remap), (
         *crate_flags,
-        *flavor.rustflags(FlavorView.from_options(options)),
+        *flavor.rustflags(view),
         *c_linking,
         *linking,
         *remap,
@@ -78,7 +106,7 @@ def feature_args(default_features: bool, features: tuple[str, ...]) -> list[str]
     return [*args, "--features", ",".join(features)] if features else args
 
 
-def shared_test_level(options: Options, flavor: Flavor, target_cpu: str) -> str:
+def shared_test_level(view: FlavorView, flavor: Flavor, target_cpu: str) -> str:
     """The level whose flags `cargo test` uses instead of `target_cpu`'s, or "" for its own.
 
     The tests of one flavor's levels read the same sources, features and toolchain; only
@@ -86,9 +114,9 @@ def shared_test_level(options: Options, flavor: Flavor, target_cpu: str) -> str:
     command, so the step cache runs it once per flavor: unless the flavor asks for tests at
     every level, or has one level, or this build's CPU is not one of its levels.
     """
-    if options.settings_for(flavor.name).test_every_level:
+    if view.settings_for(flavor.name).test_every_level:
         return ""
-    levels = flavor.levels(FlavorView.from_options(options))
+    levels = flavor.levels(view)
     if len(levels) < 2 or target_cpu not in levels:
         return ""
     return levels[0]
@@ -103,7 +131,8 @@ class TestFlags:
 
 
 def test_flags(
-    options: Options,
+    cargo: CargoSettings,
+    view: FlavorView,
     flavor: Flavor,
     target_cpu: str,
     *,
@@ -117,15 +146,17 @@ def test_flags(
     reading it would make the levels' test commands differ again) and BOLT's relocations
     (they change nothing a test sees), and build where the first level's release build
     left its dependencies."""
-    level = shared_test_level(options, flavor, target_cpu)
+    level = shared_test_level(view, flavor, target_cpu)
     shipped_variant, shipped_flags = shipped
     if not level:
         return TestFlags(target_cpu, shipped_flags, shipped_variant, "")
-    first = replace(options, target_cpu=level)
-    cpu = flavor.target_cpu(FlavorView.from_options(first))
+    first = replace(view, target_cpu=level)
+    cpu = flavor.target_cpu(first)
     return TestFlags(
         cpu,
-        variant_rustflags(first, flavor, release_dir, sysroot, c_code)[1],
+        variant_rustflags(
+            cargo, first, flavor, release_dir=release_dir, sysroot=sysroot, c_code=c_code
+        )[1],
         "release",
         f"the release-profile flags of {flavor.name}'s first level {cpu}: every "
         f"level of {flavor.name} runs this one command, so the step cache runs it once "

@@ -57,26 +57,51 @@ class GatePlan:
     pinned_unbolted: tuple[str, ...] = ()
 
 
-def gate_plan(options: Options, flavor: Flavor) -> tuple[GatePlan | None, str]:
-    """The gate's plan, or None and why it does not run."""
-    if options.gate_policy == "off":
+@dataclass(frozen=True)
+class GateSettings:
+    """What the speed gate reads of the settings: [gate] policy and min_gain, the workloads
+    it counts ([gate] workloads, else [train] workloads), and what a reproduction pins.
+    Built once from a target's options (`from_options`) by the plan."""
+
+    policy: str  # best | require-all | off
+    min_gain: float
+    workloads: tuple[Run, ...]
+    pinned: str = ""
+    pinned_unbolted: tuple[str, ...] = ()
+
+    @classmethod
+    def from_options(cls, options: Options) -> GateSettings:
+        return cls(
+            policy=options.gate_policy,
+            min_gain=options.gate_min_gain,
+            workloads=options.gate_workloads or options.workloads,
+            pinned=options.gate_pinned,
+            pinned_unbolted=options.gate_pinned_unbolted,
+        )
+
+
+def gate_plan(
+    settings: GateSettings, flavor: Flavor, *, optimized: bool
+) -> tuple[GatePlan | None, str]:
+    """The gate's plan, or None and why it does not run. `optimized`: PGO or BOLT makes a
+    candidate besides the release build."""
+    if settings.policy == "off":
         return None, "gate.policy is off: the most optimized variant ships unmeasured"
     if flavor.runner:
         return None, (
             f"the {flavor.name} binaries run under {flavor.runner[0]} here, where callgrind "
             "cannot count them: the most optimized variant ships unmeasured"
         )
-    if not (options.pgo or options.bolt):
+    if not optimized:
         return None, "one candidate (no PGO, no BOLT): nothing to choose between"
-    workloads = options.gate_workloads or options.workloads
-    if not workloads:
+    if not settings.workloads:
         return None, "no workloads to count ([gate] workloads and [train] workloads are empty)"
     plan = GatePlan(
-        policy=options.gate_policy,
-        min_gain=options.gate_min_gain,
-        workloads=workloads,
+        policy=settings.policy,
+        min_gain=settings.min_gain,
+        workloads=settings.workloads,
         work_dir=f"{PATHS.out}/gate",
-        pinned=options.gate_pinned,
-        pinned_unbolted=options.gate_pinned_unbolted,
+        pinned=settings.pinned,
+        pinned_unbolted=settings.pinned_unbolted,
     )
     return plan, ""

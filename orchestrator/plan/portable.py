@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.config.resolve.toolchains import BaseSpec, DistroSpec, ToolchainSpec
 from orchestrator.flavors import DeviceCode, Flavor
 from orchestrator.model.binaries.elf import version_tuple
@@ -43,8 +42,9 @@ GLIBC_LIBRARIES = (
 _INTERPRETERS = {"x86_64": "/lib64/ld-linux-x86-64.so.2", "aarch64": "/lib/ld-linux-aarch64.so.1"}
 
 
-def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> SysrootPlan | None:
-    """The toolchain's sysroot when the glibc floor is older than the image's own glibc.
+def sysroot_plan(floor: str, flavor: Flavor, toolchain: ToolchainSpec) -> SysrootPlan | None:
+    """The toolchain's sysroot when the glibc `floor` (release.glibc_floor) is older than
+    the image's own glibc.
 
     `--sysroot` alone is not enough with Debian's gcc: it searches its own multiarch
     folder (the image's glibc) before the sysroot, so the start files (-B) and the library
@@ -53,7 +53,6 @@ def sysroot_plan(options: Options, flavor: Flavor, toolchain: ToolchainSpec) -> 
     """
     if toolchain.sysroot is None:
         return None
-    floor = options.glibc_floor
     if version_tuple(floor) >= version_tuple(toolchain.glibc):
         return None  # the image's own glibc is old enough
     multiarch = f"{flavor.arch}-linux-gnu"
@@ -117,11 +116,14 @@ def distro_plan(distro: DistroSpec, flavor: Flavor, base: BaseSpec) -> DistroPla
     return DistroPlan(distro, spec, ImagePlan(reference, digest), runner)
 
 
-def distro_validation(options: Options, device_code: DeviceCode | None) -> str:
-    """Why the distros step only asks the loader, or "" when it runs validate.command too."""
-    if options.distro_check == "load":
+def distro_validation(
+    distro_check: str, validate_command: tuple[str, ...], device_code: DeviceCode | None
+) -> str:
+    """Why the distros step only asks the loader, or "" when it runs `validate_command` too
+    (`distro_check`: release.distro_check)."""
+    if distro_check == "load":
         return "release.distro_check = load"
-    if not options.validate_command:
+    if not validate_command:
         return "no validate.command"
     if device_code is not None and device_code.kernels == "runtime":
         # NVRTC/hiprtc come with the vendor's runtime, which a bare system does not have.

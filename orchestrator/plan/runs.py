@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.model.layout import PATHS
 
 INPUTS_DIR = f"{PATHS.root}/inputs"  # the volume each [train] input is unpacked into
@@ -54,7 +53,9 @@ class RunPlan:
         return shown
 
 
-def run_plan(options: Options, inputs: tuple[TrainInput, ...] = ()) -> RunPlan:
-    environment = dict(pair.split("=", 1) for pair in options.run_env)
-    stdin = f"{PATHS.src}/{options.run_stdin}" if options.run_stdin else ""
+def run_plan(env: tuple[str, ...], stdin: str, inputs: tuple[TrainInput, ...] = ()) -> RunPlan:
+    """From `[train] env` (NAME=value pairs), `[train] stdin` (a path in the crate, or "")
+    and the packed `[train] inputs`."""
+    environment = dict(pair.split("=", 1) for pair in env)
+    stdin = f"{PATHS.src}/{stdin}" if stdin else ""
     return RunPlan(PATHS.src, environment, stdin, inputs)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orchestrator.config.resolve.options import Options
 from orchestrator.flavors import DeviceCode
 from orchestrator.plan.gate import GatePlan
 
@@ -57,8 +56,11 @@ class Step:
 
 
 def steps_of(
-    options: Options,
     *,
+    binary: str,  # the main binary, copied out
+    glibc_floor: str,
+    workloads: int,  # how many [train] workloads PGO trains on
+    tests: bool,  # whether `cargo test` runs ([test] enabled)
     base_reference: str,
     image_reference: str,
     target_cpu: str,
@@ -86,7 +88,7 @@ def steps_of(
         steps.append(
             Step(
                 StepName.GLIBC_VIEW,
-                f"glibc {glibc_view} libraries as glibc {options.glibc_floor} (newer symbol "
+                f"glibc {glibc_view} libraries as glibc {glibc_floor} (newer symbol "
                 "versions hidden from the linker)",
             )
         )
@@ -106,14 +108,14 @@ def steps_of(
             Step(StepName.PGO_INSTRUMENT, f"instrumented build (-Cprofile-generate){both}"),
             Step(
                 StepName.PGO_TRAIN,
-                f"run {len(options.workloads)} workloads in the profiling container"
+                f"run {workloads} workloads in the profiling container"
                 + (" on each instrumented build" if c_off else ""),
             ),
             Step(StepName.PGO_MERGE, "merge .profraw files with llvm-profdata"),
         ]
     if optimized:
         what = " + ".join(
-            x for x, on in (("PGO", options.pgo), ("relocations for BOLT", options.bolt)) if on
+            x for x, on in (("PGO", pgo), ("relocations for BOLT", bolt is not None)) if on
         )
         steps.append(Step(StepName.BUILD_OPTIMIZED, f"release profile + {what}"))
     if c_off:
@@ -124,7 +126,7 @@ def steps_of(
                 f"{', the merged PGO profile' if pgo else ''}), for the speed gate to judge",
             )
         )
-    if options.test_enabled:  # off only with a reason, which build.json records
+    if tests:  # off only with a reason, which build.json records
         what = f"target-cpu {test_cpu}, shared by the levels" if test_cpu else "the shipped flags"
         # Two steps, each cached by its own inputs: arguments after `--` reach only the run,
         # so a changed skip list runs the tests again without compiling them again.
@@ -165,14 +167,14 @@ def steps_of(
     steps += [
         Step(
             StepName.PORTABILITY,
-            f"glibc symbol versions (floor {options.glibc_floor}), shared libraries, CPU features",
+            f"glibc symbol versions (floor {glibc_floor}), shared libraries, CPU features",
         ),
     ]
     if distros:
         steps.append(Step(StepName.DISTROS, "load and validate on " + ", ".join(distros)))
     steps += [
         Step(StepName.SBOM, "crate graph (cargo metadata) and toolchain packages"),
-        Step(StepName.EXTRACT, f"copy {options.binary} out of the container"),
+        Step(StepName.EXTRACT, f"copy {binary} out of the container"),
         Step(StepName.PUBLISH, "sign, checksums, build.json, atomic move; release provenance"),
     ]
     return tuple(steps)

@@ -33,6 +33,7 @@ from orchestrator.release.assemble.shard import (
     check_folders,
 )
 from orchestrator.release.run import RELEASE_JSON
+from orchestrator.release.targets.release_view import ReleaseView
 from orchestrator.release.targets.target import Target
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.minisign import SecretKey
@@ -298,7 +299,8 @@ def test_an_accepted_folder_is_published_and_verifies(handed_over: Folder) -> No
     checked = check_folders([(target, plan)], [folder])
     signer = Signer(SecretKey.generate(), False, "test key")
     said: list[str] = []
-    results, lock = assemble(target.options, checked, signer, said.append, pytest.fail)
+    release = ReleaseView.from_options(target.options)
+    results, lock = assemble(release, checked, signer, said.append, pytest.fail)
     release_dir = lock.parent
     update_release_index(release_dir, signer, vouched=(RELEASE_JSON, LOCK_FILE))
     checks, _ = verify_release(release_dir, None)

@@ -52,7 +52,8 @@ def test_the_epoch_comes_from_the_crates_repository(apart: Path) -> None:
 
 def test_a_crate_outside_the_config_folder_cannot_be_locked(apart: Path) -> None:
     options = resolve(apart, env={})
-    assert "is not inside" in lock_blocker(options)
+    blocker = lock_blocker(options.crate_dir, options.project_dir, options.config_path.name)
+    assert "is not inside" in blocker
 
 
 @pytest.mark.usefixtures("docker_down")
@@ -67,4 +68,5 @@ def test_release_refuses_it_at_the_start_and_dry_runs_warn(apart: Path) -> None:
 
 
 def test_a_config_at_or_above_the_crate_can_be_locked(project: Path) -> None:
-    assert lock_blocker(resolve(project / "orchestrator.toml", env={})) == ""
+    options = resolve(project / "orchestrator.toml", env={})
+    assert lock_blocker(options.crate_dir, options.project_dir, options.config_path.name) == ""

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.errors import ConfigError
 from orchestrator.execute.ship import publish
-from orchestrator.execute.ship.archive_stage import ArtifactToPublish
+from orchestrator.execute.ship.archive_stage import ArtifactToPublish, PublishSettings
 from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.documents.target_folder import TARGET_RECORD
 from orchestrator.plan.build_plan import BuildPlan
@@ -68,7 +68,7 @@ def test_a_folder_handed_over_unsigned_publishes_the_bytes_a_signing_build_does(
             manifest=read_record(folder / "build.json", BuildManifest),
             source_archive=plan.source.archive,
         ),
-        sharded,
+        PublishSettings.from_options(sharded),
         signer,
         staging=staging,
         say=lambda _line: None,

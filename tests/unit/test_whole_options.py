@@ -1,12 +1,11 @@
 """Which functions still take the whole `Options`, and why each needs it (issue 43 point 4).
 
 A room reads a small frozen view of the settings it needs (`FlavorView`, `CrateView`,
-`CiSettings`, `ReleaseView` with its `EngineSettings`, `ConfiguredRuns`), built once from
-`Options` by the command that starts it. A function that takes a parameter annotated
-`Options` must be listed here with the reason it needs all of them; one that no longer
-takes it must leave the list. Entries marked "frozen:" sit in, or are called from, files
-another change was editing this round: they are the next ones to narrow.
-"""
+`CiSettings`, `ReleaseView` with its `EngineSettings` and `PublishSettings`,
+`ConfiguredRuns`, and the plan's `CargoSettings`, `GateSettings` and `BoltSettings`),
+built once from `Options` by the command or the plan that starts it. A function that takes
+a parameter annotated `Options` must be listed here with the reason it needs all of them;
+one that no longer takes it must leave the list."""
 
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "orchestrator"
-
-_FROZEN_PLAN = "frozen: plan/build_plan.py (make_plan) calls it with Options; it reads "
 
 WHOLE_OPTIONS: dict[str, str] = {
     # -- the views: each is built from the whole options, once
@@ -25,20 +22,17 @@ WHOLE_OPTIONS: dict[str, str] = {
     "release/targets/release_view.py:ReleaseView.from_options": "builds the release's view",
     "release/targets/release_view.py:EngineSettings.from_options": "builds the engines' view",
     "config/init/run_files.py:ConfiguredRuns.from_options": "builds the run checks' view",
-    # -- every setting, by design
+    "plan/gate.py:GateSettings.from_options": "builds the speed gate's view",
+    "plan/bolt.py:BoltSettings.from_options": "builds BOLT's view",
+    "plan/cargo_flags.py:CargoSettings.from_options": "builds the cargo commands' view",
+    "execute/ship/archive_stage.py:PublishSettings.from_options": "builds publication's view",
+    # -- every setting, by design, or the options of each target
     "model/documents/reports.py:config_report": (
         "prints every setting and its source for `orchestrator config` (Options.describe)"
     ),
     "plan/serialize.py:action_key": (
         "hashes every setting that can change a build into the action key (any setting "
         "added later counts unless excluded), after the flavor's overrides (for_flavor)"
-    ),
-    "plan/build_plan.py:make_plan": (
-        "makes a target's whole plan: reads most settings and builds the flavor's and the "
-        "crate's views for the parts below it"
-    ),
-    "execute/build.py:prepare_plan": (
-        "a target's plan from its options: the crate snapshot, the toolchain, make_plan"
     ),
     "release/targets/target.py:targets": (
         "makes each target's own Options (the flavor's overrides by for_flavor, its level "
@@ -47,6 +41,20 @@ WHOLE_OPTIONS: dict[str, str] = {
     "config/init/run_files.py:run_hazards": (
         "applies each flavor's overrides (Options.for_flavor) before it reads that flavor's "
         "runs: the runs differ by flavor"
+    ),
+    # -- a target's plan: where the plan's views are built
+    "plan/build_plan.py:make_plan": (
+        "where a target's views are built (FlavorView, CargoSettings, GateSettings, "
+        "BoltSettings) for the parts of its plan below it; it reads most other settings "
+        "itself into the BuildPlan (validation, profiling, limits, tests, distros)"
+    ),
+    "plan/build_plan.py:_for_target": (
+        "applies the flavor's overrides to the whole options (Options.for_flavor), which "
+        "make_plan reads from then on, and builds the flavor's view of them"
+    ),
+    "execute/build.py:prepare_plan": (
+        "reads a target's inputs from disk (toolchain, crate snapshot, [train] inputs) and "
+        "hands the options on to make_plan, which builds the target's views"
     ),
     # -- a build's Pipeline carries the options of its flavor to every step executor
     "execute/steps/pipeline.py:start_pipeline": (
@@ -62,8 +70,8 @@ WHOLE_OPTIONS: dict[str, str] = {
         "hands the options to run_training_export, which starts a Pipeline with them"
     ),
     "execute/verdict/bench.py:locate": (
-        "builds the flavor's, the crate's and the runs' views (FlavorView, CrateView, "
-        "run_plan) of the published build it benches, and finds its folder"
+        "builds the flavor's and the crate's views (FlavorView, CrateView) and the runs "
+        "(run_plan) of the published build it benches, and finds its folder"
     ),
     # -- the CLI, where a command's resolved options become what runs
     "cli/app.py:signer_for": (
@@ -73,43 +81,9 @@ WHOLE_OPTIONS: dict[str, str] = {
     ),
     "cli/rebuild.py:release_rebuilt": (
         "gives every target's options the second builder's own cache (replace cache_dir), "
-        "resolves the signer, and hands the options on to publish_checked"
+        "which its plan and build read, resolves the signer, and builds the release's view "
+        "that publish_checked reads"
     ),
-    "cli/rebuild.py:publish_checked": (
-        "frozen: hands Options to assemble, below; builds the ReleaseView for the rest"
-    ),
-    "release/assemble/shard.py:assemble": (
-        "frozen: sign_and_publish (execute/ship/publish.py) takes Options; builds the "
-        "ReleaseView for release.json, logs/targets.json and release.lock"
-    ),
-    # -- frozen this round: these files were being changed in parallel
-    "execute/ship/publish.py:sign_and_publish": (
-        "frozen: execute/ship/publish.py; hands Options to stage_archives"
-    ),
-    "execute/ship/archive_stage.py:stage_archives": (
-        "frozen: sign_and_publish (execute/ship/publish.py) calls it with Options; reads "
-        "archive.formats, archive.include, binary, version, source_date_epoch"
-    ),
-    "config/resolve/options.py:lock_blocker": (
-        "frozen: config/resolve/options.py; reads crate_dir, project_dir, config_path"
-    ),
-    "plan/build_plan.py:_pgo_plan": "frozen: plan/build_plan.py; reads the workloads and pgo",
-    "plan/build_plan.py:_check_workloads": "frozen: plan/build_plan.py; checks the runs",
-    "plan/build_plan.py:_check_settings": "frozen: plan/build_plan.py; checks [archive]",
-    "plan/build_plan.py:_for_target": "frozen: plan/build_plan.py; for_flavor and FlavorView",
-    "plan/c_code.py:c_code_plan": "frozen: plan/c_code.py; reads c_code.mode",
-    "plan/cargo_commands.py:cargo_commands": (
-        "frozen: plan/cargo_commands.py; the cargo command lines of every variant"
-    ),
-    "plan/cargo_flags.py:variant_rustflags": "frozen: plan/cargo_flags.py; the crate's flags",
-    "plan/cargo_flags.py:shared_test_level": "frozen: plan/cargo_flags.py; the test level",
-    "plan/cargo_flags.py:test_flags": "frozen: plan/cargo_flags.py; the tests' flags",
-    "plan/gate.py:gate_plan": "frozen: plan/gate.py; reads the gate's settings",
-    "plan/steps.py:steps_of": "frozen: plan/steps.py; which steps a plan runs",
-    "plan/bolt.py:bolt_mode": _FROZEN_PLAN + "bolt.mode, profiling.privileges, sources",
-    "plan/portable.py:sysroot_plan": _FROZEN_PLAN + "release.glibc_floor",
-    "plan/portable.py:distro_validation": _FROZEN_PLAN + "release.distro_check, validate",
-    "plan/runs.py:run_plan": _FROZEN_PLAN + "train.env and train.stdin (and bench's locate)",
 }
 
 

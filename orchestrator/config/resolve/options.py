@@ -207,16 +207,17 @@ class Options:
         return rows
 
 
-def lock_blocker(options: Options) -> str:
-    """Why a release of this setup could not be pinned in release.lock, or "" if it can.
+def lock_blocker(crate_dir: Path, project_dir: Path, config_name: str) -> str:
+    """Why a release of this setup could not be pinned in release.lock, or "" if it can:
+    the crate's folder, and the folder of the config file named `config_name`.
 
     The lock records the crate by its path relative to the config's folder, and a rebuilder
     lays both out in one fresh folder: a crate outside that folder has no such path.
     """
-    if not options.crate_dir.is_relative_to(options.project_dir):
+    if not crate_dir.is_relative_to(project_dir):
         return (
-            f"the crate {options.crate_dir} is not inside {options.project_dir}, the folder "
-            f"of {options.config_path.name}: release.lock could not record where it is"
+            f"the crate {crate_dir} is not inside {project_dir}, the folder "
+            f"of {config_name}: release.lock could not record where it is"
         )
     return ""
 

@@ -13,6 +13,7 @@ from orchestrator.config.resolve.options import Options
 from orchestrator.errors import PublishError
 from orchestrator.model.documents.records import BuildManifest
 from orchestrator.model.hashing import content_hash, sha256_bytes
+from orchestrator.model.layout import release_dir_name
 from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import (
     GENERATED_DIR,
@@ -23,6 +24,36 @@ from orchestrator.supply.archives import (
 from orchestrator.supply.attest import Signer
 from orchestrator.supply.installer import INSTALLER, render_installer
 from orchestrator.supply.zip_archive import write_zip
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    """What publication reads of the settings: the release's name, version and folder, the
+    timestamp its archives carry, and [archive] formats and include. Built once from
+    `Options` by the publish step, or as a part of the release's view (`release assemble`)."""
+
+    binary: str
+    version: str
+    artifacts_dir: Path
+    source_date_epoch: int
+    archive_formats: tuple[str, ...]
+    archive_include: tuple[str, ...]
+
+    @classmethod
+    def from_options(cls, options: Options) -> PublishSettings:
+        return cls(
+            binary=options.binary,
+            version=options.version,
+            artifacts_dir=options.artifacts_dir,
+            source_date_epoch=options.source_date_epoch,
+            archive_formats=options.archive_formats,
+            archive_include=options.archive_include,
+        )
+
+    @property
+    def release_dir(self) -> Path:
+        """<artifacts>/<binary>-<version>: the release's folder."""
+        return self.artifacts_dir / release_dir_name(self.binary, self.version)
 
 
 @dataclass(frozen=True)
@@ -38,7 +69,7 @@ class ArtifactToPublish:
 
 def stage_archives(
     artifact: ArtifactToPublish,
-    options: Options,
+    settings: PublishSettings,
     signer: Signer,
     index: Path,
     say: Callable[[str], None],
@@ -46,11 +77,11 @@ def stage_archives(
     """Write `<artifact>.tar.xz` (and `.zip` when archive.formats asks) and install.sh, each
     signed, into the staged index folder; their release-relative names."""
     manifest = artifact.manifest
-    top, mtime = artifact.name, options.source_date_epoch
+    top, mtime = artifact.name, settings.source_date_epoch
     binaries = [artifact.folder / b.file for b in manifest.artifact.binaries]
     docs, extras = (
         crate_docs(artifact.source_archive),
-        archive_extras(artifact, options.archive_include),
+        archive_extras(artifact, settings.archive_include),
     )
     archives = [
         write_archive(
@@ -62,18 +93,18 @@ def stage_archives(
             extras=extras,
         )
     ]
-    if "zip" in options.archive_formats:
+    if "zip" in settings.archive_formats:
         zipped = index / archive_name(top, ZIP_SUFFIX)
         archives.append(
             write_zip(zipped, top=top, binaries=binaries, docs=docs, mtime=mtime, extras=extras)
         )
     installer = index / INSTALLER
-    installer.write_text(render_installer(options.binary, options.version))
+    installer.write_text(render_installer(settings.binary, settings.version))
     installer.chmod(0o755)
     inputs = content_hash(manifest.inputs.dump())[:16]
     written = []
     for path in (*archives, installer):
-        comment = f"orchestrator: {path.name} {options.binary} {options.version} inputs:{inputs}"
+        comment = f"orchestrator: {path.name} {settings.binary} {settings.version} inputs:{inputs}"
         written += [path.name, signer.sign(path, trusted_comment=comment).name]
     sizes = ", ".join(f"{path.name}: {path.stat().st_size} bytes" for path in archives)
     say(f"archives {sizes}; {INSTALLER}")

@@ -15,13 +15,16 @@ from typing import TypeVar
 
 from orchestrator import __version__
 from orchestrator.config.declarations.kinds import Run
-from orchestrator.config.resolve.options import Options
 from orchestrator.errors import StepFailedError
 from orchestrator.execute.optimize.bolt_record import bolt_binaries_record, bolt_binaries_shipped
 from orchestrator.execute.optimize.c_code import c_code_record, c_code_shipped
 from orchestrator.execute.optimize.variants import keep_variants
 from orchestrator.execute.ship.archive_files import generate_archive_files
-from orchestrator.execute.ship.archive_stage import ArtifactToPublish, stage_archives
+from orchestrator.execute.ship.archive_stage import (
+    ArtifactToPublish,
+    PublishSettings,
+    stage_archives,
+)
 from orchestrator.execute.steps.commands import fetch_file
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
@@ -54,7 +57,6 @@ from orchestrator.model.documents.records import (
 from orchestrator.model.documents.run_logs import BUILD_RUN, LOGS_DIR, split_run
 from orchestrator.model.documents.shipped_profile import debug_warning, shipped_profile
 from orchestrator.model.hashing import sha256_file
-from orchestrator.model.layout import release_dir_name
 from orchestrator.model.verdict.bolt_binaries import other_profile_name
 from orchestrator.model.verdict.callgrind import FORMULA
 from orchestrator.plan.c_code import off_candidate
@@ -182,7 +184,7 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
             manifest=manifest,
             source_archive=plan.source.archive,
         ),
-        options,
+        PublishSettings.from_options(options),
         pipeline.signer,
         staging=pipeline.staging,
         say=log.line,
@@ -194,7 +196,7 @@ def publish(pipeline: Pipeline, log: StepLog) -> None:
 
 def sign_and_publish(
     artifact: ArtifactToPublish,
-    options: Options,
+    settings: PublishSettings,
     signer: Signer,
     *,
     staging: Path,
@@ -217,13 +219,13 @@ def sign_and_publish(
         )
     sums = write_checksums(folder)
     say(sums.read_text().rstrip())
-    release_dir = options.artifacts_dir / release_dir_name(options.binary, options.version)
+    release_dir = settings.release_dir
     # All or nothing: the release index for the new state is written beside the staged
     # artifact, everything is flushed to disk, and only then renamed into place together.
     index = staging / ".release-index"
     index.mkdir()
     # The archive and installer are staged with the index: they appear with it, or not at all.
-    staged = stage_archives(artifact, options, signer, index, say)
+    staged = stage_archives(artifact, settings, signer, index, say)
     with _PUBLISHING:
         signed = write_release_index(
             release_dir,

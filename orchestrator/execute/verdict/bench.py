@@ -224,7 +224,7 @@ def locate(options: Options, flavor_name: str) -> BenchSetup:
         release / "bench" / artifact.name,
         sources=crate_snapshot(CrateView.from_options(options)).archive,
         inputs=tuple(item.archive for item in pack_inputs(options.train_inputs)),
-        environment=run_plan(options).environment,
+        environment=run_plan(options.run_env, options.run_stdin).environment,
     )
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestrator import __version__
-from orchestrator.config.resolve.options import Options
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.execute.ship.archive_stage import ArtifactToPublish
 from orchestrator.execute.ship.publish import sign_and_publish
@@ -236,21 +235,19 @@ def _check_folders(
 
 
 def assemble(
-    options: Options,
+    release: ReleaseView,
     checked: Sequence[CheckedFolder],
     signer: Signer,
     announce: Callable[[str], None],
     warn: Callable[[str], None],
 ) -> tuple[list[TargetResult], Path]:
     """Publish every checked folder into the release, signed, then release.json,
-    logs/targets.json and release.lock; the targets' results and the lock's path.
-    `options`: for `sign_and_publish`, which stages each folder's archives from them."""
-    release = ReleaseView.from_options(options)
+    logs/targets.json and release.lock; the targets' results and the lock's path."""
     release_dir = release.release_dir
     results: list[TargetResult] = []
     locked: list[LockedTarget] = []
     for item in checked:
-        with staging_area(options.artifacts_dir, f"assemble-{uuid.uuid4().hex[:12]}") as area:
+        with staging_area(release.artifacts_dir, f"assemble-{uuid.uuid4().hex[:12]}") as area:
             staged = area / item.record.artifact
             _copy_folder(item, staged)
             sign_and_publish(
@@ -260,7 +257,7 @@ def assemble(
                     manifest=item.manifest,
                     source_archive=item.plan.source.archive,
                 ),
-                options,
+                release.publishing,
                 signer,
                 staging=area,
                 say=lambda _line: None,

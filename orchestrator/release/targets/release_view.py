@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.resolve.options import FlavorSettings, Options
+from orchestrator.execute.ship.archive_stage import PublishSettings
 from orchestrator.host.source import CrateView
 from orchestrator.model.layout import release_dir_name
 
@@ -41,7 +42,8 @@ class EngineSettings:
 class ReleaseView:
     """The release's name and version, where it is published, the cache, the timestamp its
     archives carry, which flavors compose an -auto folder, the crate it is built from
-    (and the config's folder, which release.lock records it against) and the engines."""
+    (and the config's folder, which release.lock records it against), the engines, and
+    what publication reads ([archive])."""
 
     binary: str
     version: str
@@ -52,6 +54,7 @@ class ReleaseView:
     project_dir: Path
     crate: CrateView
     engines: EngineSettings
+    publishing: PublishSettings  # what each target's folder is published with
     offline: bool = False  # reproduce: every image input from the cache or the vault
 
     @classmethod
@@ -66,6 +69,7 @@ class ReleaseView:
             project_dir=options.project_dir,
             crate=CrateView.from_options(options),
             engines=EngineSettings.from_options(options),
+            publishing=PublishSettings.from_options(options),
             offline=options.offline,
         )
 
