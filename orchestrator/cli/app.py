@@ -275,7 +275,7 @@ def cache_root(cache_dir: Path | None) -> Path:
 def sign_release_index(release_dir: Path, signer: Signer, *, vouched: tuple[str, ...] = ()) -> None:
     """Sign the release index again over what the last signature vouches for and what this
     command wrote (`vouched`); say loudly what was left out and why."""
-    from orchestrator.execute.ship.publish import update_release_index
+    from orchestrator.execute.ship.release_index import update_release_index
 
     signed = update_release_index(release_dir, signer, vouched=vouched)
     for entry in signed.left_out:

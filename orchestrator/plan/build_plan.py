@@ -21,7 +21,6 @@ from orchestrator.config.resolve.toolchains import AptSources, BaseSpec, DistroS
 from orchestrator.errors import ConfigError
 from orchestrator.flavors import DeviceCode, Flavor, FlavorView
 from orchestrator.model.documents.git_facts import GitFacts
-from orchestrator.model.hashing import content_hash
 from orchestrator.model.layout import PATHS, artifact_dir_name, release_dir_name
 from orchestrator.plan.bolt import BoltPlan, BoltSettings, bolt_plan
 from orchestrator.plan.c_code import (
@@ -42,6 +41,7 @@ from orchestrator.plan.cargo_flags import (
 )
 from orchestrator.plan.gate import GatePlan, GateSettings, gate_plan
 from orchestrator.plan.images import ImagePlan, apt_sources, base_image_plan, toolchain_image_plan
+from orchestrator.plan.pgo import PgoPlan, pgo_plan
 from orchestrator.plan.portable import (
     DistroPlan,
     SysrootPlan,
@@ -62,17 +62,6 @@ class SourceSnapshot:
     cargo_lock_sha256: str
     # What the build-time `git` answers (plan/git_shim.py); None: no repository, no shim
     git: GitFacts | None = None
-
-
-@dataclass(frozen=True)
-class PgoPlan:
-    profile_key: str  # cache key: everything the profile depends on
-    raw_dir: str
-    merged: str
-    profile_file_pattern: str  # LLVM_PROFILE_FILE: one file per process and binary
-    merge_argv: tuple[str, ...]
-    show_argv: tuple[str, ...]
-    max_missing_ratio: float
 
 
 @dataclass(frozen=True)
@@ -149,63 +138,6 @@ class BuildPlan:
         binary), then validate.runs."""
         first = (Run(self.validate_command),) if self.validate_command else ()
         return (*first, *self.validate_runs)
-
-
-def _pgo_plan(
-    flavor: Flavor,
-    *,
-    workloads: tuple[Run, ...],
-    max_missing_ratio: float,
-    toolchain: ToolchainSpec,
-    source: SourceSnapshot,
-    image: ImagePlan,
-    generate: Variant,
-    generate_off: Variant | None,
-    runs: RunPlan,
-    pgo_dir: str,
-    c_pgo: bool,
-) -> PgoPlan:
-    return PgoPlan(
-        profile_key=content_hash(
-            {
-                "kind": "pgo-profile",
-                "source": source.archive_sha256,
-                "cargo_lock": source.cargo_lock_sha256,
-                "toolchain": toolchain.flavor_view(flavor.name, flavor.arch),
-                "image": image.input_hash,
-                "build": [generate.build.argv, dict(generate.build.environment)],
-                # [c_code] mode judged by the gate: its mode-off build trains beside it
-                **(
-                    {"build_c_off": [generate_off.build.argv, dict(generate_off.build.environment)]}
-                    if generate_off is not None
-                    else {}
-                ),
-                "workloads": [w.shape() for w in workloads],
-                # What the workloads see besides their arguments and the source tree:
-                # env, stdin, the inputs' digests (absent without them: such keys stay
-                # as they were before these settings existed).
-                **({"run": runs.as_dict()} if runs.configured else {}),
-            }
-        ),
-        raw_dir=f"{pgo_dir}/raw",
-        merged=f"{pgo_dir}/merged.profdata",
-        profile_file_pattern=f"{pgo_dir}/raw/%m_%p.profraw",
-        merge_argv=(
-            toolchain.tool("llvm_profdata"),
-            "merge",
-            "-o",
-            f"{pgo_dir}/merged.profdata",
-            f"{pgo_dir}/raw",
-        ),
-        show_argv=(
-            toolchain.tool("llvm_profdata"),
-            "show",
-            # lto-pgo: every function's name, to find the C ones (plan/c_code.py)
-            *(("--all-functions",) if c_pgo else ()),
-            f"{pgo_dir}/merged.profdata",
-        ),
-        max_missing_ratio=max_missing_ratio,
-    )
 
 
 def _check_workloads(
@@ -327,13 +259,13 @@ def make_plan(
                 C_OFF_GENERATE, (*off_flags, f"-Cprofile-generate={pgo_dir}/raw"), c_off=True
             )
             variants.append(generate_off)
-        pgo = _pgo_plan(
+        pgo = pgo_plan(
             flavor,
             workloads=options.workloads,
             max_missing_ratio=options.pgo_max_missing_ratio,
             toolchain=toolchain,
-            source=source,
-            image=image,
+            sources=(source.archive_sha256, source.cargo_lock_sha256),
+            image_input_hash=image.input_hash,
             generate=generate,
             generate_off=generate_off,
             runs=runs,

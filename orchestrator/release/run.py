@@ -20,7 +20,7 @@ from rich.console import Console
 
 from orchestrator.errors import DockerUnavailableError, OrchestratorError
 from orchestrator.execute.build import prepare_plan
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.model.documents.records import BuildManifest
 from orchestrator.model.documents.release_summary import EngineJobs, TargetSummary
 from orchestrator.model.documents.reports import (

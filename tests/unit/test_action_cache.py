@@ -19,7 +19,7 @@ import orchestrator.release.targets.target as release_target
 from orchestrator.cli.release_common import closing_lines
 from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import ConfigError
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.model.documents.records import BuildManifest, read_record
 from orchestrator.model.documents.release_summary import ReleaseSummary
 from orchestrator.model.documents.run_logs import TARGET_RUNS

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.model.documents.lockfile import LOCK_FILE, LockedPackage, LockInputArchive
 from orchestrator.model.documents.records import BuildManifest, read_record, write_record
 from orchestrator.model.documents.target_folder import TARGET_RECORD, TargetFolder

@@ -27,7 +27,7 @@ from orchestrator.cli.complete import (
 )
 from orchestrator.config.declarations.flags import flag_specs
 from orchestrator.config.resolve.toolchains import available_toolchains
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.execute.verdict import bench as bench_module
 from orchestrator.execute.verdict import bench_report
 from orchestrator.execute.verdict.bench import VariantStats

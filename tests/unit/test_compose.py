@@ -18,7 +18,7 @@ import pytest
 from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.errors import DockerUnavailableError
 from orchestrator.execute.ship.dispatcher import dispatcher_source
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.host.cache_seal import seal
 from orchestrator.model.documents.cache_records import DispatcherCacheEntry
 from orchestrator.model.documents.compose_record import COMPOSE_JSON, ComposeRecord, DispatcherInfo

@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.execute.ship.dispatcher import COMPILE_FLAGS, SOURCE, dispatcher_source
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.host.cache_seal import seal
 from orchestrator.model.binaries import dispatch
 from orchestrator.model.binaries.dispatch import parse_show

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.execute.ship import publish
+from orchestrator.execute.ship import release_index
 from orchestrator.model.hashing import sha256_file
 from orchestrator.supply.archive_docs import crate_docs
 from orchestrator.supply.archives import (
@@ -120,7 +120,7 @@ def test_publish_writes_a_signed_archive_and_installer_that_verify_covers(
         ("provenance.intoto.jsonl", "provenance"),
     }
     assert rig.pipeline.signer is not None
-    signed = publish.update_release_index(release, rig.pipeline.signer)
+    signed = release_index.update_release_index(release, rig.pipeline.signer)
     assert signed.left_out == [f"{archive.name}: not the file that was signed"]
     assert f"  {archive.name}\n" not in (release / "SHA256SUMS").read_text()
 

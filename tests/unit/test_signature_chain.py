@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.supply.chain import SignedChain
 from orchestrator.supply.index_files import CHECKSUMS, read_checksums
 

@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.config.resolve.options import resolve
 from orchestrator.errors import NotAReleaseError
-from orchestrator.execute.ship.publish import update_release_index
+from orchestrator.execute.ship.release_index import update_release_index
 from orchestrator.host.staging import write_checksums
 from orchestrator.model.documents.records import write_record
 from orchestrator.supply import minisign

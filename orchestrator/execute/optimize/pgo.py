@@ -25,8 +25,8 @@ from orchestrator.execute.steps.step_reuse import (
     store,
 )
 from orchestrator.model.verdict.pgo_report import parse_profdata_show
-from orchestrator.plan.build_plan import PgoPlan
 from orchestrator.plan.c_code import C_OFF_GENERATE, profile_c_functions
+from orchestrator.plan.pgo import PgoPlan
 from orchestrator.plan.step_keys import pgo_key
 from orchestrator.plan.steps import StepName
 from orchestrator.progress.reporter import StepLog

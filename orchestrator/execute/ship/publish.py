@@ -4,12 +4,9 @@ build.json and signature on the host, and moves into artifacts/ in one rename.""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable
-from contextlib import suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,7 +26,7 @@ from orchestrator.execute.steps.commands import fetch_file
 from orchestrator.execute.steps.pipeline import Pipeline
 from orchestrator.execute.steps.profiles import ProfileRecord
 from orchestrator.host.source import CrateView, crate_identity
-from orchestrator.host.staging import commit, fsync_tree, staging_root, write_checksums
+from orchestrator.host.staging import commit, fsync_tree, write_checksums
 from orchestrator.model.documents.records import (
     ArtifactInfo,
     BinaryFile,
@@ -67,7 +64,6 @@ from orchestrator.runtime.api import engine_record
 from orchestrator.runtime.engine import Engine
 from orchestrator.runtime.images import ImageOutcome
 from orchestrator.supply.attest import (
-    ReleaseIndex,
     Signer,
     artifact_comment,
     write_release_index,
@@ -411,42 +407,3 @@ def _run_shape(run: Run) -> RunShape:
 
 def _image(outcome: ImageOutcome) -> ImageRecord:
     return ImageRecord.model_validate(outcome.as_dict())
-
-
-def update_release_index(
-    release_dir: Path, signer: Signer, *, vouched: tuple[str, ...] = ()
-) -> ReleaseIndex:
-    """Rewrite the release-level index (checksums, provenance, signatures) all at once: the
-    new files are written and fsynced beside the release, then renamed in together.
-
-    Only what the index being replaced vouches for under this key, and `vouched` (paths
-    the caller wrote itself), is signed again; the rest is in the result's `left_out`.
-    A release signed by another key is refused (supply/chain.py's ReleaseKeyError). An
-    index that comes out byte for byte as the release holds it is not written (signatures
-    are deterministic): the result then lists nothing written."""
-    root = staging_root(release_dir.parent)  # release_dir.parent is the artifacts folder
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-index-", dir=root))
-    try:
-        index = scratch / "index"
-        index.mkdir()
-        chain = SignedChain.read(release_dir, signer.key.public)
-        signed = write_release_index(release_dir, signer, index, chain=chain, vouched=vouched)
-        if _already_there(index, release_dir):  # the same bytes: nothing is written
-            return ReleaseIndex([], signed.left_out)
-        fsync_tree(index)
-        commit(release_dir, index=index, backup=scratch / "previous")
-        return ReleaseIndex([release_dir / path.name for path in signed.written], signed.left_out)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        with suppress(OSError):  # another build is staging too
-            root.rmdir()
-
-
-def _already_there(index: Path, release_dir: Path) -> bool:
-    """Whether every file of the new `index` is in `release_dir` with the same bytes."""
-    for path in index.iterdir():
-        there = release_dir / path.name
-        if there.is_symlink() or not there.is_file() or there.read_bytes() != path.read_bytes():
-            return False
-    return True
