@@ -110,6 +110,8 @@ def _on_hardware(whole: BuildManifest, *, host: bool, mode: str = "instrument") 
                 if host
                 else "auto: perf cannot sample here: instrumented",
                 applied=True,
+                # Sampled too little, so instrumented: the count is the machine's, each run's
+                sample_gate={"samples": 47, "min_samples": 20000} if host else None,
             ),
             "profiling": ProfilingInfo(
                 granted="seccomp orchestrator-perf" if host else "none",
@@ -147,6 +149,9 @@ def test_two_builders_with_other_hardware_sign_the_same_build_json(
     assert (run_host.cuda_driver, run_ci.cuda_driver) == ("13.0", None)
     assert run_ci.cuda_driver_check == "not checked (no GPU)"
     assert run_host.bolt_mode_reason == "profile stored for this binary"
+    assert signed_host.bolt.sample_gate is None
+    assert run_host.bolt_sample_gate == {"samples": 47, "min_samples": 20000}
+    assert run_ci.bolt_sample_gate is None
     assert run_host.perf is not None and run_host.perf.lbr is True
     assert run_ci.perf is not None and (run_ci.perf.lbr, run_ci.perf.granted) == (False, "none")
     # another BOLT mode made other bytes: build.json differs

@@ -202,7 +202,7 @@ class BoltInfo(Record):
     shipped: bool | None = None
     fallback_reason: str | None = None
     size: JsonDict | None = None  # bytes before and after BOLT, and their ratio
-    sample_gate: JsonDict | None = None  # a sampled profile's count and the threshold
+    sample_gate: JsonDict | None = None  # null since logs/run.json holds it (bolt_sample_gate)
     debug_info: JsonDict | None = None  # asked for (its input had DWARF), kept, why
     # Every binary of the artifact, main one first (added within version 2: absent in
     # older files, whose BOLT rewrote only the main one)

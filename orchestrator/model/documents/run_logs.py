@@ -111,6 +111,11 @@ class BuildRun(Record):
         description="why BOLT profiled in the mode it did (build.json records the mode, "
         "which reproduce uses)",
     )
+    bolt_sample_gate: dict[str, int] | None = Field(
+        None,
+        description="a sampled BOLT profile's count of samples and bolt.min_samples: the "
+        "count varies from run to run, the mode it led to is in build.json",
+    )
     gpu_path: str | None = Field(
         None,
         description="GPU flavors: 'exercised on <device>, driver <version>' or 'not "
@@ -152,9 +157,21 @@ def _without_reuse(manifest: BuildManifest) -> tuple[PgoInfo | None, BoltInfo | 
             binaries[name] = binary.model_copy(update={"profile": own})
             reused += [f"bolt:{name}"] if own_hit else []
         bolt = bolt.model_copy(
-            update={"profile": profile, "binaries": binaries, "mode_reason": None}
+            update={
+                "profile": profile,
+                "binaries": binaries,
+                "mode_reason": None,
+                "sample_gate": None,
+            }
         )
     return pgo, bolt, reused
+
+
+def _sample_gate(bolt: BoltInfo | None) -> dict[str, int] | None:
+    """The sample gate's numbers, as logs/run.json keeps them."""
+    if bolt is None or not bolt.sample_gate:
+        return None
+    return {key: int(value) for key, value in bolt.sample_gate.items() if isinstance(value, int)}
 
 
 def _image_run(image: ImageRecord) -> tuple[ImageRecord, ImageRun | None]:
@@ -168,8 +185,9 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
     """A build's whole record as two: build.json, signed, with nothing of how the run went
     (so two honest builds of the same inputs write the same bytes), and logs/run.json.
     What the builder's hardware decided goes to logs/run.json too: its perf access (LBR or
-    not), why BOLT took its mode (the mode itself changes the binary: build.json keeps it
-    and the lock pins it), whether a GPU ran the GPU path, the CUDA driver's check."""
+    not), how many samples a sampled BOLT profile got and why BOLT took its mode (the mode
+    itself changes the binary: build.json keeps it and the lock pins it), whether a GPU ran
+    the GPU path, the CUDA driver's check."""
     base, base_run = _image_run(manifest.images.base)
     toolchain, toolchain_run = _image_run(manifest.images.toolchain)
     pgo, bolt, reused = _without_reuse(manifest)
@@ -188,6 +206,7 @@ def split_run(manifest: BuildManifest, artifact: str) -> tuple[BuildManifest, Bu
         profiler_started=bool(manifest.profiling.container_started),
         perf=manifest.profiling.model_copy(update={"container_started": None}),
         bolt_mode_reason=manifest.bolt.mode_reason if manifest.bolt else None,
+        bolt_sample_gate=_sample_gate(manifest.bolt),
         gpu_path=manifest.gpu_path,
         cuda_driver=cuda.driver_cuda if cuda else None,
         cuda_driver_check=cuda.driver_check if cuda else None,
