@@ -15,7 +15,6 @@ from pathlib import Path
 from orchestrator.config.resolve.options import FlavorSettings, Options
 from orchestrator.execute.ship.archive_stage import PublishSettings
 from orchestrator.host.source import CrateView
-from orchestrator.model.layout import release_dir_name
 
 
 @dataclass(frozen=True)
@@ -45,26 +44,20 @@ class ReleaseView:
     (and the config's folder, which release.lock records it against), the engines, and
     what publication reads ([archive])."""
 
-    binary: str
-    version: str
-    artifacts_dir: Path
     cache_dir: Path
-    source_date_epoch: int
     dispatch: Mapping[str, bool]  # flavors.<name>.dispatch: its x86-64 levels composed
     project_dir: Path
     crate: CrateView
     engines: EngineSettings
-    publishing: PublishSettings  # what each target's folder is published with
+    # What each target's folder is published with; also the release's name, version,
+    # folder and archive timestamp (the properties below read them from here)
+    publishing: PublishSettings
     offline: bool = False  # reproduce: every image input from the cache or the vault
 
     @classmethod
     def from_options(cls, options: Options) -> ReleaseView:
         return cls(
-            binary=options.binary,
-            version=options.version,
-            artifacts_dir=options.artifacts_dir,
             cache_dir=options.cache_dir,
-            source_date_epoch=options.source_date_epoch,
             dispatch={name: flavor.dispatch for name, flavor in options.flavor_settings.items()},
             project_dir=options.project_dir,
             crate=CrateView.from_options(options),
@@ -78,6 +71,22 @@ class ReleaseView:
         return self.dispatch.get(flavor, FlavorSettings().dispatch)
 
     @property
+    def binary(self) -> str:
+        return self.publishing.binary
+
+    @property
+    def version(self) -> str:
+        return self.publishing.version
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.publishing.artifacts_dir
+
+    @property
+    def source_date_epoch(self) -> int:
+        return self.publishing.source_date_epoch
+
+    @property
     def release_dir(self) -> Path:
         """<artifacts>/<binary>-<version>: the release's folder."""
-        return self.artifacts_dir / release_dir_name(self.binary, self.version)
+        return self.publishing.release_dir
